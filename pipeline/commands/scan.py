@@ -1,0 +1,68 @@
+"""`prep scan SRC [--out PATH]`: the storage/hours manifest of a dataset."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from pipeline.commands.common import add_run_options, run_config
+from pipeline.dataset import open_dataset
+from pipeline.manifest import build_manifest, episodes_table, write_manifest
+from pipeline.runner import RunConfig, run_map
+from pipeline.stages.scan import EpisodeScan, scan_unit, scan_unit_failed, scan_units
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("scan", help="write a storage/hours manifest of a dataset",
+                       description="Scan a LeRobot dataset (v2.1 or v3.0) without decoding pixels and write "
+                       "a JSON manifest plus a per-episode Parquet table.")
+    p.add_argument("src", type=Path, help="dataset root (the folder holding meta/info.json)")
+    p.add_argument("--out", type=Path, help="manifest path (default: manifests/<name>.manifest.json)")
+    add_run_options(p)
+    p.set_defaults(func=run)
+
+
+def scan_dataset(src: Path, out: Path, config: RunConfig) -> tuple[dict[str, Any], Path]:
+    """Scan `src` and write its manifest to `out`; returns (manifest, per-episode table path)."""
+    ds, rejected = open_dataset(src)
+    units = scan_units(ds)
+    nested = run_map(scan_unit, units, on_error=scan_unit_failed, config=config, desc="scan", unit_name="file-set")
+    scans: list[EpisodeScan] = [s for group in nested for s in group]
+    scans.sort(key=lambda s: (s.episode is None, s.episode or 0))
+    manifest = build_manifest(ds, scans, rejected)
+    table_path = write_manifest(manifest, episodes_table(ds, scans), out)
+    manifest["episodes_table"] = table_path.name
+    return manifest, table_path
+
+
+def default_out(src: Path) -> Path:
+    return Path("manifests") / f"{src.resolve().name}.manifest.json"
+
+
+def summary(m: dict[str, Any], out: Path) -> str:
+    t, d, b = m["totals"], m["dataset"], m["totals"]["bytes"]
+    lines = [
+        f"dataset   {d['root']}  (LeRobot {d['codebase_version']}, {d['fps']:g} fps)",
+        *(f"camera    {c['key']}: {c['codec']} {c['width']}x{c['height']} {c['pix_fmt']}" for c in d["cameras"]),
+        f"episodes  {t['episodes']:,} ok, {t['episodes_failed']:,} failed",
+        f"frames    {t['frames']:,}  ({t['frames_per_episode']['mean']:.1f} per episode)",
+        f"duration  {t['seconds']:,.1f} s = {t['hours']:.4f} h",
+        f"bytes     {b['total']:,} total: video {b['video']:,} ({t['video_share']:.1%}), "
+        f"data {b['data']:,}, meta {b['meta']:,}, other {b['other']:,}",
+        *(f"          {cam}: {n:,}" for cam, n in b["per_camera"].items()),
+        f"rate      {t['gb_per_hour']:.3f} GB/hr, {t['kb_per_frame']:.2f} kB/frame (all cameras)",
+    ]
+    for f in m["failures"][:10]:
+        lines.append(f"FAILED    episode {f['episode']}: {f.get('path') or ''}: {f['reason']}")
+    if len(m["failures"]) > 10:
+        lines.append(f"FAILED    ... and {len(m['failures']) - 10} more (see the manifest)")
+    lines.append(f"manifest  {out}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = args.out or default_out(args.src)
+    manifest, _ = scan_dataset(args.src, out, run_config(args))
+    print(summary(manifest, out))
+    return 1 if manifest["failures"] else 0

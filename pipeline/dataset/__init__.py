@@ -1,0 +1,44 @@
+"""LeRobot dataset layouts (v2.1, v3.0) read into one model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.dataset.info import read_info
+from pipeline.dataset.model import (
+    SUPPORTED_VERSIONS,
+    CameraInfo,
+    DataRef,
+    Dataset,
+    Episode,
+    VideoRef,
+    resolve_inside,
+)
+from pipeline.dataset.v21 import open_v21
+from pipeline.dataset.v30 import open_v30
+from pipeline.errors import EpisodeError
+
+OPENERS = {"v2.1": open_v21, "v3.0": open_v30}
+
+
+def open_dataset(root: Path | str) -> tuple[Dataset, list[EpisodeError]]:
+    """Open a dataset root read-only: the dataset and the episodes whose metadata was rejected.
+
+    Raises `DatasetError` (one line naming the path) when the dataset as a whole is unreadable.
+    """
+    root = Path(root).absolute()
+    info = read_info(root)
+    return OPENERS[info["codebase_version"]](root, info)
+
+
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "CameraInfo",
+    "DataRef",
+    "Dataset",
+    "Episode",
+    "EpisodeError",
+    "VideoRef",
+    "open_dataset",
+    "resolve_inside",
+]

@@ -1,0 +1,123 @@
+"""Reading and checking `meta/info.json`, common to both layouts."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import string
+from pathlib import Path
+from typing import Any
+
+from pipeline.dataset.model import SUPPORTED_VERSIONS, CameraInfo
+from pipeline.errors import DatasetError
+
+INFO_REL = "meta/info.json"
+
+
+def read_json_file(path: Path) -> Any:
+    if not path.is_file():
+        raise DatasetError(path, "missing file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(path, f"cannot read: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+def read_info(root: Path) -> dict[str, Any]:
+    """`meta/info.json` as a dict, after checking that this is a dataset of a supported version."""
+    if not root.exists():
+        raise DatasetError(root, "no such dataset folder")
+    if not root.is_dir():
+        raise DatasetError(root, "not a folder")
+    path = root / INFO_REL
+    if not path.is_file():
+        raise DatasetError(
+            path,
+            "missing: not a LeRobot dataset (found no meta/info.json; "
+            f"supported codebase_version: {', '.join(SUPPORTED_VERSIONS)})",
+        )
+    info = read_json_file(path)
+    if not isinstance(info, dict):
+        raise DatasetError(path, f"expected a JSON object, found {type(info).__name__}")
+    version = info.get("codebase_version")
+    if version not in SUPPORTED_VERSIONS:
+        raise DatasetError(
+            path,
+            f"unsupported codebase_version {version!r} (supported: {', '.join(SUPPORTED_VERSIONS)}; "
+            "convert older datasets with LeRobot's converters first)",
+        )
+    fps = info.get("fps")
+    if isinstance(fps, bool) or not isinstance(fps, int | float) or not math.isfinite(fps) or fps <= 0:
+        raise DatasetError(path, f"invalid fps {fps!r}: expected a positive number")
+    for key in ("data_path", "features"):
+        if key not in info:
+            raise DatasetError(path, f"missing key {key!r}")
+    if not isinstance(info["features"], dict):
+        raise DatasetError(path, f"'features' must be an object, found {type(info['features']).__name__}")
+    return info
+
+
+def cameras_from_info(info: dict[str, Any], path: Path) -> tuple[CameraInfo, ...]:
+    cams: list[CameraInfo] = []
+    for key, feat in info["features"].items():
+        if not isinstance(feat, dict):
+            raise DatasetError(path, f"feature {key!r} must be an object")
+        if feat.get("dtype") != "video":
+            continue
+        shape = feat.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(s, int) and s > 0 for s in shape):
+            raise DatasetError(path, f"feature {key!r}: invalid shape {shape!r}")
+        names = feat.get("names")
+        vinfo = feat.get("info") or feat.get("video_info") or {}
+        if not isinstance(vinfo, dict):
+            raise DatasetError(path, f"feature {key!r}: 'info' must be an object")
+        cams.append(
+            CameraInfo(
+                key=key,
+                shape=tuple(shape),
+                names=tuple(str(n) for n in names) if isinstance(names, list) else None,
+                height=_int_or_none(vinfo.get("video.height")),
+                width=_int_or_none(vinfo.get("video.width")),
+                codec=vinfo.get("video.codec") if isinstance(vinfo.get("video.codec"), str) else None,
+                pix_fmt=vinfo.get("video.pix_fmt") if isinstance(vinfo.get("video.pix_fmt"), str) else None,
+                fps=_float_or_none(vinfo.get("video.fps")),
+            )
+        )
+    if cams and not isinstance(info.get("video_path"), str):
+        raise DatasetError(path, "video features declared but 'video_path' is missing")
+    return tuple(cams)
+
+
+def template_fields(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def format_template(template: str, path: Path, allowed: set[str], **values: Any) -> str:
+    """Fill a path template from info.json, refusing unknown fields and paths that leave the root."""
+    fields = template_fields(template)
+    unknown = fields - allowed
+    if unknown:
+        raise DatasetError(path, f"template {template!r} uses unknown field(s) {sorted(unknown)}")
+    try:
+        rel = template.format(**values)
+    except (ValueError, KeyError, IndexError) as exc:
+        raise DatasetError(path, f"template {template!r} cannot be filled: {exc}") from None
+    norm = os.path.normpath(rel)
+    if os.path.isabs(rel) or norm == ".." or norm.startswith(".." + os.sep):
+        raise DatasetError(path, f"template {template!r} gives {rel!r}, which leaves the dataset root")
+    return norm.replace(os.sep, "/")
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float_or_none(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)

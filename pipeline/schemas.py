@@ -1,0 +1,31 @@
+"""JSON Schemas of every file `prep` writes, and validation against them."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from pipeline.errors import PrepError
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+
+@cache
+def load_schema(name: str) -> dict[str, Any]:
+    path = SCHEMA_DIR / f"{name}.schema.json"
+    schema: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return schema
+
+
+def validate(obj: Any, name: str, *, source: str = "document") -> None:
+    """Raise `PrepError` naming the first violation of schemas/<name>.schema.json."""
+    validator = jsonschema.Draft202012Validator(load_schema(name))
+    errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = "/".join(str(p) for p in err.absolute_path) or "(root)"
+        raise PrepError(f"{source}: does not match schemas/{name}.schema.json at {where}: {err.message}")

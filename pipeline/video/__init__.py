@@ -1,0 +1,1 @@
+"""Video probing, resizing and encoding (PyAV and the ffmpeg command line)."""

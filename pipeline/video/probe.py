@@ -1,0 +1,113 @@
+"""Probe a video without decoding pixels: header fields, then a demux of every packet.
+
+Counts are named by where they came from: `frames_from_header` is what the container says
+(mp4 `stsz`/`stts`, what LeRobot trusts), `frames_from_packets` is what a demux finds.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+
+from pipeline.errors import EpisodeError
+
+
+@dataclass(slots=True, frozen=True)
+class VideoProbe:
+    path: str
+    bytes: int
+    codec: str
+    width: int
+    height: int
+    pix_fmt: str
+    fps: float
+    frames_from_header: int
+    frames_from_packets: int
+    keyframes: int
+    duration_s: float
+    pts_s: tuple[float, ...]
+    keyframe_pts_s: tuple[float, ...]
+    packet_bytes: tuple[int, ...]
+
+    @property
+    def payload_bytes(self) -> int:
+        return sum(self.packet_bytes)
+
+    def bytes_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
+        """Packet payload bytes whose pts falls in [t0, t1)."""
+        hi = float("inf") if t1 is None else t1 - tolerance
+        return sum(b for t, b in zip(self.pts_s, self.packet_bytes, strict=True) if t0 - tolerance <= t < hi)
+
+    def frames_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
+        """Packets whose pts falls in [t0, t1) (the whole file when t1 is None)."""
+        if t1 is None:
+            return sum(1 for t in self.pts_s if t >= t0 - tolerance)
+        return sum(1 for t in self.pts_s if t0 - tolerance <= t < t1 - tolerance)
+
+    def keyframes_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
+        if t1 is None:
+            return sum(1 for t in self.keyframe_pts_s if t >= t0 - tolerance)
+        return sum(1 for t in self.keyframe_pts_s if t0 - tolerance <= t < t1 - tolerance)
+
+
+def probe_video(path: Path | str, *, episode: int | None = None) -> VideoProbe:
+    """Header fields and a packet-level demux of the first video stream; raises `EpisodeError`."""
+    path = Path(path)
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise EpisodeError(episode, path, "missing video file") from None
+    except OSError as exc:
+        raise EpisodeError(episode, path, f"cannot stat video: {exc}") from None
+    if size == 0:
+        raise EpisodeError(episode, path, "zero-byte video file")
+    try:
+        with av.open(str(path), mode="r") as container:
+            if not container.streams.video:
+                raise EpisodeError(episode, path, "no video stream in the container")
+            stream = container.streams.video[0]
+            ctx = stream.codec_context
+            rate = stream.average_rate or stream.guessed_rate or stream.base_rate
+            fps = float(rate) if rate else 0.0
+            tb: Fraction = stream.time_base or Fraction(1, 1)
+            header_frames = int(stream.frames or 0)
+            packets: list[tuple[float, int, bool]] = []
+            for packet in container.demux(stream):
+                if packet.size == 0 or packet.pts is None:
+                    continue
+                packets.append((float(packet.pts * tb), packet.size, bool(packet.is_keyframe)))
+            packets.sort()
+            if stream.duration is not None:
+                duration = float(stream.duration * tb)
+            elif container.duration is not None:
+                duration = container.duration / 1_000_000
+            else:
+                duration = 0.0
+            pix_fmt = ctx.format.name if ctx.format is not None else (ctx.pix_fmt or "unknown")
+            probe = VideoProbe(
+                path=str(path),
+                bytes=size,
+                codec=ctx.codec.canonical_name,
+                width=int(ctx.width),
+                height=int(ctx.height),
+                pix_fmt=pix_fmt,
+                fps=fps,
+                frames_from_header=header_frames,
+                frames_from_packets=len(packets),
+                keyframes=sum(1 for p in packets if p[2]),
+                duration_s=duration,
+                pts_s=tuple(p[0] for p in packets),
+                keyframe_pts_s=tuple(p[0] for p in packets if p[2]),
+                packet_bytes=tuple(p[1] for p in packets),
+            )
+    except EpisodeError:
+        raise
+    except (av.FFmpegError, OSError, ValueError) as exc:
+        raise EpisodeError(episode, path, f"unreadable video ({type(exc).__name__}: {exc})") from None
+    if probe.width <= 0 or probe.height <= 0:
+        raise EpisodeError(episode, path, f"invalid video size {probe.width}x{probe.height}")
+    return probe
