@@ -1,0 +1,55 @@
+"""Shared fixtures: synthetic corpora built once per session, and the real v2.1 fixture.
+
+Session-scoped datasets are read-only by convention: a test that writes into a dataset
+copies it first (`copy_dataset`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pipeline.synth import SynthSpec, write_synthetic
+
+REAL_FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real" / "g1_inspire_v21"
+
+
+def _real_fixture() -> Path:
+    for candidate in (REAL_FIXTURE, Path(__file__).resolve().parents[1].parent / "shared/fixtures/real/g1_inspire_v21"):
+        if (candidate / "meta/info.json").is_file():
+            return candidate
+    pytest.skip(f"real fixture not found at {REAL_FIXTURE}")
+    raise AssertionError  # unreachable
+
+
+@pytest.fixture(scope="session")
+def real_v21() -> Path:
+    """The real LeRobot v2.1 fixture (read-only; copy before writing)."""
+    return _real_fixture()
+
+
+@pytest.fixture(scope="session")
+def synth_v21(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 episodes x 3 cameras x 90 frames, 480x640 h264 GOP 30, format v2.1."""
+    return write_synthetic(tmp_path_factory.mktemp("synth") / "v21", SynthSpec(version="v2.1", episodes=3))
+
+
+@pytest.fixture(scope="session")
+def synth_v30(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 episodes x 3 cameras x 90 frames in two files per camera (2 + 1 episodes), format v3.0."""
+    return write_synthetic(
+        tmp_path_factory.mktemp("synth") / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2)
+    )
+
+
+@pytest.fixture
+def copy_dataset(tmp_path: Path) -> Callable[[Path, str], Path]:
+    def copy(src: Path, name: str = "ds") -> Path:
+        dst = tmp_path / name
+        shutil.copytree(src, dst, symlinks=True)
+        return dst
+
+    return copy
