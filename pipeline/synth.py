@@ -89,7 +89,10 @@ def encode_frames(path: Path, frames: np.ndarray, spec: SynthSpec) -> None:
         stream = out.add_stream(spec.codec, rate=spec.fps)
         stream.width, stream.height, stream.pix_fmt = spec.width, spec.height, spec.pix_fmt
         stream.codec_context.time_base = Fraction(1, spec.fps)
-        stream.options = {"crf": str(spec.crf), "g": str(spec.gop), "preset": spec.preset}
+        options = {"crf": str(spec.crf), "g": str(spec.gop), "preset": spec.preset}
+        if spec.codec == "libx264":  # a fixed GOP (no scene-cut keyframes) so keyframe counts are exact
+            options["x264-params"] = f"keyint={spec.gop}:min-keyint={spec.gop}:scenecut=0"
+        stream.options = options
         stream.codec_context.thread_count = 1
         for i, rgb in enumerate(frames):
             frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
