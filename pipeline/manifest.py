@@ -119,10 +119,11 @@ def episodes_table(ds: Dataset, scans: list[EpisodeScan]) -> pa.Table:
         "parquet_bytes": [s.parquet_bytes for s in scans],
     }
     for cam in ds.camera_keys:
-        cols[f"{cam}/frames_from_header"] = [s.cameras[cam].frames_from_header if cam in s.cameras else None for s in scans]
-        cols[f"{cam}/frames"] = [s.cameras[cam].frames_from_packets if cam in s.cameras else None for s in scans]
-        cols[f"{cam}/keyframes"] = [s.cameras[cam].keyframes if cam in s.cameras else None for s in scans]
-        cols[f"{cam}/bytes"] = [s.cameras[cam].bytes if cam in s.cameras else None for s in scans]
+        cams = [s.cameras.get(cam) for s in scans]
+        cols[f"{cam}/frames_from_header"] = [c.frames_from_header if c else None for c in cams]
+        cols[f"{cam}/frames"] = [c.frames_from_packets if c else None for c in cams]
+        cols[f"{cam}/keyframes"] = [c.keyframes if c else None for c in cams]
+        cols[f"{cam}/bytes"] = [c.bytes if c else None for c in cams]
     schema = pa.schema(
         [
             ("episode_index", pa.int64()), ("status", pa.string()), ("reason", pa.string()),

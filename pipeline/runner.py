@@ -73,7 +73,9 @@ def dask_client(config: RunConfig) -> Iterator[Any]:
         cluster.close()
 
 
-def _run_batch(units: Sequence[Any], fn: Callable[[Any], Any], on_error: Callable[[Any, BaseException], Any]) -> list[Any]:
+def _run_batch(
+    units: Sequence[Any], fn: Callable[[Any], Any], on_error: Callable[[Any, BaseException], Any]
+) -> list[Any]:
     out = []
     for unit in units:
         try:

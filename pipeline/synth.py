@@ -23,7 +23,11 @@ from PIL import Image
 from pipeline import atomic
 from pipeline.dataset.stats import aggregate, array_stats, image_stats
 
-DEFAULT_CAMERAS = ("observation.images.cam_high", "observation.images.cam_left_wrist", "observation.images.cam_right_wrist")
+DEFAULT_CAMERAS = (
+    "observation.images.cam_high",
+    "observation.images.cam_left_wrist",
+    "observation.images.cam_right_wrist",
+)
 TASKS = ("pick up the cup", "put the pen in the holder", "fold the socks", "open the box")
 V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
@@ -87,9 +91,10 @@ def encode_frames(path: Path, frames: np.ndarray, spec: SynthSpec) -> None:
     """Encode RGB frames to an mp4 with pts = i/fps, atomically."""
     with atomic.atomic_path(path) as tmp, av.open(str(tmp), mode="w", format="mp4") as out:
         stream = out.add_stream(spec.codec, rate=spec.fps)
+        assert isinstance(stream, av.VideoStream)
         stream.width, stream.height, stream.pix_fmt = spec.width, spec.height, spec.pix_fmt
         stream.codec_context.time_base = Fraction(1, spec.fps)
-        options = {"crf": str(spec.crf), "g": str(spec.gop), "preset": spec.preset}
+        options: dict[str, object] = {"crf": str(spec.crf), "g": str(spec.gop), "preset": spec.preset}
         if spec.codec == "libx264":  # a fixed GOP (no scene-cut keyframes) so keyframe counts are exact
             options["x264-params"] = f"keyint={spec.gop}:min-keyint={spec.gop}:scenecut=0"
         stream.options = options
@@ -268,7 +273,6 @@ def _write_v21(root: Path, spec: SynthSpec) -> None:
 def _write_v30(root: Path, spec: SynthSpec) -> None:
     features = _features(spec)
     hf = hf_features(features)
-    cache = _VideoCache(spec)
     img_stats: dict[int, dict[str, Any]] = {}
     per_file = max(1, spec.episodes_per_file)
     ep_rows: list[dict[str, Any]] = []
@@ -315,7 +319,8 @@ def _write_v30(root: Path, spec: SynthSpec) -> None:
             all_stats.append(stats)
             for feat, st in stats.items():
                 for name, value in st.items():
-                    row[f"stats/{feat}/{name}"] = np.asarray(value, dtype=np.float64 if name != "count" else np.int64).ravel().tolist()
+                    dtype = np.int64 if name == "count" else np.float64
+                    row[f"stats/{feat}/{name}"] = np.asarray(value, dtype=dtype).ravel().tolist()
             ep_rows.append(row)
             index += spec.frames
     ep_table = pa.Table.from_pylist(ep_rows)

@@ -57,7 +57,7 @@ def open_v21(root: Path, info: dict[str, Any]) -> tuple[Dataset, list[EpisodeErr
     chunks_size = info.get("chunks_size", 1000)
     if not isinstance(chunks_size, int) or isinstance(chunks_size, bool) or chunks_size <= 0:
         raise DatasetError(info_path, f"invalid chunks_size {chunks_size!r}: expected a positive integer")
-    data_tpl, video_tpl = info["data_path"], info.get("video_path")
+    data_tpl, video_tpl = info["data_path"], str(info.get("video_path") or "")
     if not isinstance(data_tpl, str):
         raise DatasetError(info_path, f"invalid data_path {data_tpl!r}")
     # Check the templates once with a sample so a bad template is one dataset-level error.

@@ -75,7 +75,7 @@ def _float(row: dict[str, Any], key: str) -> float:
 def open_v30(root: Path, info: dict[str, Any]) -> tuple[Dataset, list[EpisodeError]]:
     info_path = root / "meta/info.json"
     cameras = cameras_from_info(info, info_path)
-    data_tpl, video_tpl = info["data_path"], info.get("video_path")
+    data_tpl, video_tpl = info["data_path"], str(info.get("video_path") or "")
     if not isinstance(data_tpl, str):
         raise DatasetError(info_path, f"invalid data_path {data_tpl!r}")
     format_template(data_tpl, info_path, FILE_FIELDS, chunk_index=0, file_index=0)
