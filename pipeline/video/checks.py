@@ -7,6 +7,7 @@ its own: frame count, pts on the i/fps grid from the span's start, keyframes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,18 +52,38 @@ class CheckFailure:
         return f"{ep}{cam}: {self.check}: expected {self.expected}, found {self.found} ({self.path})"
 
 
-def frames_decoded(path: Path | str) -> int:
-    """Decode every frame (catches corrupt packets a demux cannot see); raises EpisodeError."""
-    n = 0
+def decoded_times(path: Path | str) -> tuple[list[float], str | None]:
+    """Decode every frame: the presentation time (s) of each decoded frame, and the error that
+    stopped decoding early (None when the whole stream decoded)."""
+    times: list[float] = []
     try:
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
             stream.codec_context.thread_count = 1
-            for _ in container.decode(stream):
-                n += 1
-    except (av.FFmpegError, OSError, ValueError) as exc:
-        raise EpisodeError(None, path, f"decode failed after {n} frames ({type(exc).__name__}: {exc})") from None
-    return n
+            tb = stream.time_base
+            for frame in container.decode(stream):
+                if frame.pts is not None and tb is not None:
+                    times.append(float(frame.pts * tb))
+                else:
+                    times.append(float(frame.time) if frame.time is not None else float("nan"))
+    except (av.FFmpegError, OSError, ValueError, IndexError) as exc:
+        return times, f"decode failed after {len(times)} frames ({type(exc).__name__}: {exc})"
+    return times, None
+
+
+def frames_decoded(path: Path | str) -> int:
+    """Decode every frame (catches corrupt packets a demux cannot see); raises EpisodeError."""
+    times, error = decoded_times(path)
+    if error is not None:
+        raise EpisodeError(None, path, error)
+    return len(times)
+
+
+def in_span(t: float, span: Span, tolerance: float = TIMESTAMP_TOLERANCE_S) -> bool:
+    """Whether a time (s) falls in the span [from_timestamp, to_timestamp)."""
+    if t < span.from_timestamp - tolerance:
+        return False
+    return span.to_timestamp is None or t < span.to_timestamp - tolerance
 
 
 def check_probe(
@@ -73,6 +94,37 @@ def check_probe(
     camera: str | None = None,
 ) -> list[CheckFailure]:
     """Failures of an already-probed file (empty list = the file passes)."""
+    return inspect_probe(probe, expect, spans, camera=camera).failures
+
+
+@dataclass(slots=True, frozen=True)
+class SpanCounts:
+    """One span's frame counts by origin: packets (demux), keyframes, and (with decode) frames decoded."""
+
+    episode: int | None
+    frames_from_packets: int
+    keyframes: int
+    frames_decoded: int | None = None
+
+
+@dataclass(slots=True)
+class VideoCheck:
+    """A checked file: its probe (None if unreadable), its failures and the counts of each span."""
+
+    path: str
+    probe: VideoProbe | None
+    failures: list[CheckFailure]
+    spans: list[SpanCounts]
+
+
+def inspect_probe(
+    probe: VideoProbe,
+    expect: VideoExpect,
+    spans: list[Span],
+    *,
+    camera: str | None = None,
+) -> VideoCheck:
+    """`check_probe` plus the per-span counts it compared."""
     out: list[CheckFailure] = []
     first_ep = spans[0].episode if spans else None
 
@@ -80,45 +132,93 @@ def check_probe(
         out.append(CheckFailure(check, str(expected), str(found), episode, camera, probe.path))
 
     if probe.frames_from_header != probe.frames_from_packets:
-        fail("frames_from_header", f"{probe.frames_from_packets} (frames_from_packets)", probe.frames_from_header)
+        fail("frames_from_header", f"{probe.frames_from_packets} (frames_from_packets)",
+             probe.frames_from_header)
     if abs(probe.fps - expect.fps) > 1e-3:
         fail("fps", f"{expect.fps:g}", f"{probe.fps:g}")
     if expect.size is not None and (probe.width, probe.height) != expect.size:
         fail("size", f"{expect.size[0]}x{expect.size[1]}", f"{probe.width}x{probe.height}")
     step = 1.0 / expect.fps
+    counts: list[SpanCounts] = []
     for span in spans:
         t1 = span.to_timestamp
-        pts = [t for t in probe.pts_s if span.from_timestamp - TIMESTAMP_TOLERANCE_S <= t
-               and (t1 is None or t < t1 - TIMESTAMP_TOLERANCE_S)]
+        pts = [t for t in probe.pts_s if in_span(t, span)]
         if span.frames_expected is not None and len(pts) != span.frames_expected:
             fail("frames_from_packets", f"{span.frames_expected} (frames_expected)", len(pts), span.episode)
-        bad = [(i, t) for i, t in enumerate(pts) if abs(t - (span.from_timestamp + i * step)) > TIMESTAMP_TOLERANCE_S]
+        bad = [(i, t) for i, t in enumerate(pts)
+               if abs(t - (span.from_timestamp + i * step)) > TIMESTAMP_TOLERANCE_S]
         if bad:
             i, t = bad[0]
             fail("pts_grid", f"frame {i} at {span.from_timestamp + i * step:.6f} s",
                  f"{t:.6f} s ({len(bad)} frames off the 1/fps grid)", span.episode)
-        if expect.all_intra:
-            keys = probe.keyframes_in_span(span.from_timestamp, t1, TIMESTAMP_TOLERANCE_S)
-            if keys != len(pts):
-                fail("keyframes", f"{len(pts)} (every frame)", keys, span.episode)
+        keys = probe.keyframes_in_span(span.from_timestamp, t1, TIMESTAMP_TOLERANCE_S)
+        if expect.all_intra and keys != len(pts):
+            fail("keyframes", f"{len(pts)} (every frame)", keys, span.episode)
+        counts.append(SpanCounts(span.episode, len(pts), keys))
     if expect.decode:
-        try:
-            n = frames_decoded(probe.path)
-        except EpisodeError as exc:
-            fail("frames_decoded", f"{probe.frames_from_packets} (frames_from_packets)", exc.message)
-        else:
-            if n != probe.frames_from_packets:
-                fail("frames_decoded", f"{probe.frames_from_packets} (frames_from_packets)", n)
+        counts = _check_decode(probe, spans, counts, fail)
+    return VideoCheck(probe.path, probe, out, counts)
+
+
+def _check_decode(
+    probe: VideoProbe, spans: list[Span], counts: list[SpanCounts], fail: Callable[..., None]
+) -> list[SpanCounts]:
+    """Decode the file; compare decoded frames with packets, per span when the file holds several."""
+    times, error = decoded_times(probe.path)
+    expected = f"{probe.frames_from_packets} (frames_from_packets)"
+    if len(spans) <= 1:
+        if error is not None:
+            fail("frames_decoded", expected, error)
+        elif len(times) != probe.frames_from_packets:
+            fail("frames_decoded", expected, len(times))
+        return [SpanCounts(c.episode, c.frames_from_packets, c.keyframes, len(times)) for c in counts]
+    out: list[SpanCounts] = []
+    short = False
+    for span, c in zip(spans, counts, strict=True):
+        n = sum(1 for t in times if in_span(t, span))
+        if n != c.frames_from_packets:
+            short = True
+            fail("frames_decoded", f"{c.frames_from_packets} (frames_from_packets)",
+                 n if error is None else f"{n} ({error})", span.episode)
+        out.append(SpanCounts(c.episode, c.frames_from_packets, c.keyframes, n))
+    if error is not None and not short:
+        fail("frames_decoded", expected, error)
     return out
+
+
+def check_coverage(
+    probe: VideoProbe, spans: list[Span], *, camera: str | None = None
+) -> list[CheckFailure]:
+    """Frames of a file that no span claims (v3.0: an extra frame after the last episode, or in a gap).
+
+    Pass every span of the file. Each orphan run is blamed on the episode whose span precedes it.
+    """
+    orphans = [t for t in probe.pts_s if not any(in_span(t, s) for s in spans)]
+    if not orphans:
+        return []
+    ordered = sorted(spans, key=lambda s: s.from_timestamp)
+    before = [s for s in ordered if s.from_timestamp <= orphans[0] + TIMESTAMP_TOLERANCE_S]
+    episode = (before[-1] if before else ordered[0]).episode if ordered else None
+    return [CheckFailure("frames_outside_spans", "0 (every frame in an episode's span)",
+                         f"{len(orphans)} (first at {orphans[0]:.6f} s)", episode, camera, probe.path)]
 
 
 def check_video(
     path: Path | str, expect: VideoExpect, spans: list[Span], *, camera: str | None = None
 ) -> tuple[VideoProbe | None, list[CheckFailure]]:
     """Probe and check a file; an unreadable file is one `readable` failure."""
+    result = inspect_video(path, expect, spans, camera=camera)
+    return result.probe, result.failures
+
+
+def inspect_video(
+    path: Path | str, expect: VideoExpect, spans: list[Span], *, camera: str | None = None
+) -> VideoCheck:
+    """`check_video` plus the per-span counts (no counts when the file is unreadable)."""
     episode = spans[0].episode if spans else None
     try:
         probe = probe_video(path, episode=episode)
     except EpisodeError as exc:
-        return None, [CheckFailure("readable", "a readable video", exc.message, episode, camera, str(path))]
-    return probe, check_probe(probe, expect, spans, camera=camera)
+        unreadable = CheckFailure("readable", "a readable video", exc.message, episode, camera, str(path))
+        return VideoCheck(str(path), None, [unreadable], [])
+    return inspect_probe(probe, expect, spans, camera=camera)

@@ -1,0 +1,293 @@
+"""The verify stage: per unit (one episode, or the episodes sharing a set of v3.0 files), every
+frame count by origin and every check that LeRobot's loader would trip over later.
+
+Plain functions, no Dask: `verify_unit(unit) -> list[EpisodeVerify]`. The per-file video checks
+are `pipeline.video.checks` (shared with `prep reencode`); this module adds the parquet checks,
+the v3.0 span coverage and the comparison with the metadata.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.dataset.model import CameraInfo, Dataset, Episode, resolve_inside
+from pipeline.errors import EpisodeError
+from pipeline.video.checks import (
+    TIMESTAMP_TOLERANCE_S,
+    CheckFailure,
+    Span,
+    VideoExpect,
+    check_coverage,
+    inspect_video,
+)
+
+PARQUET_COLUMNS = ("timestamp", "frame_index", "episode_index", "index")
+# Failures about a whole file (not one span of it): in v3.0 they fail every episode in the file.
+FILE_CHECKS = frozenset({"readable", "frames_from_header", "fps", "size", "declared_size", "parquet_columns",
+                         "parquet_readable"})
+
+
+@dataclass(slots=True, frozen=True)
+class VerifyOptions:
+    """What to enforce beyond agreement: the episode length, the frame size, all-intra, a full decode."""
+
+    expect_frames: int | None = None
+    size: tuple[int, int] | None = None  # (width, height)
+    all_intra: bool = False
+    decode: bool = False
+
+
+@dataclass(slots=True)
+class CameraCounts:
+    """One camera of one episode. `frames_from_header` is None in v3.0 (the header counts the file)."""
+
+    frames_from_header: int | None = None
+    frames_from_packets: int | None = None
+    frames_decoded: int | None = None
+    keyframes: int | None = None
+    codec: str | None = None
+    width: int | None = None
+    height: int | None = None
+
+
+@dataclass(slots=True)
+class EpisodeVerify:
+    episode: int | None
+    frames_expected: int
+    frames_in_parquet: int | None = None
+    cameras: dict[str, CameraCounts] = field(default_factory=dict)
+    failures: list[CheckFailure] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+@dataclass(slots=True, frozen=True)
+class VerifyUnit:
+    """Episodes that share their files, with what the dataset says about them.
+
+    `index_from` is each episode's expected first global `index` (None when unknown);
+    `file_spans` holds every span of each video file in the whole dataset (for v3.0 coverage).
+    """
+
+    root: str
+    codebase_version: str
+    fps: float
+    cameras: tuple[CameraInfo, ...]
+    episodes: tuple[Episode, ...]
+    options: VerifyOptions
+    index_from: tuple[int | None, ...]
+    file_spans: tuple[tuple[str, tuple[Span, ...]], ...] = ()
+
+
+def verify_units(ds: Dataset, options: VerifyOptions, *, contiguous_index: bool = True) -> list[VerifyUnit]:
+    """One unit per set of files (v2.1: per episode). With `contiguous_index`, v2.1 episodes are
+    expected to number their global `index` consecutively in episode order (LeRobot's layout)."""
+    starts: dict[int, int | None] = {}
+    running: int | None = 0 if contiguous_index else None
+    for ep in ds.episodes:
+        if ep.data.from_index is not None:
+            starts[ep.index] = ep.data.from_index
+        else:
+            starts[ep.index] = running
+            running = None if running is None else running + ep.frames_expected
+    spans: dict[str, list[Span]] = {}
+    for ep in ds.episodes:
+        for ref in ep.videos:
+            spans.setdefault(ref.rel, []).append(
+                Span(ep.index, ref.from_timestamp, ref.to_timestamp, ep.frames_expected))
+    groups: dict[tuple[str, ...], list[Episode]] = {}
+    for ep in ds.episodes:
+        groups.setdefault((ep.data.rel, *(v.rel for v in ep.videos)), []).append(ep)
+    units = []
+    for eps in groups.values():
+        shared = tuple((ref.rel, tuple(spans[ref.rel])) for ref in eps[0].videos if ref.to_timestamp is not None)
+        units.append(VerifyUnit(
+            root=str(ds.root), codebase_version=ds.codebase_version, fps=ds.fps, cameras=ds.cameras,
+            episodes=tuple(eps), options=options, index_from=tuple(starts[e.index] for e in eps),
+            file_spans=shared,
+        ))
+    return units
+
+
+def verify_unit_failed(unit: VerifyUnit, exc: BaseException) -> list[EpisodeVerify]:
+    """Every episode of a unit failed by an exception that escaped the stage (a bug or a dead worker)."""
+    found = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    return [
+        EpisodeVerify(ep.index, ep.frames_expected,
+                      failures=[CheckFailure("stage", "the checks to run", found, ep.index, None, None)])
+        for ep in unit.episodes
+    ]
+
+
+def verify_unit(unit: VerifyUnit) -> list[EpisodeVerify]:
+    """Check the parquet rows and every camera's video of the unit's episodes."""
+    results = {ep.index: EpisodeVerify(ep.index, ep.frames_expected) for ep in unit.episodes}
+    file_failures: list[tuple[CheckFailure, set[int]]] = []
+    for ep in unit.episodes:
+        n = unit.options.expect_frames
+        if n is not None and ep.frames_expected != n:
+            results[ep.index].failures.append(
+                CheckFailure("frames_expected", f"{n} (--expect-frames)", str(ep.frames_expected), ep.index,
+                             None, None))
+    _parquet(unit, results, file_failures)
+    _videos(unit, results, file_failures)
+    # A whole-file failure fails every episode of the unit that lives in that file; it is listed
+    # once (under the episode it names) and the others are marked failed by reference.
+    for failure, episodes in file_failures:
+        for idx in sorted(episodes):
+            r = results[idx]
+            r.failures.append(failure if idx == failure.episode else _by_reference(failure, idx))
+    return [results[ep.index] for ep in unit.episodes]
+
+
+def _by_reference(failure: CheckFailure, episode: int) -> CheckFailure:
+    return CheckFailure(failure.check, failure.expected, failure.found, episode, failure.camera, failure.path)
+
+
+def _parquet(unit: VerifyUnit, results: dict[int, EpisodeVerify],
+             file_failures: list[tuple[CheckFailure, set[int]]]) -> None:
+    root = Path(unit.root)
+    first = unit.episodes[0]
+    everyone = {ep.index for ep in unit.episodes}
+    try:
+        path = resolve_inside(root, first.data.rel, episode=first.index)
+        if not path.is_file():
+            raise EpisodeError(first.index, path, "missing parquet file")
+        try:
+            schema = pq.read_schema(path)
+            missing = [c for c in PARQUET_COLUMNS if c not in schema.names]
+            if missing:
+                file_failures.append((CheckFailure("parquet_columns", ", ".join(PARQUET_COLUMNS),
+                                                   f"missing {', '.join(missing)}", first.index, None,
+                                                   str(path)), everyone))
+                return
+            table = pq.read_table(path, columns=list(PARQUET_COLUMNS))
+        except (pa.ArrowException, OSError) as exc:
+            raise EpisodeError(first.index, path, f"unreadable parquet ({exc})") from None
+    except EpisodeError as exc:
+        file_failures.append((CheckFailure("parquet_readable", "a readable parquet file", exc.message,
+                                           first.index, None, exc.path), everyone))
+        return
+    cols = {c: table[c].to_numpy(zero_copy_only=False) for c in PARQUET_COLUMNS}
+    for ep, start in zip(unit.episodes, unit.index_from, strict=True):
+        r = results[ep.index]
+        if first.data.from_index is None:  # v2.1: the file is the episode
+            rows = np.arange(len(cols["index"]))
+        else:
+            rows = np.flatnonzero(cols["episode_index"] == ep.index)
+        r.failures.extend(_parquet_episode(ep, start, {c: v[rows] for c, v in cols.items()}, cols, unit.fps,
+                                           str(path)))
+        r.frames_in_parquet = len(rows)
+
+
+def _parquet_episode(ep: Episode, start: int | None, c: dict[str, np.ndarray], whole: dict[str, np.ndarray],
+                     fps: float, path: str) -> list[CheckFailure]:
+    out: list[CheckFailure] = []
+
+    def fail(check: str, expected: object, found: object) -> None:
+        out.append(CheckFailure(check, str(expected), str(found), ep.index, None, path))
+
+    n = len(c["index"])
+    if n != ep.frames_expected:
+        fail("frames_in_parquet", f"{ep.frames_expected} (frames_expected)", n)
+    if n == 0:
+        return out
+    fi = c["frame_index"].astype(np.int64)
+    bad = np.flatnonzero(fi != np.arange(n))
+    if bad.size:
+        fail("frame_index", f"0..{n - 1} in order", f"row {bad[0]} has {fi[bad[0]]} ({bad.size} rows off)")
+    epi = c["episode_index"].astype(np.int64)
+    others = np.flatnonzero(epi != ep.index)
+    if others.size:
+        fail("episode_index", ep.index, f"{epi[others[0]]} in row {others[0]} ({others.size} rows)")
+    idx = c["index"].astype(np.int64)
+    if start is not None:
+        want = np.arange(start, start + n)
+        off = np.flatnonzero(idx != want)
+        if off.size:
+            fail("index", f"{start}..{start + ep.frames_expected - 1}",
+                 f"{idx[off[0]]} at row {off[0]} ({off.size} rows off)")
+        lo, hi = ep.data.from_index, ep.data.to_index
+        if lo is not None and hi is not None:  # v3.0: rows in the span must all belong to this episode
+            span = whole["index"].astype(np.int64)
+            inside = (span >= lo) & (span < hi)
+            strangers = np.flatnonzero(inside & (whole["episode_index"] != ep.index))
+            if strangers.size:
+                fail("episode_index", f"{ep.index} for index {lo}..{hi - 1}",
+                     f"{whole['episode_index'][strangers[0]]} at index {span[strangers[0]]} "
+                     f"({strangers.size} rows)")
+    elif n > 1 and np.any(np.diff(idx) != 1):
+        fail("index", "consecutive values", f"a gap after {idx[np.flatnonzero(np.diff(idx) != 1)[0]]}")
+    ts = c["timestamp"].astype(np.float64)
+    if abs(ts[0]) > TIMESTAMP_TOLERANCE_S:
+        fail("timestamp_start", "0 s", f"{ts[0]:.6f} s")
+    if n > 1:
+        steps = np.diff(ts)
+        off = np.flatnonzero(np.abs(steps - 1.0 / fps) > TIMESTAMP_TOLERANCE_S)
+        if off.size:
+            k = int(off[0])
+            fail("timestamp_step", f"{1.0 / fps:.6f} s (1/fps, within {TIMESTAMP_TOLERANCE_S:g} s)",
+                 f"{steps[k]:.6f} s after frame_index {fi[k]} ({off.size} steps off)")
+    return out
+
+
+def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
+            file_failures: list[tuple[CheckFailure, set[int]]]) -> None:
+    root = Path(unit.root)
+    opts = unit.options
+    expect = VideoExpect(fps=unit.fps, size=opts.size, all_intra=opts.all_intra, decode=opts.decode)
+    declared = {c.key: c for c in unit.cameras}
+    all_spans = dict(unit.file_spans)
+    first = unit.episodes[0]
+    everyone = {ep.index for ep in unit.episodes}
+    for ref0 in first.videos:
+        cam = ref0.camera
+        spans = [Span(ep.index, ep.video(cam).from_timestamp, ep.video(cam).to_timestamp, ep.frames_expected)
+                 for ep in unit.episodes]
+        try:
+            path: Path | str = resolve_inside(root, ref0.rel, episode=first.index)
+        except EpisodeError as exc:
+            path = exc.path
+            checked = None
+            failures = [CheckFailure("readable", "a video inside the dataset", exc.message, first.index, cam, path)]
+        else:
+            checked = inspect_video(path, expect, spans, camera=cam)
+            failures = list(checked.failures)
+        for f in failures:
+            if f.check in FILE_CHECKS or f.episode is None:
+                file_failures.append((f, everyone))
+            else:
+                results[f.episode if f.episode in results else first.index].failures.append(f)
+        if checked is None or checked.probe is None:
+            continue
+        probe = checked.probe
+        info = declared.get(cam)
+        if info is not None and info.width and info.height and (info.width, info.height) != (probe.width,
+                                                                                              probe.height):
+            file_failures.append((CheckFailure("declared_size", f"{info.width}x{info.height} (info.json)",
+                                               f"{probe.width}x{probe.height}", first.index, cam, str(path)),
+                                  everyone))
+        if ref0.rel in all_spans:
+            for f in check_coverage(probe, list(all_spans[ref0.rel]), camera=cam):
+                if f.episode in results:  # reported by the unit that holds the blamed episode
+                    results[f.episode].failures.append(f)
+        whole_file = len(all_spans.get(ref0.rel, ())) <= 1  # v2.1, or a v3.0 file of one episode
+        for span_counts in checked.spans:
+            if span_counts.episode not in results:
+                continue
+            results[span_counts.episode].cameras[cam] = CameraCounts(
+                frames_from_header=probe.frames_from_header if whole_file else None,
+                frames_from_packets=span_counts.frames_from_packets,
+                frames_decoded=span_counts.frames_decoded,
+                keyframes=span_counts.keyframes,
+                codec=probe.codec,
+                width=probe.width,
+                height=probe.height,
+            )
