@@ -1,0 +1,137 @@
+"""The report's PNG plots, drawn with matplotlib's Agg canvas (no display, no pyplot state)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from pipeline import atomic
+from pipeline.budget import fmt, model
+from pipeline.budget.config import BudgetConfig
+from pipeline.budget.estimate import Estimate
+
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
+
+
+def _figure() -> tuple[Figure, Axes]:
+    fig = Figure(figsize=(7.5, 4.6), dpi=120, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _save(fig: Figure, path: Path) -> None:
+    with atomic.atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+
+
+def throughput(cfg: BudgetConfig, est: Estimate) -> Figure:
+    step = est.fit.model
+    top = max(2 * cfg.train_batch, *cfg.report_batches, *(a.batch for a in est.fit.anchors))
+    b = np.linspace(1, top, 400)
+    fig, ax = _figure()
+    ax.plot(b, b / (step.a * b + step.c), color=COLORS[0], label=f"B / ({step.a:.4g}·B + {step.c:.3g})")
+    ax.axhline(step.ceiling_frames_per_s, color="grey", ls="--",
+               label=f"ceiling 1/a = {fmt.rate(step.ceiling_frames_per_s)} frames/s")
+    if est.max_global_batch <= top:
+        ax.axvline(est.max_global_batch, color=COLORS[3], ls=":",
+                   label=f"memory limit: global batch {est.max_global_batch:,}")
+    for r in est.throughput:
+        ax.plot(r.global_batch, r.frames_per_s, "o", color=COLORS[1])
+        ax.annotate(f"{fmt.rate(r.frames_per_s)} @ {r.global_batch}", (r.global_batch, r.frames_per_s),
+                    textcoords="offset points", xytext=(6, -14))
+    if est.fit.anchors:
+        ax.plot([a.batch for a in est.fit.anchors], [a.batch / a.wall_s for a in est.fit.anchors], "kx", ms=9,
+                label=f"anchors ({est.fit.method})")
+    ax.set(xlabel=f"global batch B on one {cfg.gpus_per_node}-GPU node", ylabel="node frames/s",
+           title="Node throughput vs global batch", xlim=(0, top), ylim=(0, step.ceiling_frames_per_s * 1.1))
+    ax.legend(loc="lower right")
+    return fig
+
+
+def memory(cfg: BudgetConfig, est: Estimate) -> Figure:
+    mem = est.memory
+    top = max(est.max_per_gpu_batch * 1.2, est.train.per_gpu_batch * 1.2, 16)
+    b = np.linspace(0, top, 200)
+    fig, ax = _figure()
+    ax.plot(b, mem.fixed_gb + mem.per_sample_gb * b, color=COLORS[0],
+            label=f"{mem.fixed_gb:g} + {mem.per_sample_gb:g}·b GB")
+    ax.axhline(mem.usable_gb, color=COLORS[3], ls="--", label=f"usable {mem.usable_gb:g} GB")
+    ax.axhline(cfg.gpu_memory_gb, color="grey", ls=":", label=f"physical {cfg.gpu_memory_gb:g} GB")
+    t = est.train
+    ax.plot(t.per_gpu_batch, t.memory_gb_per_gpu, "o", color=COLORS[1])
+    ax.annotate(f"{fmt.gb(t.memory_gb_per_gpu)} GB @ {t.per_gpu_batch:g}/GPU", (t.per_gpu_batch, t.memory_gb_per_gpu),
+                textcoords="offset points", xytext=(6, -14))
+    ax.plot(est.max_per_gpu_batch, mem.per_gpu_gb(est.max_per_gpu_batch), "s", color=COLORS[3])
+    ax.annotate(f"largest batch {est.max_per_gpu_batch}/GPU", (est.max_per_gpu_batch, mem.usable_gb),
+                textcoords="offset points", xytext=(-60, -22))
+    ax.set(xlabel="per-GPU batch b (samples)", ylabel="memory per GPU (GB)", title="GPU memory vs per-GPU batch",
+           xlim=(0, top), ylim=(0, max(cfg.gpu_memory_gb, mem.usable_gb) * 1.08))
+    ax.legend(loc="lower right")
+    return fig
+
+
+def days(cfg: BudgetConfig, est: Estimate) -> Figure:
+    top = max(16, *cfg.nodes, cfg.headline_nodes)
+    n = np.arange(1, top + 1)
+    rate = est.train.frames_per_s
+    fig, ax = _figure()
+
+    def curve(t: float, eff: float) -> np.ndarray:
+        return np.array([model.days_to_target(t, rate, int(k), eff) for k in n])
+
+    for i, tg in enumerate(est.targets):
+        c = COLORS[i % len(COLORS)]
+        lo, hi = curve(tg.timesteps, cfg.efficiency_low), curve(tg.timesteps, cfg.efficiency_high)
+        ax.fill_between(n, hi, lo, color=c, alpha=0.2,
+                        label=f"{fmt.percent(cfg.efficiency_low)}-{fmt.percent(cfg.efficiency_high)} efficiency")
+        ax.plot(n, curve(tg.timesteps, cfg.efficiency), color=c,
+                label=f"T = {fmt.billions(tg.timesteps)} (π0 batch {tg.pi0_batch}), {fmt.percent(cfg.efficiency)}")
+        ax.plot(n, curve(tg.timesteps, 1.0), color=c, ls=":", lw=1, label="ideal-linear")
+    ax.set_yscale("log")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([k for k in (1, 2, 4, 8, 16, 32, 64) if k <= top])
+    ax.get_xaxis().set_major_formatter("{x:g}")
+    ax.get_yaxis().set_major_formatter("{x:g}")
+    ax.set(xlabel=f"nodes ({cfg.gpus_per_node} GPUs each, batch {cfg.train_batch} per node)",
+           ylabel="days to target", title=f"Days to the π-equivalent target ({fmt.rate(rate)} frames/s per node)")
+    ax.legend(fontsize=8, loc="upper right")
+    return fig
+
+
+def storage(cfg: BudgetConfig, est: Estimate) -> Figure:
+    corpus = est.corpus
+    top = max(t.timesteps for t in est.targets) * 1.25
+    t = np.linspace(0, top, 200)
+    h = t / corpus.fps / 3600.0
+    fig, ax = _figure()
+    for gbh, label, c in ((corpus.gb_per_hour_native, "native", COLORS[0]),
+                          (corpus.gb_per_hour_prepared, "prepared", COLORS[2])):
+        src = "measured" if cfg.source(f"gb_per_hour_{label}").startswith("measured") else cfg.source(
+            f"gb_per_hour_{label}")
+        ax.plot(t / 1e9, h * gbh / 1000.0, color=c, label=f"{label}: {gbh:.3g} GB/hr ({src})")
+    for tg in est.targets:
+        for y in (tg.storage_native_tb, tg.storage_prepared_tb):
+            ax.plot(tg.timesteps / 1e9, y, "o", color="black", ms=4)
+            ax.annotate(fmt.tb(y), (tg.timesteps / 1e9, y), textcoords="offset points", xytext=(-40, 6))
+        ax.axvline(tg.timesteps / 1e9, color="grey", ls=":", lw=1)
+    ax.set(xlabel=f"target timesteps T (billions; {fmt.value(corpus.fps)} fps, "
+           f"{fmt.value(corpus.frames_per_episode)} frames/episode)", ylabel="storage (TB = 1e12 bytes)",
+           title="Storage vs target", xlim=(0, top / 1e9), ylim=(0, None))
+    ax.legend(loc="upper left")
+    return fig
+
+
+PLOTS = {"throughput.png": throughput, "memory.png": memory, "days.png": days, "storage.png": storage}
+
+
+def write_plots(cfg: BudgetConfig, est: Estimate, out_dir: Path) -> list[str]:
+    """Draw every plot into `out_dir`; returns the file names."""
+    for name, draw in PLOTS.items():
+        _save(draw(cfg, est), out_dir / name)
+    return list(PLOTS)

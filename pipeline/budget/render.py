@@ -1,0 +1,235 @@
+"""Render a budget report (the report.json dict) as Markdown and as the terminal headline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.budget import fmt
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def headline_text(report: dict[str, Any]) -> str:
+    """The headline table as aligned plain text, for the terminal."""
+    h = report["headline"]
+    table = [["", *h["columns"], ""]] + [[r["label"], *r["values"], r["note"]] for r in h["rows"]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = ["  ".join(c.ljust(w) if i == 0 or i == len(row) - 1 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip() for row in table]
+    t, m = report["training"], report["memory"]
+    tp = "; ".join(f"{fmt.rate(r['frames_per_s'])} at global batch {r['global_batch']}" for r in report["throughput"])
+    lines += [
+        "",
+        f"throughput  frames/s per node: {tp}; ceiling 1/a = {fmt.rate(report['step_model']['ceiling_frames_per_s'])}",
+        f"memory      {fmt.gb(m['train_gb_per_gpu'])} GB per GPU at {t['per_gpu_batch']:g} samples/GPU "
+        f"(usable {fmt.value(m['usable_gb'])} GB){'' if m['train_fits'] else ' DOES NOT FIT'}; "
+        f"largest per-GPU batch {m['max_per_gpu_batch']} (global {m['max_global_batch']:,})",
+    ]
+    lines += [f"note        {n}" for n in report["notes"]]
+    return "\n".join(lines)
+
+
+def _inputs(report: dict[str, Any]) -> str:
+    rows = []
+    for i in report["inputs"]:
+        v = i["value"]
+        if isinstance(v, list):
+            shown = ", ".join(f"B={a['global_batch']}, wall={a['wall_s']:g} s" if isinstance(a, dict)
+                              else fmt.value(a) for a in v) or "none"
+        else:
+            shown = fmt.value(v)
+        rows.append([f"`{i['name']}`", shown, i["unit"], i["source"], i["description"]])
+    out = [md_table(["parameter", "value", "unit", "source", "meaning"], rows)]
+    manifests = [(role, m) for role, m in report["manifests"].items() if m]
+    if manifests:
+        out.append("\nMeasured manifests (`prep scan`; GB/hr = total bytes / 1e9 / hours):\n")
+        out.append(md_table(
+            ["role", "manifest", "episodes", "frames", "hours", "bytes", "GB/hr", "frames/episode", "fps"],
+            [[role, f"`{m['path']}`", f"{m['episodes']:,}", f"{m['frames']:,}", f"{m['hours']:.6g}",
+              f"{m['total_bytes']:,}", f"{m['gb_per_hour']:.6g}", f"{m['frames_per_episode']:.6g}",
+              f"{m['fps']:g}"] for role, m in manifests]))
+    else:
+        out.append("\nNo manifest given: GB/hr, frames per episode and fps are the sizing document's defaults.")
+    return "\n".join(out)
+
+
+def _throughput(report: dict[str, Any], gpus: int) -> str:
+    s = report["step_model"]
+    a, c = s["a_s_per_sample"], s["c_s"]
+    t = report["training"]
+    out = [
+        f"Step time of one {gpus}-GPU node at global batch B (per-GPU batch = B / {gpus}):\n",
+        "```",
+        f"wall_s(B)     = a * B + c = {a:.6g} * B + {c:.6g}      # fit: {s['method']}",
+        "node frames/s = B / wall_s(B)",
+        f"ceiling       = 1 / a = 1 / {a:.6g} = {fmt.rate(s['ceiling_frames_per_s'])} frames/s",
+        f"at B = {t['global_batch']}: {t['global_batch']} / ({a:.6g} * {t['global_batch']} + {c:.6g}) "
+        f"= {t['global_batch']} / {fmt.seconds(t['wall_s'])} = {fmt.rate(t['frames_per_s'])} frames/s",
+        "```",
+    ]
+    if s["anchors"]:
+        out.append("\nAnchors (measured steps) and the fit:\n")
+        out.append(md_table(["global batch", "measured wall s", "fitted wall s", "residual s"],
+                            [[x["global_batch"], fmt.seconds(x["wall_s"]), fmt.seconds(x["fit_wall_s"]),
+                              f"{x['residual_s']:+.3f}"] for x in s["anchors"]]))
+    out.append("")
+    out.append(md_table(["global batch", "per-GPU batch", "wall s/step", "frames/s", "GB per GPU", "fits"],
+                        [[r["global_batch"], f"{r['per_gpu_batch']:g}", fmt.seconds(r["wall_s"]),
+                          fmt.rate(r["frames_per_s"]), fmt.gb(r["memory_gb_per_gpu"]),
+                          "yes" if r["fits"] else "NO"] for r in report["throughput"]]))
+    return "\n".join(out)
+
+
+def _memory(report: dict[str, Any]) -> str:
+    m = report["memory"]
+    b = m["train_per_gpu_batch"]
+    return "\n".join([
+        "```",
+        f"memory per GPU (GB) = fixed + per_sample * b = {m['fixed_gb']:g} + {m['per_sample_gb']:g} * b",
+        f"at b = {b:g}: {m['fixed_gb']:g} + {m['per_sample_gb']:g} * {b:g} = {fmt.gb(m['train_gb_per_gpu'])} GB "
+        f"(usable {m['usable_gb']:g} GB of {m['gpu_memory_gb']:g} GB: {'fits' if m['train_fits'] else 'DOES NOT FIT'})",
+        f"largest b = floor((usable - fixed) / per_sample) = floor(({m['usable_gb']:g} - {m['fixed_gb']:g}) / "
+        f"{m['per_sample_gb']:g}) = {m['max_per_gpu_batch']} (global {m['max_global_batch']:,})",
+        "```",
+    ])
+
+
+def _targets(report: dict[str, Any], inputs: dict[str, Any]) -> str:
+    fpe, fps = inputs["frames_per_episode"], inputs["fps"]
+    gn, gp = inputs["gb_per_hour_native"], inputs["gb_per_hour_prepared"]
+    tb_ = inputs["train_batch"]
+    out = []
+    for t in report["targets"]:
+        T = t["timesteps"]
+        out += [
+            f"**pi0 batch {t['pi0_batch']}**\n",
+            "```",
+            f"T        = {t['pi0_steps']:,} * {t['pi0_batch']:,} = {T:,.0f} = {fmt.billions(T)} timesteps",
+            f"episodes = T / {fmt.value(fpe)} = {fmt.millions(t['episodes'])}",
+            f"hours    = T / {fmt.value(fps)} / 3600 = {fmt.count(t['hours'])} h",
+            f"native   = {t['hours']:,.1f} h * {fmt.value(gn)} GB/hr / 1000 = {fmt.tb(t['storage_tb']['native'])}",
+            f"prepared = {t['hours']:,.1f} h * {fmt.value(gp)} GB/hr / 1000 = {fmt.tb(t['storage_tb']['prepared'])}",
+            f"steps    = T / {tb_:,} (one node) = {t['steps_one_node']:,.0f}",
+            "```",
+            "",
+        ]
+    return "\n".join(out)
+
+
+def _days(report: dict[str, Any], inputs: dict[str, Any]) -> str:
+    eff, lo, hi = inputs["efficiency"], inputs["efficiency_low"], inputs["efficiency_high"]
+    rate = report["training"]["frames_per_s"]
+    header = ["nodes"]
+    for t in report["targets"]:
+        b = t["pi0_batch"]
+        header += [f"batch {b}: ideal", f"batch {b}: at {fmt.percent(eff)}",
+                   f"batch {b}: {fmt.percent(lo)}-{fmt.percent(hi)}"]
+    rows: list[list[Any]] = []
+    for i, d0 in enumerate(report["targets"][0]["days"]):
+        row: list[Any] = [d0["nodes"]]
+        for t in report["targets"]:
+            d = t["days"][i]
+            row += [fmt.days(d["ideal"]), fmt.days(d["efficiency"]),
+                    f"{fmt.days(d['efficiency_high'])}-{fmt.days(d['efficiency_low'])}"]
+        rows.append(row)
+    return "\n".join([
+        "```",
+        f"days(N) = T / (N * eff * {fmt.rate(rate)} frames/s) / 86400      # eff = 1 on one node; per-node batch "
+        f"{inputs['train_batch']}",
+        "```",
+        "",
+        md_table(header, rows),
+    ])
+
+
+def _landscape(report: dict[str, Any]) -> str:
+    land = report["landscape"]
+
+    def cell(v: dict[str, Any]) -> str:
+        text = v["text"] if v["reported"] else "*not reported*"
+        note = f" ({v['note']})" if v.get("note") else ""
+        return f"{text}{note} {v['source']}"
+
+    rows = []
+    for run in land["runs"]:
+        ts = fmt.billions(run["timesteps"]) if run["timesteps"] is not None else f"*{run['timesteps_note']}*"
+        rows.append([run["name"], cell(run["params"]), cell(run["steps"]), cell(run["batch"]), ts,
+                     cell(run["data"]), cell(run["compute"])])
+    tgt = land["target"]
+    tsl = " - ".join(fmt.billions(x) for x in tgt["timesteps"])
+    steps = " - ".join(f"{x / 1e3:,.0f}k" for x in tgt["steps_one_node"])
+    days = " - ".join(fmt.days(x) for x in tgt["days_one_node"])
+    hours = " - ".join(f"{fmt.count(x)} h" for x in tgt["hours"])
+    rows.append(["**ours (target)**", "≈3.3 B (π0.5, doc §02)", f"{steps} at batch {tgt['train_batch']}",
+                 str(tgt["train_batch"]), f"**{tsl}** (π0's steps x batch range)", f"{hours} (this report)",
+                 f"{days} days on one 8-GPU node (this report)"])
+    refs = "\n".join(f"- [{k}] {v}" for k, v in land["references"].items())
+    return "\n".join([
+        f"Published VLA pre-training runs, from `{land['path']}`. Timesteps seen = steps x batch only where "
+        "both are reported as single numbers; *italic* = not reported or not derivable, never guessed.\n",
+        md_table(["run", "params", "steps", "batch", "timesteps seen", "data", "compute"], rows),
+        "",
+        refs,
+    ])
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    inputs = {i["name"]: i["value"] for i in report["inputs"]}
+    h = report["headline"]
+    plot_titles = {
+        "throughput.png": "Node throughput vs global batch",
+        "memory.png": "Memory per GPU vs per-GPU batch",
+        "days.png": "Days to the target vs nodes",
+        "storage.png": "Storage vs target timesteps",
+    }
+    parts = [
+        "# π-equivalent pre-training budget",
+        "",
+        f"Generated by `prep budget` (prep {report['prep_version']}, {report['created_utc']}). "
+        "Equivalence = matching π0's timesteps seen (steps x global batch). Every number below follows from "
+        "the inputs table by the formulas shown.",
+        "",
+        f"Units and rounding: {report['units']['rounding']}",
+        "",
+        "## Headline",
+        "",
+        md_table(["", *h["columns"], "from"], [[r["label"], *r["values"], r["note"]] for r in h["rows"]]),
+        "",
+        "## Inputs",
+        "",
+        _inputs(report),
+        "",
+        "## Throughput",
+        "",
+        _throughput(report, int(inputs["gpus_per_node"])),
+        "",
+        "## GPU memory",
+        "",
+        _memory(report),
+        "",
+        "## Target, data and storage",
+        "",
+        _targets(report, inputs),
+        "## Days to the target vs nodes (data parallel)",
+        "",
+        _days(report, inputs),
+        "",
+        "## Landscape",
+        "",
+        _landscape(report),
+        "",
+    ]
+    if report["plots"]:
+        parts += ["## Plots", ""]
+        parts += [f"![{plot_titles.get(p, p)}]({p})\n" for p in report["plots"]]
+    if report["notes"]:
+        parts += ["## Notes", "", *(f"- {n}" for n in report["notes"]), ""]
+    return "\n".join(parts)
