@@ -1,0 +1,125 @@
+"""Random access to single frames with decoders kept open, one cache per process.
+
+A DataLoader worker is a forked (or spawned) copy of the process that built the dataset; an
+open FFmpeg context must not be shared across that boundary, so the cache remembers the pid
+that filled it and starts empty in any other process. Each lookup seeks to the keyframe at
+or before the target and decodes forward to the frame whose pts is nearest the target: on
+all-intra video that is exactly one decoded frame; on GOP video it is up to a GOP.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from fractions import Fraction
+
+import av
+import numpy as np
+from av.video.reformatter import VideoReformatter
+
+
+class FrameError(Exception):
+    """The frame asked for is not in the file (or the file cannot be decoded)."""
+
+
+@dataclass(slots=True)
+class _OpenVideo:
+    container: av.container.InputContainer
+    stream: av.VideoStream
+    time_base: Fraction
+    half_frame_pts: int
+
+
+class DecoderCache:
+    """Open PyAV containers by path, least recently used closed beyond `max_open`."""
+
+    def __init__(self, max_open: int = 128, thread_count: int = 1) -> None:
+        self.max_open = max_open
+        self.thread_count = thread_count
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._open: OrderedDict[str, _OpenVideo] = OrderedDict()
+        self._reformatter = VideoReformatter()
+        self.frames_decoded = 0  # every frame decoded, including those passed over to reach a target
+        self.frames_returned = 0
+        self.opens = 0
+        self.decode_s = 0.0
+
+    def __getstate__(self) -> dict[str, int]:
+        # Pickled into spawned workers: carry the settings, never the open contexts.
+        return {"max_open": self.max_open, "thread_count": self.thread_count}
+
+    def __setstate__(self, state: dict[str, int]) -> None:
+        self.max_open, self.thread_count = state["max_open"], state["thread_count"]
+        self._reset()
+
+    def _video(self, path: str) -> _OpenVideo:
+        if os.getpid() != self._pid:  # forked: the parent's contexts are not ours to use
+            self._reset()
+        video = self._open.get(path)
+        if video is not None:
+            self._open.move_to_end(path)
+            return video
+        try:
+            container = av.open(path, mode="r")
+        except (av.FFmpegError, OSError) as exc:
+            raise FrameError(f"{path}: cannot open ({type(exc).__name__}: {exc})") from None
+        if not container.streams.video:
+            container.close()
+            raise FrameError(f"{path}: no video stream")
+        stream = container.streams.video[0]
+        stream.codec_context.thread_count = self.thread_count
+        tb = stream.time_base or Fraction(1, 1)
+        rate = stream.average_rate or stream.guessed_rate or Fraction(30)
+        half = max(1, int(round(1 / (2 * float(rate) * tb))))
+        video = _OpenVideo(container, stream, tb, half)
+        self._open[path] = video
+        self.opens += 1
+        while len(self._open) > self.max_open:
+            _, old = self._open.popitem(last=False)
+            old.container.close()
+        return video
+
+    def frame_at(self, path: str, t: float) -> np.ndarray:
+        """The RGB frame (h, w, 3) uint8 shown at `t` seconds into the file (nearest pts, ±half a frame)."""
+        start = time.perf_counter()
+        video = self._video(path)
+        target = int(round(t / video.time_base))
+        try:
+            frame = self._decode_to(video, target)
+        except av.FFmpegError as exc:
+            self._drop(path)
+            raise FrameError(f"{path}: decode failed at t={t:.4f} s ({type(exc).__name__}: {exc})") from None
+        if frame is None:
+            raise FrameError(f"{path}: no frame at t={t:.4f} s (pts {target} in {video.time_base})")
+        rgb = self._reformatter.reformat(frame, format="rgb24").to_ndarray()
+        self.frames_returned += 1
+        self.decode_s += time.perf_counter() - start
+        return rgb
+
+    def _decode_to(self, video: _OpenVideo, target: int) -> av.VideoFrame | None:
+        video.container.seek(max(0, target), stream=video.stream, backward=True, any_frame=False)
+        lo, hi = target - video.half_frame_pts, target + video.half_frame_pts
+        for packet in video.container.demux(video.stream):
+            for frame in packet.decode():
+                if frame.pts is None:
+                    continue
+                self.frames_decoded += 1
+                if frame.pts < lo:
+                    continue
+                return frame if frame.pts <= hi else None
+        return None
+
+    def _drop(self, path: str) -> None:
+        video = self._open.pop(path, None)
+        if video is not None:
+            video.container.close()
+
+    def close(self) -> None:
+        for video in self._open.values():
+            video.container.close()
+        self._open.clear()

@@ -1,0 +1,68 @@
+"""Resident memory and CPU time of DataLoader worker processes (psutil, else /proc)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+MB = 1024 * 1024
+
+
+@dataclass(slots=True, frozen=True)
+class WorkerSample:
+    rss_mb: tuple[float, ...]  # one per live worker
+    cpu_s: float  # user + system seconds, summed over workers
+
+    @property
+    def rss_mb_sum(self) -> float:
+        return float(sum(self.rss_mb))
+
+    @property
+    def rss_mb_max(self) -> float:
+        return float(max(self.rss_mb, default=0.0))
+
+
+def worker_pids(iterator: Any) -> list[int]:
+    """Pids of a DataLoader iterator's worker processes (empty with num_workers=0)."""
+    workers = getattr(iterator, "_workers", None) or []
+    return [int(w.pid) for w in workers if getattr(w, "pid", None)]
+
+
+def _proc_sample(pid: int) -> tuple[float, float] | None:
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        try:
+            p = psutil.Process(pid)
+            t = p.cpu_times()
+            return p.memory_info().rss / MB, float(t.user + t.system)
+        except psutil.Error:
+            return None
+    try:  # Linux fallback
+        with open(f"/proc/{pid}/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MB
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return rss, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def sample_workers(pids: Iterable[int]) -> WorkerSample:
+    rss: list[float] = []
+    cpu = 0.0
+    for pid in pids:
+        got = _proc_sample(pid)
+        if got is not None:
+            rss.append(got[0])
+            cpu += got[1]
+    return WorkerSample(tuple(rss), cpu)
+
+
+def self_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
