@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Run the real-LeRobot compatibility tests (tests/compat) inside each lerobot venv.
+#
+# Usage: bash .ci/compat.sh [REPO_PATH]     (default: the repo holding this script)
+#   PREP_VENVS=/opt/prep-venvs   where .ci/lerobot_envs.sh put the venvs
+#   LEROBOT_ENVS="v21 v30"       which formats to test
+#   COMPAT_PYTEST_ARGS=...       extra pytest arguments (e.g. "-x")
+#   COMPAT_SETUP=1               run .ci/lerobot_envs.sh first (create/verify the venvs)
+#
+# Prints "lerobot X installed" per env, pytest's output, a report of what was read (PSNR,
+# frame comparisons, negative control), and "compat v3.0: N passed, N failed, N skipped".
+# Exits non-zero when a venv is missing or any test fails.
+set -uo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "${1:-$HERE/..}" && pwd)"
+VENVS="${PREP_VENVS:-/opt/prep-venvs}"
+WANT="${LEROBOT_ENVS:-v21 v30}"
+
+log() { printf '[compat] %s\n' "$*"; }
+
+if [[ "${COMPAT_SETUP:-0}" == 1 ]]; then
+    PREP_VENVS="$VENVS" LEROBOT_ENVS="$WANT" bash "$HERE/lerobot_envs.sh" "$REPO" || exit 1
+fi
+
+work="$(mktemp -d /tmp/prep-compat.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+status=0
+summary=()
+for name in $WANT; do
+    fmt="v${name#v}"; fmt="${fmt:0:2}.${fmt:2}"          # v21 -> v2.1, v30 -> v3.0
+    py="$VENVS/lerobot-$name/bin/python"
+    if [[ ! -x "$py" ]]; then
+        log "compat $fmt: no venv at $VENVS/lerobot-$name (run .ci/lerobot_envs.sh)"; status=1; continue
+    fi
+    ver="$("$py" -c 'import importlib.metadata as m; print(m.version("lerobot"))' 2>/dev/null)" || {
+        log "compat $fmt: lerobot does not import in $VENVS/lerobot-$name"; status=1; continue; }
+    log "lerobot $ver installed ($("$py" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("torch","torchcodec","torchvision","datasets","av")))'))"
+    report="$work/report-$name.txt"; : > "$report"
+    t0=$SECONDS
+    # Offline: nothing may come from the hub; caches go to the temp folder. PYTHONPATH puts this
+    # checkout first, whatever checkout the venv's editable install points at.
+    # shellcheck disable=SC2086
+    (cd "$REPO" && env HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HOME="$work/hf-$name" \
+        PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PREP_COMPAT_REPORT="$report" \
+        "$py" -m pytest tests/compat -k "$name" -p no:cacheprovider -q -rs ${COMPAT_PYTEST_ARGS:-}) \
+        2>&1 | tee "$work/pytest-$name.log"
+    rc=${PIPESTATUS[0]}
+    line="$(grep -E '^=+ .*(passed|failed|skipped|error).* in [0-9.]+s' "$work/pytest-$name.log" | tail -1)"
+    count() { grep -oE "[0-9]+ $1" <<<"$line" | grep -oE '^[0-9]+' || echo 0; }
+    passed=$(count passed); failed=$(( $(count failed) + $(count error) )); skipped=$(count skipped)
+    log "report ($fmt, lerobot $ver):"
+    sed 's/^/[compat]   /' "$report"
+    msg="compat $fmt: $passed passed, $failed failed, $skipped skipped ($((SECONDS - t0)) s, lerobot $ver)"
+    log "$msg"
+    summary+=("$msg")
+    if [[ $rc -ne 0 || $passed -eq 0 ]]; then status=1; fi
+done
+for msg in "${summary[@]}"; do log "$msg"; done
+exit $status

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Create the two virtual environments that hold the *real* LeRobot readers used by
+# the compatibility tests in tests/compat/ (issue 8):
+#
+#   $PREP_VENVS/lerobot-v21  lerobot 0.3.3 (reads format v2.1) with openpi's pins:
+#                            torch 2.7.1, torchvision 0.22.1, torchcodec 0.4.0, datasets 3.6.0
+#   $PREP_VENVS/lerobot-v30  lerobot 0.4.4 (reads format v3.0), dependencies as pip resolves
+#                            them for a plain `pip install lerobot==0.4.4` (torch < 2.11)
+#
+# Each also gets this repository installed editable (with its test extras), so the
+# tests can import `pipeline` and run `prep`.
+#
+# Usage: bash .ci/lerobot_envs.sh [REPO_PATH]      (default: the repo holding this script)
+#   PREP_VENVS=/opt/prep-venvs   where the venvs live
+#   LEROBOT_ENVS="v21 v30"       which ones to build
+#
+# Idempotent: an env whose stamp file matches the requested spec and whose lerobot
+# imports at the right version is left alone (only the editable link of our package is
+# refreshed when REPO_PATH changed).  Runs as root on a fresh Debian 12 machine: it
+# apt-installs FFmpeg's shared libraries when missing (torchcodec loads them at import).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "${1:-$HERE/..}" && pwd)"
+VENVS="${PREP_VENVS:-/opt/prep-venvs}"
+WANT="${LEROBOT_ENVS:-v21 v30}"
+PY="${PYTHON:-python3}"
+
+log() { printf '[lerobot-envs] %s\n' "$*"; }
+
+# The specs.  Changing one changes the stamp, which triggers a rebuild of that env.
+SPEC_v21="lerobot==0.3.3 torch==2.7.1 torchvision==0.22.1 torchcodec==0.4.0 datasets==3.6.0"
+SPEC_v30="lerobot==0.4.4"
+LEROBOT_v21="0.3.3"
+LEROBOT_v30="0.4.4"
+
+ensure_system_deps() {
+    # torchcodec dlopens FFmpeg's libavutil/libavcodec/libavformat (FFmpeg 4-7 supported);
+    # PyAV bundles its own FFmpeg.  python3-venv provides ensurepip for `python3 -m venv`.
+    local need=()
+    if ! ldconfig -p | grep -q 'libavcodec\.so\.'; then need+=(ffmpeg); fi
+    if ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then need+=(python3-venv); fi
+    if ((${#need[@]})); then
+        if [[ $(id -u) -ne 0 ]]; then
+            log "missing system packages: ${need[*]} (run as root or install them)"; exit 1
+        fi
+        log "apt-get install ${need[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    fi
+}
+
+env_ok() {  # env_ok NAME -> 0 when the venv is complete for its spec
+    local name=$1 v="$VENVS/lerobot-$1" spec_var="SPEC_$1" ver_var="LEROBOT_$1"
+    [[ -x "$v/bin/python" && -f "$v/.prep-stamp" ]] || return 1
+    [[ "$(cat "$v/.prep-stamp")" == "${!spec_var}" ]] || return 1
+    "$v/bin/python" - "${!ver_var}" <<'EOF' >/dev/null 2>&1 || return 1
+import sys, importlib.metadata as md
+import lerobot.datasets.lerobot_dataset  # noqa: F401  (imports torch, datasets, video utils)
+assert md.version("lerobot") == sys.argv[1], md.version("lerobot")
+EOF
+}
+
+link_repo() {  # (re)install our package editable when it points elsewhere
+    local v=$1
+    local at
+    at="$("$v/bin/python" -c 'import pipeline, os; print(os.path.dirname(os.path.dirname(os.path.abspath(pipeline.__file__))))' 2>/dev/null || true)"
+    if [[ "$at" != "$REPO" ]]; then
+        log "$(basename "$v"): installing $REPO editable (was: ${at:-none})"
+        "$v/bin/pip" install -q --no-cache-dir --no-deps -e "$REPO"
+    fi
+}
+
+build_env() {
+    local name=$1 v="$VENVS/lerobot-$1" spec_var="SPEC_$1" ver_var="LEROBOT_$1"
+    if env_ok "$name"; then
+        link_repo "$v"
+        log "lerobot ${!ver_var} installed (already) in $v"
+        return 0
+    fi
+    log "building $v: ${!spec_var} + prep[test] (this downloads torch; minutes)"
+    local t0=$SECONDS
+    rm -rf "$v"
+    mkdir -p "$VENVS"
+    "$PY" -m venv "$v"
+    "$v/bin/pip" install -q --no-cache-dir --upgrade pip
+    # One resolver call so that our own dependencies never move lerobot's pins.
+    # shellcheck disable=SC2086
+    "$v/bin/pip" install -q --no-cache-dir ${!spec_var} -e "$REPO[test]"
+    echo "${!spec_var}" > "$v/.prep-stamp"
+    env_ok "$name" || { log "lerobot ${!ver_var} did not import in $v"; exit 1; }
+    log "lerobot ${!ver_var} installed in $v in $((SECONDS - t0)) s, $(du -sh "$v" | cut -f1)"
+}
+
+ensure_system_deps
+for name in $WANT; do
+    build_env "$name"
+    "$VENVS/lerobot-$name/bin/python" - <<'EOF'
+import importlib.metadata as md
+print("[lerobot-envs]   " + ", ".join(
+    f"{p} {md.version(p)}" for p in ("lerobot", "torch", "torchvision", "torchcodec", "datasets", "av")))
+EOF
+done

@@ -1,0 +1,87 @@
+"""Corpora for the real-LeRobot compatibility tests, built lazily once per session.
+
+Names: `synthetic-v21`, `synthetic-v30` (3 cameras, 480x640 h264, 2 episodes), `real-v21`
+(a writable copy of the real fixture), `real-v30` (that copy converted by lerobot 0.4.4's own
+converter), and `<name>-224` / `<name>-224-crf0` (`prep reencode --dst 224` of a corpus, at the
+default crf and at crf 0).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from compat_support import (
+    REPORT_LINES,
+    real_fixture,
+    reencode_missing,
+    run_reencode,
+    writable_copy,
+)
+
+from pipeline.synth import SynthSpec, write_synthetic
+
+
+class Corpora:
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.built: dict[str, Path] = {}
+        self._reencode_missing: str | None | bool = False  # False: not checked yet
+
+    def reencode_missing(self) -> str | None:
+        if self._reencode_missing is False:
+            self._reencode_missing = reencode_missing()
+        return self._reencode_missing  # type: ignore[return-value]
+
+    def get(self, name: str) -> Path:
+        if name not in self.built:
+            self.built[name] = self._build(name)
+        return self.built[name]
+
+    def _build(self, name: str) -> Path:
+        out = self.base / name
+        if name.endswith("-224") or name.endswith("-224-crf0"):
+            why = self.reencode_missing()
+            if why:
+                pytest.skip(why)
+            src_name, _, rest = name.partition("-224")
+            return run_reencode(self.get(src_name), out, crf=0 if rest == "-crf0" else None)
+        if name == "synthetic-v21":
+            return write_synthetic(out, SynthSpec(version="v2.1", episodes=2))
+        if name == "synthetic-v30":
+            return write_synthetic(out, SynthSpec(version="v3.0", episodes=2))
+        if name == "real-v21":
+            src = real_fixture()
+            if src is None:
+                pytest.skip("real fixture shared/fixtures/real/g1_inspire_v21 not found")
+            return writable_copy(src, out)
+        if name == "real-v30":
+            return convert_v21_to_v30(self.get("real-v21"), self.base / "convert")
+        raise KeyError(name)
+
+
+def convert_v21_to_v30(src: Path, workdir: Path) -> Path:
+    """Convert a local v2.1 dataset with lerobot 0.4.x's own converter, offline.
+
+    `convert_dataset(repo_id, root=PARENT, push_to_hub=False)` works on PARENT/repo_id in
+    place (it moves the original to `<name>_old` and the conversion to `<name>`); with a
+    local root it never contacts the hub.
+    """
+    from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
+
+    repo_id = "g1_inspire"
+    writable_copy(src, workdir / repo_id)
+    convert_dataset(repo_id=repo_id, root=workdir, push_to_hub=False)
+    return workdir / repo_id
+
+
+@pytest.fixture(scope="session")
+def corpora(tmp_path_factory: pytest.TempPathFactory) -> Corpora:
+    return Corpora(tmp_path_factory.mktemp("compat"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if REPORT_LINES:
+        terminalreporter.section("lerobot compatibility report")
+        for line in REPORT_LINES:
+            terminalreporter.write_line(line)

@@ -1,0 +1,33 @@
+"""Real-client compatibility, format v3.0: lerobot 0.4.x reads our synthetic v3.0 corpus, the real
+fixture converted by LeRobot's own v2.1 -> v3.0 converter, and `prep reencode --dst 224` of both.
+
+Runs inside the venv made by `.ci/lerobot_envs.sh` (`.ci/compat.sh` runs it); skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+from compat_support import require_lerobot
+
+LEROBOT = require_lerobot("0.4.", "v3.0")
+
+from compat_cases import (  # noqa: E402
+    test_frames_identical_to_pyav_decode,
+    test_iterate_every_sample,
+    test_letterbox_matches_openpi,
+    test_negative_control_dropped_frame,
+)
+
+pytestmark = pytest.mark.lerobot
+
+__all__ = [
+    "test_frames_identical_to_pyav_decode",
+    "test_iterate_every_sample",
+    "test_letterbox_matches_openpi",
+    "test_negative_control_dropped_frame",
+]
+
+
+@pytest.fixture(scope="module")
+def fmt() -> str:
+    return "v30"
