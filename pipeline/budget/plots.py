@@ -8,6 +8,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from pipeline import atomic
 from pipeline.budget import fmt, model
@@ -32,7 +33,7 @@ def _save(fig: Figure, path: Path) -> None:
 
 def throughput(cfg: BudgetConfig, est: Estimate) -> Figure:
     step = est.fit.model
-    top = max(2 * cfg.train_batch, *cfg.report_batches, *(a.batch for a in est.fit.anchors))
+    top = max(2 * cfg.train_batch, 1.1 * est.max_global_batch, *cfg.report_batches, *(a.batch for a in est.fit.anchors))
     b = np.linspace(1, top, 400)
     fig, ax = _figure()
     ax.plot(b, b / (step.a * b + step.c), color=COLORS[0], label=f"B / ({step.a:.4g}·B + {step.c:.3g})")
@@ -88,16 +89,26 @@ def days(cfg: BudgetConfig, est: Estimate) -> Figure:
     for i, tg in enumerate(est.targets):
         c = COLORS[i % len(COLORS)]
         lo, hi = curve(tg.timesteps, cfg.efficiency_low), curve(tg.timesteps, cfg.efficiency_high)
-        ax.fill_between(n, hi, lo, color=c, alpha=0.2,
-                        label=f"{fmt.percent(cfg.efficiency_low)}-{fmt.percent(cfg.efficiency_high)} efficiency")
+        band = f"{fmt.percent(cfg.efficiency_low)}-{fmt.percent(cfg.efficiency_high)} efficiency band"
+        ax.fill_between(n, hi, lo, color=c, alpha=0.2, label=band if i == 0 else None)
         ax.plot(n, curve(tg.timesteps, cfg.efficiency), color=c,
-                label=f"T = {fmt.billions(tg.timesteps)} (π0 batch {tg.pi0_batch}), {fmt.percent(cfg.efficiency)}")
-        ax.plot(n, curve(tg.timesteps, 1.0), color=c, ls=":", lw=1, label="ideal-linear")
+                label=f"T = {fmt.billions(tg.timesteps)} (π0 batch {tg.pi0_batch}) at {fmt.percent(cfg.efficiency)}")
+        ax.plot(n, curve(tg.timesteps, 1.0), color=c, ls=":", lw=1, label="ideal-linear" if i == 0 else None)
+        for k in sorted({1, cfg.headline_nodes}):
+            d = model.days_to_target(tg.timesteps, rate, k, cfg.efficiency)
+            ax.plot(k, d, "o", color=c)
+            ax.annotate(f"{fmt.days(d)} d", (k, d), textcoords="offset points", xytext=(-34, -4), fontsize=9)
     ax.set_yscale("log")
     ax.set_xscale("log", base=2)
     ax.set_xticks([k for k in (1, 2, 4, 8, 16, 32, 64) if k <= top])
-    ax.get_xaxis().set_major_formatter("{x:g}")
-    ax.get_yaxis().set_major_formatter("{x:g}")
+    lo_y = min(model.days_to_target(tg.timesteps, rate, top, 1.0) for tg in est.targets)
+    hi_y = max(model.days_to_target(tg.timesteps, rate, 1, 1.0) for tg in est.targets)
+    ticks = [k * 10.0**e for e in range(-2, 5) for k in (1, 2, 5)]
+    ax.set_yticks([y for y in ticks if lo_y / 1.5 <= y <= hi_y * 1.5])
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter("{x:g}")
+    ax.yaxis.set_major_formatter("{x:g}")
     ax.set(xlabel=f"nodes ({cfg.gpus_per_node} GPUs each, batch {cfg.train_batch} per node)",
            ylabel="days to target", title=f"Days to the π-equivalent target ({fmt.rate(rate)} frames/s per node)")
     ax.legend(fontsize=8, loc="upper right")

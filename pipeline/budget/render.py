@@ -150,7 +150,7 @@ def _days(report: dict[str, Any], inputs: dict[str, Any]) -> str:
     ])
 
 
-def _landscape(report: dict[str, Any]) -> str:
+def _landscape(report: dict[str, Any], gpus: int) -> str:
     land = report["landscape"]
 
     def cell(v: dict[str, Any]) -> str:
@@ -160,7 +160,8 @@ def _landscape(report: dict[str, Any]) -> str:
 
     rows = []
     for run in land["runs"]:
-        ts = fmt.billions(run["timesteps"]) if run["timesteps"] is not None else f"*{run['timesteps_note']}*"
+        ts = (f"{fmt.billions(run['timesteps'])} ({run['steps']['text']} x {run['batch']['text']})"
+              if run["timesteps"] is not None else f"*{run['timesteps_note']}*")
         rows.append([run["name"], cell(run["params"]), cell(run["steps"]), cell(run["batch"]), ts,
                      cell(run["data"]), cell(run["compute"])])
     tgt = land["target"]
@@ -168,9 +169,9 @@ def _landscape(report: dict[str, Any]) -> str:
     steps = " - ".join(f"{x / 1e3:,.0f}k" for x in tgt["steps_one_node"])
     days = " - ".join(fmt.days(x) for x in tgt["days_one_node"])
     hours = " - ".join(f"{fmt.count(x)} h" for x in tgt["hours"])
-    rows.append(["**ours (target)**", "≈3.3 B (π0.5, doc §02)", f"{steps} at batch {tgt['train_batch']}",
+    rows.append(["**ours (target)**", "π0.5 (row above)", f"{steps} at batch {tgt['train_batch']}",
                  str(tgt["train_batch"]), f"**{tsl}** (π0's steps x batch range)", f"{hours} (this report)",
-                 f"{days} days on one 8-GPU node (this report)"])
+                 f"{days} days on one {gpus}-GPU node (this report)"])
     refs = "\n".join(f"- [{k}] {v}" for k, v in land["references"].items())
     return "\n".join([
         f"Published VLA pre-training runs, from `{land['path']}`. Timesteps seen = steps x batch only where "
@@ -224,7 +225,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "## Landscape",
         "",
-        _landscape(report),
+        _landscape(report, int(inputs["gpus_per_node"])),
         "",
     ]
     if report["plots"]:

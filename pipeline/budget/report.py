@@ -69,7 +69,7 @@ def headline(cfg: BudgetConfig, est: Estimate) -> dict[str, Any]:
         (f"days on {n} nodes at {fmt.percent(cfg.efficiency)}", [fmt.days(d.efficiency) for d in multi],
          f"ideal {' / '.join(fmt.days(d.ideal) for d in multi)}; "
          f"{fmt.percent(cfg.efficiency_low)}-{fmt.percent(cfg.efficiency_high)}: "
-         + " / ".join(f"{fmt.days(d.efficiency_low)}-{fmt.days(d.efficiency_high)}" for d in multi)),
+         + " / ".join(f"{fmt.days(d.efficiency_high)}-{fmt.days(d.efficiency_low)}" for d in multi)),
     ]
     return {
         "columns": [f"pi0 batch {b}" for b in cfg.pi0_batch],

@@ -22,7 +22,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--prepared", type=Path, metavar="MANIFEST", help="`prep scan` manifest of the prepared "
                    "(re-encoded) corpus (measures prepared GB/hr)")
     p.add_argument("--config", type=Path, metavar="FILE", help="TOML file of model parameters")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help=f"output folder (default: {DEFAULT_OUT})")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
+                   help=f"output folder (default: {DEFAULT_OUT})")
     p.add_argument("--landscape", type=Path, default=DEFAULT_LANDSCAPE, metavar="FILE",
                    help="published-runs data file (default: manifests/vla_landscape.toml)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
