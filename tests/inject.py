@@ -165,9 +165,34 @@ def truncate_file(path: Path, keep: float = 0.5) -> Path:
     return path
 
 
-def truncate_video(root: Path, episode: int, camera: str, keep: float = 0.5) -> Path:
-    """Truncate one camera's mp4 of the episode to `keep` of its bytes."""
-    return truncate_file(video_target(root, episode, camera).path, keep)
+def remux_faststart(path: Path) -> Path:
+    """Rewrite an mp4 with its index (moov) before the frames, packets untouched.
+
+    Truncating such a file keeps a readable header that promises more frames than remain;
+    truncating a default mp4 (index at the end) leaves no index at all.
+    """
+    tmp = path.with_name(path.name + ".inject.mp4")
+    with av.open(str(path)) as src, av.open(str(tmp), "w", format="mp4", options={"movflags": "faststart"}) as out:
+        stream = out.add_stream_from_template(src.streams.video[0])
+        for packet in src.demux(src.streams.video[0]):
+            if packet.dts is None:
+                continue
+            packet.stream = stream
+            out.mux(packet)
+    tmp.replace(path)
+    return path
+
+
+def truncate_video(root: Path, episode: int, camera: str, keep: float = 0.5, *, faststart: bool = False) -> Path:
+    """Truncate one camera's mp4 of the episode to `keep` of its bytes.
+
+    By default the index is lost (unreadable file); with `faststart` the file is first remuxed
+    with its index in front, so the header still counts every frame but only some remain.
+    """
+    path = video_target(root, episode, camera).path
+    if faststart:
+        remux_faststart(path)
+    return truncate_file(path, keep)
 
 
 def _rewrite_parquet(path: Path, table: pa.Table) -> Path:

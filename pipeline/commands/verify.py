@@ -155,16 +155,31 @@ def _dedupe(failures: list[CheckFailure]) -> list[CheckFailure]:
 
 
 def verify_dataset(src: Path, options: VerifyOptions, config: RunConfig) -> VerifyReport:
-    """Verify every episode of `src` (in parallel through the runner); raises PrepError when the
-    dataset's metadata as a whole is unreadable."""
+    """Verify every episode of `src` in parallel through the runner (a Dask LocalCluster or
+    `config.scheduler`); raises PrepError when the dataset's metadata as a whole is unreadable."""
     t0 = time.monotonic()
     ds, rejected = open_dataset(src)
     units = verify_units(ds, options, contiguous_index=not rejected)
     nested = run_map(verify_unit, units, on_error=verify_unit_failed, config=config, desc="verify",
                      unit_name="file-set")
+    return build_report(ds, rejected, options, nested, time.monotonic() - t0)
+
+
+def verify_in_process(src: Path, options: VerifyOptions) -> VerifyReport:
+    """`verify_dataset` without a scheduler, one unit after another in this process: for tests,
+    benchmarks, and callers already running inside a worker."""
+    t0 = time.monotonic()
+    ds, rejected = open_dataset(src)
+    nested = [verify_unit(u) for u in verify_units(ds, options, contiguous_index=not rejected)]
+    return build_report(ds, rejected, options, nested, time.monotonic() - t0)
+
+
+def build_report(ds: Dataset, rejected: list[EpisodeError], options: VerifyOptions,
+                 nested: list[list[EpisodeVerify]], seconds: float) -> VerifyReport:
+    """Gather the units' results: episodes in order, dataset-level checks first, failures deduplicated."""
     episodes = sorted((e for group in nested for e in group), key=lambda e: (e.episode is None, e.episode or 0))
     failures = dataset_failures(ds, rejected) + _dedupe([f for e in episodes for f in e.failures])
-    return VerifyReport(ds, options, episodes, failures, rejected, time.monotonic() - t0)
+    return VerifyReport(ds, options, episodes, failures, rejected, seconds)
 
 
 def write_report(report: VerifyReport, path: Path) -> dict[str, Any]:
