@@ -88,7 +88,7 @@ class PrepFrameDataset(TorchDataset[dict[str, Any]]):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         i = int(i)
-        k, f = self.rows.locate(i)
+        k, _ = self.rows.locate(i)
         before = self.decoders.decode_s
         item: dict[str, Any] = {cam: torch.from_numpy(frame) for cam, frame in self.frames(i).items()}
         decode_s = self.decoders.decode_s - before

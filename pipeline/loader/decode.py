@@ -75,7 +75,7 @@ class DecoderCache:
         stream.codec_context.thread_count = self.thread_count
         tb = stream.time_base or Fraction(1, 1)
         rate = stream.average_rate or stream.guessed_rate or Fraction(30)
-        half = max(1, int(round(1 / (2 * float(rate) * tb))))
+        half = max(1, round(1 / (2 * float(rate) * tb)))
         video = _OpenVideo(container, stream, tb, half)
         self._open[path] = video
         self.opens += 1
@@ -88,7 +88,7 @@ class DecoderCache:
         """The RGB frame (h, w, 3) uint8 shown at `t` seconds into the file (nearest pts, ±half a frame)."""
         start = time.perf_counter()
         video = self._video(path)
-        target = int(round(t / video.time_base))
+        target = round(t / video.time_base)
         try:
             frame = self._decode_to(video, target)
         except av.FFmpegError as exc:

@@ -32,7 +32,7 @@ class Guarded(TorchDataset[dict[str, Any]]):
         try:
             item = self.source[i]
             error, message = 0, ""
-        except Exception as exc:  # noqa: BLE001 - counted and reported, the loop goes on
+        except Exception as exc:  # counted and reported; the loop goes on
             item = self.source.empty_item()
             error, message = 1, f"item {i}: {type(exc).__name__}: {exc}"
         item["_error"] = torch.tensor(error, dtype=torch.int64)

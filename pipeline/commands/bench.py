@@ -1,0 +1,256 @@
+"""`prep bench dataloader DATASET`: does the loader keep up with the training step?
+
+torch (and lerobot, for `--loader lerobot`) are imported only when the command runs, so `prep`
+works without them. Also runnable as `python -m pipeline.commands.bench dataloader ...`, which
+imports nothing but this command (for a lerobot venv that lacks Dask).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import PrepError
+
+SWEEP_KEYS = ("workers", "batch", "prefetch")
+
+
+def _default_workers() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+def _step_time(text: str) -> str | float:
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"step time must be >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def parse_sweep(items: list[str] | None) -> dict[str, list[int]]:
+    """`workers=1,2,4 batch=64,256` -> {"workers": [1, 2, 4], "batch": [64, 256]}."""
+    out: dict[str, list[int]] = {}
+    for item in items or []:
+        key, sep, values = item.partition("=")
+        if not sep or key not in SWEEP_KEYS:
+            raise PrepError(f"--sweep {item!r}: expected KEY=V1,V2,... with KEY one of {', '.join(SWEEP_KEYS)}")
+        try:
+            nums = [int(v) for v in values.split(",") if v.strip()]
+        except ValueError:
+            raise PrepError(f"--sweep {item!r}: values must be integers") from None
+        if not nums or any(n < (0 if key == "workers" else 1) for n in nums):
+            raise PrepError(f"--sweep {item!r}: values must be {'>= 0' if key == 'workers' else '> 0'}")
+        out[key] = nums
+    return out
+
+
+def add_dataloader_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", type=Path, help="dataset root (the folder holding meta/info.json), v2.1 or v3.0")
+    p.add_argument("--batch", type=_positive, default=256, help="per-GPU batch (default: 256)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="DataLoader workers (default: cores - 1; --stress: all cores)")
+    p.add_argument("--steps", type=_positive, default=10, metavar="K", help="timed training steps (default: 10)")
+    p.add_argument("--ceiling-steps", type=_positive, default=None, metavar="K",
+                   help="batches timed with no step, for samples/s (default: max(4, 2 x workers))")
+    p.add_argument("--warmup", type=int, default=2, metavar="K", help="untimed batches before each phase (default: 2)")
+    p.add_argument("--step-time", type=_step_time, default="auto", metavar="auto|SECONDS",
+                   help="training step length; auto = 0.00359 x (batch x --gpus) + 0.25 (default: auto)")
+    p.add_argument("--gpus", type=_positive, default=8, help="GPUs sharing the global batch, for auto (default: 8)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: the step sleeps; cuda: GPU matmuls, pinned memory, non-blocking copies")
+    p.add_argument("--loader", choices=("prep", "lerobot"), default="prep",
+                   help="prep: this package's dataset; lerobot: LeRobotDataset as openpi uses it")
+    p.add_argument("--video-backend", default=None, help="lerobot only: pyav or torchcodec (default: lerobot's)")
+    p.add_argument("--horizon", type=_positive, default=50, help="action chunk length (default: 50)")
+    p.add_argument("--prefetch", type=_positive, default=2, help="DataLoader prefetch_factor (default: 2)")
+    p.add_argument("--sweep", nargs="+", metavar="KEY=V1,V2", help="e.g. workers=1,2,4 batch=64,256")
+    p.add_argument("--compare", type=Path, metavar="OTHER_DATASET",
+                   help="run every configuration on this dataset too (e.g. native vs prepared)")
+    p.add_argument("--stress", type=float, metavar="MINUTES",
+                   help="stress test instead: all workers flat out for MINUTES; fails on drift, RSS growth, errors")
+    p.add_argument("--threshold", type=float, default=0.013,
+                   help="data_time p95 that counts as keeping up, seconds (default: 0.013)")
+    p.add_argument("--label", help="name of DATASET in the report (default: its folder name)")
+    p.add_argument("--compare-label", help="name of OTHER_DATASET in the report")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("prep-bench"), help="folder for JSON and PNG (default: prep-bench)")
+    p.add_argument("--name", default=None, help="file stem (default: dataloader, or dataloader-stress)")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--require-keeps-up", action="store_true", help="exit 1 if any run does not keep up")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("bench", help="benchmarks (dataloader)", description="Benchmarks on your own data.")
+    bsub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    d = bsub.add_parser(
+        "dataloader", help="does the training loader keep up at the target batch?",
+        description="Time a torch DataLoader over DATASET in a training loop whose step takes the budget "
+        "model's wall time, report data_time percentiles, the loader ceiling, decode cost and worker RSS.")
+    add_dataloader_arguments(d)
+    d.set_defaults(func=run)
+
+
+def _require_torch() -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise PrepError("`prep bench dataloader` needs PyTorch: pip install 'prep[bench]' "
+                        "(or pip install torch psutil)")
+
+
+def _specs(args: argparse.Namespace) -> list[Any]:
+    from pipeline.loader.bench import RunSpec, auto_step_s
+
+    sweep = parse_sweep(args.sweep)
+    workers = args.workers if args.workers is not None else _default_workers()
+    datasets = [(args.dataset, args.label or args.dataset.resolve().name)]
+    if args.compare is not None:
+        datasets.append((args.compare, args.compare_label or args.compare.resolve().name))
+    specs = []
+    for (root, label), w, b, pf in itertools.product(
+        datasets, sweep.get("workers", [workers]), sweep.get("batch", [args.batch]),
+        sweep.get("prefetch", [args.prefetch]),
+    ):
+        step_s = auto_step_s(b, args.gpus) if args.step_time == "auto" else float(args.step_time)
+        specs.append(RunSpec(
+            root=root, label=label, loader=args.loader, batch=b, workers=w,
+            train_steps=args.steps, ceiling_steps=args.ceiling_steps or max(4, 2 * w),
+            warmup_steps=args.warmup, step_s=step_s, step_source="auto" if args.step_time == "auto" else "fixed",
+            device=args.device, horizon=args.horizon, prefetch_factor=pf, seed=args.seed,
+            threshold_s=args.threshold, video_backend=args.video_backend,
+        ))
+    return specs
+
+
+def _check_device(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise PrepError("--device cuda: this torch sees no CUDA device (torch.cuda.is_available() is False)")
+
+
+def _write(doc: dict[str, Any], out: Path, name: str) -> Path:
+    from pipeline import atomic
+
+    path = out / f"{name}.json"
+    try:
+        from pipeline.schemas import validate
+    except ImportError:  # a lerobot venv without jsonschema: the caller validates
+        print("note: jsonschema not installed, JSON not validated here", file=sys.stderr)
+    else:
+        validate(doc, "bench", source=str(path))
+    atomic.write_json(path, doc)
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    _require_torch()
+    from pipeline.loader import report
+    from pipeline.loader.bench import measure
+
+    if args.workers is not None and args.workers < 0:
+        raise PrepError(f"--workers must be >= 0, got {args.workers}")
+    for root in filter(None, (args.dataset, args.compare)):
+        if not (root / "meta/info.json").is_file():
+            raise PrepError(f"{root}: not a LeRobot dataset (no meta/info.json)")
+    _check_device(args.device)
+    host = report.host_info(args.device)
+    argv = list(sys.argv)
+    plots: list[str] = []
+    if args.stress is not None:
+        return _run_stress(args, host, argv)
+    runs: list[dict[str, Any]] = []
+    for spec in _specs(args):
+        print(f"... {spec.label}: loader={spec.loader} batch={spec.batch} workers={spec.workers} "
+              f"step={spec.step_s:.2f}s", file=sys.stderr, flush=True)
+        runs.append(measure(spec))
+    name = args.name or "dataloader"
+    if not args.no_plot:
+        from pipeline.loader.plot import plot_runs
+
+        plots.append(plot_runs(runs, args.out / f"{name}.png", args.threshold).name)
+    doc = report.document(argv=argv, host=host, threshold_s=args.threshold, gpus=args.gpus, runs=runs,
+                          stress=None, plots=plots)
+    path = _write(doc, args.out, name)
+    print(report.table(runs))
+    for line in [*doc["min_workers"], *doc["verdicts"]]:
+        print(line)
+    for r in runs:
+        for msg in r["error_examples"]:
+            print(f"ERROR     {r['label']}: {msg}")
+    print(f"results   {path}" + (f", {args.out / plots[0]}" if plots else ""))
+    if not doc["ok"]:
+        return 1
+    if args.require_keeps_up and not all(r["keeps_up"] for r in runs):
+        return 1
+    return 0
+
+
+def _run_stress(args: argparse.Namespace, host: dict[str, Any], argv: list[str]) -> int:
+    from dataclasses import replace
+
+    from pipeline.loader import report
+    from pipeline.loader.bench import available_cores
+    from pipeline.loader.stress import run_stress
+
+    if args.stress <= 0:
+        raise PrepError(f"--stress must be a positive number of minutes, got {args.stress}")
+    spec = _specs(args)[0]
+    workers = args.workers if args.workers is not None else available_cores()
+    step_s = 0.0 if args.step_time == "auto" else float(args.step_time)
+    spec = replace(spec, workers=workers, step_s=step_s, step_source="fixed")
+    print(f"... stress {args.stress:g} min: {spec.label} loader={spec.loader} batch={spec.batch} "
+          f"workers={workers}", file=sys.stderr, flush=True)
+    stress = run_stress(spec, args.stress)
+    name = args.name or "dataloader-stress"
+    plots: list[str] = []
+    if not args.no_plot:
+        from pipeline.loader.plot import plot_stress
+
+        plots.append(plot_stress(stress, args.out / f"{name}.png").name)
+    doc = report.document(argv=argv, host=host, threshold_s=args.threshold, gpus=args.gpus, runs=[],
+                          stress=stress, plots=plots)
+    path = _write(doc, args.out, name)
+    for line in report.stress_lines(stress):
+        print(line)
+    print(f"results   {path}")
+    return 0 if stress["passed"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.commands.bench")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except PrepError as exc:
+        print(f"prep bench: error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(["bench", *sys.argv[1:]]))
