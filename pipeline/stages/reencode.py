@@ -1,0 +1,163 @@
+"""The reencode stage: one unit = one source video file (v3.0: all the episodes it holds).
+
+For a unit: probe the source (demux only) and check each episode's frame count against the
+metadata; map each episode to its span in the new file (frame i at i/fps); if the output already
+exists and passes the checks, keep it (resume); otherwise encode to a temp name, check it
+(size, frame count per episode and in total, pts grid, every frame a keyframe) and rename it into
+place. Finally compute the image stats of the new frames. Failures are results with reasons.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline import atomic
+from pipeline.dataset.model import Dataset, resolve_inside
+from pipeline.dataset.write import EpisodeVideo, span_image_stats
+from pipeline.errors import EpisodeError
+from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, CheckFailure, Span, VideoExpect, check_video
+from pipeline.video.encode import DEFAULT_ENGINE, DEFAULT_PROFILE, ENGINES, PROFILES, EncodeJob
+from pipeline.video.probe import VideoProbe, probe_video
+from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES, Geometry
+
+
+@dataclass(slots=True, frozen=True)
+class ReencodeOptions:
+    """What to produce: target size (width, height), resize mode, profile, quality, engine."""
+
+    size: tuple[int, int] = (224, 224)
+    resize: str = DEFAULT_RESIZE
+    profile: str = DEFAULT_PROFILE
+    crf: int | None = None  # None: the profile's default
+    engine: str = DEFAULT_ENGINE
+
+    @property
+    def quality(self) -> int:
+        return PROFILES[self.profile].default_crf if self.crf is None else self.crf
+
+    def output_settings(self) -> dict[str, object]:
+        """What determines the output files (the engine does not change what is checked)."""
+        return {"size": list(self.size), "resize": self.resize, "profile": self.profile, "crf": self.quality}
+
+
+@dataclass(slots=True, frozen=True)
+class ReencodeUnit:
+    src_root: str
+    out_root: str
+    rel: str
+    camera: str
+    fps: float
+    spans: tuple[Span, ...]  # the episodes in the source file, by source timestamps
+    options: ReencodeOptions
+
+
+@dataclass(slots=True)
+class ReencodeResult:
+    rel: str
+    camera: str
+    status: str  # "encoded" | "kept" (already complete and correct) | "failed"
+    reason: str | None = None
+    episodes: list[EpisodeVideo] = field(default_factory=list)
+    frames: int = 0
+    src_bytes: int = 0
+    out_bytes: int = 0
+    seconds: float = 0.0
+    src_width: int = 0
+    src_height: int = 0
+    src_codec: str = ""
+
+
+def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> list[ReencodeUnit]:
+    units = []
+    for rel, episodes in ds.video_files().items():
+        camera = next(ref.camera for ref in episodes[0].videos if ref.rel == rel)
+        spans = tuple(
+            Span(ep.index, ep.video(camera).from_timestamp, ep.video(camera).to_timestamp, ep.frames_expected)
+            for ep in episodes
+        )
+        units.append(ReencodeUnit(str(ds.root), str(out), rel, camera, ds.fps, spans, options))
+    return units
+
+
+def reencode_failed(unit: ReencodeUnit, exc: BaseException) -> ReencodeResult:
+    reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    return ReencodeResult(unit.rel, unit.camera, "failed", reason)
+
+
+def new_spans(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> list[Span]:
+    """Each episode's span in the output, where frame i sits at i/fps; checks the source's counts.
+
+    The output holds every source frame in order, so an episode starting at source frame k
+    (the number of source frames before its from_timestamp) starts at k/fps.
+    """
+    tol = TIMESTAMP_TOLERANCE_S
+    out: list[Span] = []
+    for span in sorted(spans, key=lambda s: s.from_timestamp):
+        if span.to_timestamp is None:
+            n = probe.frames_in_span(span.from_timestamp, None, tol)
+            start = sum(1 for t in probe.pts_s if t < span.from_timestamp - tol)
+        else:
+            n = probe.frames_in_span(span.from_timestamp, span.to_timestamp, tol)
+            start = sum(1 for t in probe.pts_s if t < span.from_timestamp - tol)
+        if span.frames_expected is not None and n != span.frames_expected:
+            raise EpisodeError(span.episode, probe.path,
+                               f"source holds {n} frames for this episode but the metadata says "
+                               f"{span.frames_expected}")
+        to = None if span.to_timestamp is None else (start + n) / fps
+        out.append(Span(span.episode, start / fps, to, n))
+    return out
+
+
+def check_output(path: Path, unit: ReencodeUnit, spans: list[Span], total_frames: int) -> list[CheckFailure]:
+    expect = VideoExpect(fps=unit.fps, size=unit.options.size, all_intra=True)
+    probe, failures = check_video(path, expect, spans, camera=unit.camera)
+    if probe is not None and probe.frames_from_packets != total_frames:
+        failures.append(CheckFailure("frames_total", f"{total_frames} (source frames)",
+                                     str(probe.frames_from_packets), None, unit.camera, str(path)))
+    if probe is not None and probe.pts_s and abs(probe.pts_s[0]) > TIMESTAMP_TOLERANCE_S:
+        failures.append(CheckFailure("first_pts", "0", f"{probe.pts_s[0]:.6f}", None, unit.camera, str(path)))
+    return failures
+
+
+def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
+    t0 = time.perf_counter()
+    result = ReencodeResult(unit.rel, unit.camera, "failed")
+    try:
+        src = resolve_inside(Path(unit.src_root), unit.rel)
+        dst = Path(unit.out_root) / unit.rel
+        probe = probe_video(src)
+        result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
+        result.src_codec = probe.codec
+        spans = new_spans(probe, unit.spans, unit.fps)
+        total = probe.frames_from_packets
+        w, h = unit.options.size
+        geometry = RESIZE_MODES[unit.options.resize](probe.width, probe.height, w, h)
+        if dst.is_file() and not check_output(dst, unit, spans, total):
+            result.status = "kept"
+        else:
+            _encode_checked(src, dst, unit, geometry, spans, total)
+            result.status = "encoded"
+        stats = span_image_stats(dst, [(round(s.from_timestamp * unit.fps), s.frames_expected or 0) for s in spans])
+        result.episodes = [
+            EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, st)
+            for s, st in zip(spans, stats, strict=True)
+        ]
+        result.frames, result.out_bytes = total, dst.stat().st_size
+    except EpisodeError as exc:
+        result.status, result.reason = "failed", exc.message
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry, spans: list[Span],
+                    total: int) -> None:
+    opts = unit.options
+    with atomic.atomic_path(dst) as tmp:
+        job = EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality)
+        ENGINES[opts.engine](job)
+        failures = check_output(tmp, unit, spans, total)
+        if failures:  # atomic_path removes the temp file
+            raise EpisodeError(None, src, "output failed its checks: " + "; ".join(
+                f"{f.check}: expected {f.expected}, found {f.found}" for f in failures[:3]))
