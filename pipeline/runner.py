@@ -48,7 +48,7 @@ def dask_client(config: RunConfig) -> Iterator[Any]:
 
     if config.scheduler:
         try:
-            client = Client(config.scheduler, timeout="20s")
+            client = Client(config.scheduler, timeout="10s")
         except (OSError, TimeoutError) as exc:
             raise PrepError(f"cannot reach Dask scheduler {config.scheduler}: {exc}") from None
         try:
