@@ -152,11 +152,19 @@ def _claim_output(src: Path, out: Path, options: ReencodeOptions) -> None:
             raise PrepError(f"output {out} was started with other settings ({previous}); now asked for "
                             f"{settings}. Choose another --out, or delete {out} to start over")
         return
-    others = [p.name for p in out.iterdir() if p.name != PREP_DIR] if out.is_dir() else []
-    if others:
-        raise PrepError(f"output {out} exists and is not a prep reencode output (holds {', '.join(sorted(others)[:3])}"
-                        "); choose another --out")
     atomic.write_json(path, settings)
+
+
+def _refuse_foreign(out: Path) -> None:
+    """Refuse a non-empty output folder that prep did not start (checked before anything is written)."""
+    if not out.exists() or (out / OPTIONS_REL).is_file():
+        return
+    if not out.is_dir():
+        raise PrepError(f"output {out} exists and is not a folder")
+    others = sorted(p.name for p in out.iterdir() if p.name != PREP_DIR)
+    if others:
+        raise PrepError(f"output {out} exists and is not a prep reencode output (holds {', '.join(others[:3])}); "
+                        "choose another --out")
 
 
 def _updates(results: list[ReencodeResult], options: ReencodeOptions) -> dict[str, VideoFeatureUpdate]:
@@ -215,6 +223,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, config: Run
     check_options(options)
     check_paths(src, out)
     ds, rejected = open_dataset(src)
+    _refuse_foreign(out)
     out.mkdir(parents=True, exist_ok=True)
     report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine)
     with exclusive_lock(out / LOCK_REL, f"output {out}"):
