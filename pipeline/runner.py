@@ -61,7 +61,7 @@ def dask_client(config: RunConfig) -> Iterator[Any]:
         n_workers=workers,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",  # a free port: never collides with another cluster's :8787
         silence_logs=logging.ERROR,
         memory_limit=0,
     )

@@ -10,15 +10,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline.budget import headline_text
+from pipeline.budget import write_report as write_budget
+from pipeline.commands import reencode as reencode_cmd
+from pipeline.commands import verify as verify_cmd
 from pipeline.commands.common import add_run_options, run_config
 from pipeline.commands.scan import scan_dataset, summary
+from pipeline.stages.reencode import ReencodeOptions
+from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import SynthSpec, write_synthetic
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("demo", help="build a synthetic corpus and run the pipeline on it end to end",
                        description="Builds a small synthetic LeRobot corpus (3 cameras, 480x640 h264, 90-frame "
-                       "episodes) in a temp folder and runs scan on it, printing the manifest.")
+                       "episodes) in a temp folder and runs the main job on it: scan, reencode to 224x224 all-intra, "
+                       "verify the output, and a budget report from the two manifests.")
     p.add_argument("--episodes", type=int, default=6, help="episodes in the demo corpus (default: 6)")
     p.add_argument("--format", dest="version", choices=["v2.1", "v3.0"], default="v2.1")
     p.add_argument("--work", type=Path, help="folder for the corpus and outputs (default: a temp folder, removed)")
@@ -46,12 +53,38 @@ def run(args: argparse.Namespace) -> int:
             write_synthetic(src, SynthSpec(version=args.version, episodes=args.episodes))
         print(f"[demo] corpus ready in {time.perf_counter() - t0:.1f} s")
 
-        print("[demo] step 1: prep scan")
+        print("\n[demo] step 1/4: prep scan (native corpus)")
         native_path = out / "native.manifest.json"
         native, _ = scan_dataset(src, native_path, config)
         print(summary(native, native_path))
-        print(json.dumps(native["totals"], indent=2))
-        return 1 if native["failures"] else 0
+
+        print("\n[demo] step 2/4: prep reencode --src merged --dst 224")
+        prepared_root = work / "merged_224"
+        report = reencode_cmd.reencode_dataset(src, prepared_root, ReencodeOptions(size=(224, 224)), config)
+        print(reencode_cmd.summary(report))
+        if not report.ok:
+            return 1
+        prepared_path = out / "prepared.manifest.json"
+        prepared, _ = scan_dataset(prepared_root, prepared_path, config)
+        if report.comparison is not None:
+            (out / "comparison.json").write_text(json.dumps(report.comparison, indent=2) + "\n")
+
+        print("\n[demo] step 3/4: prep verify merged_224 --expect-frames 90 --size 224x224 --all-intra --decode")
+        options = VerifyOptions(expect_frames=90, size=(224, 224), all_intra=True, decode=True)
+        verified = verify_cmd.verify_dataset(prepared_root, options, config)
+        verify_cmd.write_report(verified, out / "verify.json")
+        print(verify_cmd.summary(verified))
+
+        print("\n[demo] step 4/4: prep budget --native native.manifest.json --prepared prepared.manifest.json")
+        budget = write_budget(out / "budget", native_path, prepared_path)
+        print(headline_text(budget))
+
+        t = native["totals"], prepared["totals"]
+        print(f"\n[demo] done in {time.perf_counter() - t0:.1f} s: {t[0]['episodes']} episodes, "
+              f"native {t[0]['gb_per_hour']:.2f} GB/hr -> 224 all-intra {t[1]['gb_per_hour']:.2f} GB/hr "
+              f"({t[0]['gb_per_hour'] / t[1]['gb_per_hour']:.2f}x smaller); verify "
+              f"{'passed' if verified.passed else 'FAILED'}; reports in {out}")
+        return 0 if verified.passed and not native["failures"] else 1
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
