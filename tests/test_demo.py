@@ -1,0 +1,32 @@
+"""`prep demo` end to end: scan, reencode, verify and budget on a corpus it builds itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_scan import prep
+
+from pipeline.manifest import load_manifest
+from pipeline.schemas import validate
+
+
+def test_demo_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "reports"
+    res = prep("demo", "--episodes", "2", "--work", str(tmp_path / "work"), "--out", str(out), "--workers", "2",
+               "--no-progress")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    native = load_manifest(out / "native.manifest.json")
+    prepared = load_manifest(out / "prepared.manifest.json")
+    assert native["totals"]["episodes"] == prepared["totals"]["episodes"] == 2
+    assert native["totals"]["frames"] == prepared["totals"]["frames"] == 180
+    assert {c["width"] for c in prepared["dataset"]["cameras"]} == {224}
+    assert prepared["totals"]["gb_per_hour"] < native["totals"]["gb_per_hour"] / 2
+    verify = json.loads((out / "verify.json").read_text())
+    validate(verify, "verify")
+    budget = json.loads((out / "budget/report.json").read_text())
+    validate(budget, "budget")
+    for png in ("throughput.png", "memory.png", "days.png", "storage.png"):
+        assert (out / "budget" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "work/merged_224/meta/info.json").is_file()
+    assert "verify passed" in res.stdout
