@@ -30,12 +30,12 @@ import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from av.video.reformatter import VideoReformatter
 
 from pipeline import atomic
 from pipeline.dataset.model import Dataset
 from pipeline.dataset.stats import aggregate
 from pipeline.dataset.v30 import episode_meta_files
-from pipeline.errors import EpisodeError
 
 PREP_DIR = "prep"  # prep's own files inside an output (lock, options, manifests, report)
 REWRITTEN_V21 = ("meta/info.json", "meta/episodes_stats.jsonl", "meta/stats.json")
@@ -79,60 +79,49 @@ def sample_indices(n: int) -> list[int]:
     return [int(i) for i in np.round(np.linspace(0, n - 1, estimate_num_samples(n))).astype(int)]
 
 
-def span_image_stats(path: Path, spans: list[tuple[int, int]]) -> list[dict[str, Any]]:
-    """Per (first frame, frame count) span of a file: per-channel min/max/mean/std in [0, 1], shape
-    (3, 1, 1), count = frames sampled, as LeRobot stores image stats. Exact integer sums, so the
-    numbers are identical however often they are recomputed."""
-    wanted: dict[int, int] = {}
-    for k, (start, n) in enumerate(spans):
-        for i in sample_indices(n):
-            wanted[start + i] = k
-    acc = [_Acc() for _ in spans]
-    last = max(wanted) if wanted else -1
-    try:
-        with av.open(str(path)) as c:
-            stream = c.streams.video[0]
-            stream.codec_context.thread_count = 1
-            for i, frame in enumerate(c.decode(stream)):
-                if i in wanted:
-                    acc[wanted[i]].add(frame.to_ndarray(format="rgb24"))
-                if i >= last:
-                    break
-    except (av.FFmpegError, OSError, ValueError) as exc:
-        raise EpisodeError(None, path, f"cannot decode for image stats ({exc})") from None
-    return [a.stats() for a in acc]
+class SpanImageStats:
+    """Image stats per episode span of a file, fed frame by frame: per-channel min/max/mean/std in
+    [0, 1] shaped (3, 1, 1) and count = frames sampled, as LeRobot stores them. Exact integer
+    histograms, so the numbers are identical however often (and by whichever engine) they are made."""
 
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        self.spans = spans
+        self.wanted: dict[int, int] = {}
+        for k, (start, n) in enumerate(spans):
+            for i in sample_indices(n):
+                self.wanted[start + i] = k
+        self.hist = np.zeros((len(spans), 3, 256), dtype=np.int64)
+        self.frames = np.zeros(len(spans), dtype=np.int64)
+        self.rgb = VideoReformatter()  # one scaler for all frames (frame.to_ndarray(format=...) builds one per call)
 
-class _Acc:
-    __slots__ = ("count", "hi", "lo", "n_px", "s1", "s2")
+    def add(self, index: int, frame: av.VideoFrame) -> None:
+        k = self.wanted.get(index)
+        if k is None:
+            return
+        flat = self.rgb.reformat(frame, format="rgb24").to_ndarray().reshape(-1, 3)
+        for c in range(3):
+            self.hist[k, c] += np.bincount(flat[:, c], minlength=256)
+        self.frames[k] += 1
 
-    def __init__(self) -> None:
-        self.count = 0
-        self.n_px = 0
-        self.s1 = np.zeros(3, dtype=np.int64)
-        self.s2 = np.zeros(3, dtype=np.int64)
-        self.lo = np.full(3, 255, dtype=np.int64)
-        self.hi = np.zeros(3, dtype=np.int64)
+    def result(self) -> list[dict[str, Any]]:
+        levels = np.arange(256, dtype=np.int64)
+        out = []
+        for k in range(len(self.spans)):
+            h = self.hist[k]
+            n = np.maximum(h.sum(axis=1), 1)
+            s1, s2 = h @ levels, h @ (levels * levels)
+            mean = s1 / n
+            var = np.maximum(s2 / n - mean * mean, 0.0)
+            present = h > 0
+            lo = np.array([levels[p].min() if p.any() else 0 for p in present])
+            hi = np.array([levels[p].max() if p.any() else 0 for p in present])
 
-    def add(self, rgb: np.ndarray) -> None:
-        px = rgb.reshape(-1, 3).astype(np.int64)
-        self.count += 1
-        self.n_px += px.shape[0]
-        self.s1 += px.sum(axis=0)
-        self.s2 += (px * px).sum(axis=0)
-        self.lo = np.minimum(self.lo, px.min(axis=0))
-        self.hi = np.maximum(self.hi, px.max(axis=0))
+            def c11(v: np.ndarray) -> list[Any]:
+                return [[[float(x)]] for x in v]
 
-    def stats(self) -> dict[str, Any]:
-        n = max(self.n_px, 1)
-        mean = self.s1 / n
-        var = np.maximum(self.s2 / n - mean * mean, 0.0)
-
-        def c11(v: np.ndarray) -> list[Any]:
-            return [[[float(x)]] for x in v]
-
-        return {"min": c11(self.lo / 255.0), "max": c11(self.hi / 255.0), "mean": c11(mean / 255.0),
-                "std": c11(np.sqrt(var) / 255.0), "count": [self.count]}
+            out.append({"min": c11(lo / 255.0), "max": c11(hi / 255.0), "mean": c11(mean / 255.0),
+                        "std": c11(np.sqrt(var) / 255.0), "count": [int(self.frames[k])]})
+        return out
 
 
 # ---- copying what does not change ----------------------------------------------------------------

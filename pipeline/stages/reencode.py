@@ -15,10 +15,19 @@ from pathlib import Path
 
 from pipeline import atomic
 from pipeline.dataset.model import Dataset, resolve_inside
-from pipeline.dataset.write import EpisodeVideo, span_image_stats
+from pipeline.dataset.write import EpisodeVideo, SpanImageStats
 from pipeline.errors import EpisodeError
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, CheckFailure, Span, VideoExpect, check_video
-from pipeline.video.encode import DEFAULT_ENGINE, DEFAULT_PROFILE, ENGINES, PROFILES, EncodeJob
+from pipeline.video.encode import (
+    DEFAULT_ENGINE,
+    DEFAULT_PROFILE,
+    ENGINES,
+    ENGINES_WITH_HOOK,
+    PROFILES,
+    EncodeJob,
+    FrameHook,
+    filter_frames,
+)
 from pipeline.video.probe import VideoProbe, probe_video
 from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES, Geometry
 
@@ -134,15 +143,21 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         total = probe.frames_from_packets
         w, h = unit.options.size
         geometry = RESIZE_MODES[unit.options.resize](probe.width, probe.height, w, h)
+        # Image stats of the resized frames before compression (as LeRobot computes them from the
+        # frames it records), so they do not depend on the engine or on whether a file was resumed.
+        stats = SpanImageStats([(round(s.from_timestamp * unit.fps), s.frames_expected or 0) for s in spans])
         if dst.is_file() and not check_output(dst, unit, spans, total):
             result.status = "kept"
+            filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
         else:
-            _encode_checked(src, dst, unit, geometry, spans, total)
+            hooked = unit.options.engine in ENGINES_WITH_HOOK
+            _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None)
+            if not hooked:
+                filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
             result.status = "encoded"
-        stats = span_image_stats(dst, [(round(s.from_timestamp * unit.fps), s.frames_expected or 0) for s in spans])
         result.episodes = [
             EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, st)
-            for s, st in zip(spans, stats, strict=True)
+            for s, st in zip(spans, stats.result(), strict=True)
         ]
         result.frames, result.out_bytes = total, dst.stat().st_size
     except EpisodeError as exc:
@@ -152,10 +167,10 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
 
 
 def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry, spans: list[Span],
-                    total: int) -> None:
+                    total: int, hook: FrameHook | None) -> None:
     opts = unit.options
     with atomic.atomic_path(dst) as tmp:
-        job = EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality)
+        job = EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality, hook)
         ENGINES[opts.engine](job)
         failures = check_output(tmp, unit, spans, total)
         if failures:  # atomic_path removes the temp file

@@ -71,14 +71,21 @@ PROFILES: dict[str, Profile] = {
 DEFAULT_PROFILE = "h264-intra"
 
 
+FrameHook = Callable[[int, av.VideoFrame], None]
+
+
 @dataclass(slots=True, frozen=True)
 class EncodeJob:
+    """`hook(i, frame)` sees each resized frame before it is encoded, where the engine can offer it
+    (see `ENGINES_WITH_HOOK`); `filter_frames` gives the same frames without encoding."""
+
     src: Path
     dst: Path
     fps: float
     geometry: Geometry
     profile: Profile
     crf: int
+    hook: FrameHook | None = None
 
 
 def fps_fraction(fps: float) -> Fraction:
@@ -110,6 +117,8 @@ def encode_pyav(job: EncodeJob) -> int:
                 graph.push(frame)
                 out_frame = graph.pull()
                 assert isinstance(out_frame, av.VideoFrame)
+                if job.hook is not None:
+                    job.hook(n, out_frame)
                 out_frame.pts = n
                 out_frame.time_base = tb
                 out.mux(ost.encode(out_frame))
@@ -119,6 +128,28 @@ def encode_pyav(job: EncodeJob) -> int:
         raise EpisodeError(None, job.src, f"re-encode failed after {n} frames ({type(exc).__name__}: {exc})") from None
     if n == 0:
         raise EpisodeError(None, job.src, "no frames decoded")
+    return n
+
+
+def filter_frames(src: Path, geometry: Geometry, pix_fmt: str, hook: FrameHook) -> int:
+    """Decode and resize exactly as `encode_pyav` does, without encoding; `hook` sees each frame."""
+    steps = filter_chain(geometry, pix_fmt)
+    n = 0
+    try:
+        with av.open(str(src)) as inp:
+            ist = inp.streams.video[0]
+            ist.codec_context.thread_count = 1
+            graph: av.filter.Graph | None = None
+            for frame in inp.decode(ist):
+                if graph is None:
+                    graph = _graph(frame, steps)
+                graph.push(frame)
+                out_frame = graph.pull()
+                assert isinstance(out_frame, av.VideoFrame)
+                hook(n, out_frame)
+                n += 1
+    except (av.FFmpegError, OSError, ValueError) as exc:
+        raise EpisodeError(None, src, f"decode failed after {n} frames ({type(exc).__name__}: {exc})") from None
     return n
 
 
@@ -172,4 +203,5 @@ def encode_ffmpeg(job: EncodeJob) -> int:
 
 
 ENGINES: dict[str, Callable[[EncodeJob], int]] = {"pyav": encode_pyav, "ffmpeg": encode_ffmpeg}
+ENGINES_WITH_HOOK = frozenset({"pyav"})
 DEFAULT_ENGINE = "pyav"
