@@ -1,0 +1,160 @@
+"""SIGKILL of `prep reencode` (its whole process group: the client and its LocalCluster workers) at
+several points, then the same command again: the output must equal an uninterrupted run's (decoded
+frames, metadata bytes), pass `prep verify --all-intra --size 224x224`, hold no temp files, and no
+process of the killed run may survive. At the moment of the kill, every file under its final name
+must already be exactly the reference's (a killed run never leaves a half-written file that looks
+finished), and the rerun must redo only what was unfinished.
+
+The reencode engineer's own tests cover one kill mid-run on the synthetic corpus; these add the
+distinct points (during an encode, between files, while the metadata is written, at random
+delays), both layouts, the crash-time invariant and the orphan check.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from faults_support import (
+    BASELINE_SECONDS,
+    TEMP_MARK,
+    Row,
+    baseline_digest,
+    check_source,
+    corpus,
+    count_line,
+    digest_diff,
+    final_videos,
+    kill_group,
+    output_digest,
+    prep,
+    reencode_args,
+    scenario,
+    snapshot,
+    start_prep,
+    temp_files,
+    unsound_final_files,
+    wait_group_gone,
+    wait_until,
+)
+from pipeline.commands.verify import verify_in_process
+from pipeline.stages.verify import VerifyOptions
+
+pytestmark = pytest.mark.faults
+
+LOCK_REL = "prep/reencode.lock"
+
+
+def encoding(out: Path) -> bool:
+    """A temp video exists and has bytes: an encode is in progress."""
+    return any(p.stat().st_size > 0 for p in (out / "videos").rglob(f"*{TEMP_MARK}*")) if (out / "videos").exists() \
+        else False
+
+
+def between_files(out: Path) -> bool:
+    """At least two videos are in place and no temp video exists (one worker: between two files)."""
+    vids = out / "videos"
+    return vids.exists() and len(final_videos(out)) >= 2 and not any(vids.rglob(f"*{TEMP_MARK}*"))
+
+
+def writing_metadata(out: Path) -> bool:
+    """The metadata phase has begun (something under meta/, v3.0: meta/episodes/), info.json not yet."""
+    meta = out / "meta"
+    return meta.exists() and any(meta.rglob("*")) and not (meta / "info.json").exists()
+
+
+def writing_v30_episodes(out: Path) -> bool:
+    return (out / "meta/episodes").exists() and not (out / "meta/info.json").exists()
+
+
+def kill_and_resume(row: Row, name: str, tmp_path: Path, trigger: Callable[[Path], bool] | None,
+                    delay_s: float | None = None, cli_verify: bool = True) -> None:
+    src = corpus(name)
+    reference = baseline_digest(name)
+    before = snapshot(src)
+    out = tmp_path / "out"
+    args = reencode_args(src, out, workers=1)
+    run = start_prep(*args, log=tmp_path / "killed.log")
+    if trigger is not None:
+        hit = wait_until(lambda: trigger(out), timeout=240, proc=run)
+        assert hit, f"the kill point was never reached (run exited {run.proc.poll()}):\n{run.output()[-2000:]}"
+    else:
+        assert delay_s is not None
+        wait_until(lambda: False, timeout=delay_s, proc=run)
+    finished_first = run.proc.poll() is not None
+    kill_group(run.proc)
+    orphans = wait_group_gone(run.pid)
+    finals, temps = final_videos(out), temp_files(out)
+    state = {"videos_in_place": len(finals), "temps": len(temps),
+             "info_json": (out / "meta/info.json").exists(), "lock_left": (out / LOCK_REL).exists(),
+             "finished_before_kill": finished_first}
+    row.details["at_kill"] = state
+    row.observed = (f"killed with {len(finals)}/{sum(1 for k in reference if k.endswith('.mp4'))} videos in place, "
+                    f"{len(temps)} temp files, info.json {'present' if state['info_json'] else 'absent'}")
+    assert not orphans, f"processes of the killed run survived: {orphans}"
+    unsound = unsound_final_files(reference, out)
+    assert not unsound, f"files under their final name that are not complete and correct at kill time: {unsound}"
+
+    rerun = prep(*args)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    counts = count_line(rerun.stdout)
+    assert counts.get("kept") == len(finals), f"rerun kept {counts}, {len(finals)} were complete at the kill"
+    assert counts.get("encoded") == counts["files"] - len(finals), counts
+    left = temp_files(out)
+    assert not left, f"temp files left behind: {left}"
+    assert not (out / LOCK_REL).exists(), "lock file left after a finished rerun"
+
+    if cli_verify:
+        v = prep("verify", str(out), "--all-intra", "--size", "224x224", "--workers", "1", "--no-progress")
+        assert v.returncode == 0 and "PASSED" in v.stdout, v.stdout + v.stderr
+    else:
+        report = verify_in_process(out, VerifyOptions(size=(224, 224), all_intra=True))
+        assert report.passed, [f.line() for f in report.failures[:5]]
+    diff = digest_diff(reference, output_digest(out))
+    row.files_lost = len(diff["missing"]) + len(diff["different"])
+    assert not any(diff.values()), f"output differs from the uninterrupted run: {diff}"
+    check_source(row, before, src)
+    row.observed += (f"; rerun: {counts['encoded']} encoded, {counts['kept']} kept, verify passed, "
+                     "frames+metadata equal the uninterrupted run, 0 temp files, 0 orphans, source unchanged")
+
+
+EXPECT = ("no orphaned processes; final-named files already correct; rerun redoes only unfinished files, "
+          "passes verify --all-intra --size 224x224, equals the uninterrupted run; no temp files; source unchanged")
+
+
+def test_kill_during_encode_v21(tmp_path: Path) -> None:
+    with scenario("SIGKILL during an encode (v2.1)", EXPECT) as row:
+        kill_and_resume(row, "v21", tmp_path, encoding)
+
+
+def test_kill_between_files_v21(tmp_path: Path) -> None:
+    with scenario("SIGKILL between two files (v2.1)", EXPECT) as row:
+        kill_and_resume(row, "v21", tmp_path, between_files)
+
+
+def test_kill_while_writing_metadata_v21(tmp_path: Path) -> None:
+    with scenario("SIGKILL while copying/writing metadata (v2.1)", EXPECT) as row:
+        kill_and_resume(row, "v21", tmp_path, writing_metadata)
+
+
+def test_kill_while_writing_metadata_v30(tmp_path: Path) -> None:
+    with scenario("SIGKILL while writing episodes metadata (v3.0)", EXPECT) as row:
+        kill_and_resume(row, "v30", tmp_path, writing_v30_episodes)
+
+
+def test_kill_during_encode_v30(tmp_path: Path) -> None:
+    with scenario("SIGKILL during an encode (v3.0, multi-episode files)", EXPECT) as row:
+        kill_and_resume(row, "v30", tmp_path, encoding, cli_verify=False)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_kill_at_random_delay(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    name = "v21" if seed % 2 else "v30"
+    baseline_digest(name)  # builds the reference and times an uninterrupted run
+    delay = round(rng.uniform(0.25, 0.95) * BASELINE_SECONDS[name], 2)
+    with scenario(f"SIGKILL at a random delay ({name}, {delay} s after start)", EXPECT) as row:
+        kill_and_resume(row, name, tmp_path, None, delay_s=delay, cli_verify=False)
