@@ -150,6 +150,26 @@ def group_members(pgid: int) -> list[int]:
     return pids
 
 
+def open_files(pgid: int, under: Path, mark: str = TEMP_MARK) -> list[str]:
+    """Files under `under` whose name holds `mark` that a process of group `pgid` has open now."""
+    found = []
+    prefix = str(under)
+    for pid in group_members(pgid):
+        fd_dir = Path(f"/proc/{pid}/fd")
+        try:
+            fds = list(fd_dir.iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith(prefix) and mark in target:
+                found.append(target)
+    return found
+
+
 def wait_group_gone(pgid: int, timeout: float = 15.0) -> list[int]:
     deadline = time.monotonic() + timeout
     while True:
@@ -261,11 +281,12 @@ def frame_hashes(path: Path) -> tuple[str, ...]:
 
 
 def dataset_files(root: Path) -> list[str]:
-    """Relative paths of the files of an output, prep's own `prep/` folder excluded."""
+    """Relative paths of the files of an output, prep's own `prep/` folder and temp files excluded
+    (temp files are checked on their own: `temp_files`)."""
     files = []
     for p in root.rglob("*"):
         rel = p.relative_to(root).as_posix()
-        if rel.split("/", 1)[0] == "prep" or not p.is_file():
+        if rel.split("/", 1)[0] == "prep" or TEMP_MARK in p.name or not p.is_file():
             continue
         files.append(rel)
     return sorted(files)
@@ -299,8 +320,6 @@ def unsound_final_files(reference: dict[str, tuple[str, Any]], out: Path) -> lis
     what a crash or a full disk must never leave behind. Temp files are not final names."""
     bad = []
     for rel in dataset_files(out):
-        if TEMP_MARK in rel:
-            continue
         if rel not in reference or file_digest(out / rel) != reference[rel]:
             bad.append(rel)
     return bad
