@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from faults_support import (
     KnownBug,
     Row,
@@ -35,7 +34,7 @@ from faults_support import (
     snapshot,
     temp_files,
 )
-from inject import remux_faststart, reencode_video, truncate_file, write_video
+from inject import reencode_video, remux_faststart, truncate_file, write_video
 
 pytestmark = pytest.mark.faults
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from cluster import loopback_cluster
 from faults_support import (
     KnownBug,
@@ -28,6 +27,7 @@ from faults_support import (
     wait_group_gone,
     wait_until,
 )
+
 from pipeline.commands.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 

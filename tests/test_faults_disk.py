@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from faults_support import (
     KnownBug,
     Row,
@@ -32,6 +31,7 @@ from faults_support import (
     tmpfs_bytes,
     unsound_final_files,
 )
+
 from pipeline.commands.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from faults_support import (
     BASELINE_SECONDS,
     TEMP_MARK,
@@ -40,6 +39,7 @@ from faults_support import (
     wait_group_gone,
     wait_until,
 )
+
 from pipeline.commands.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 
