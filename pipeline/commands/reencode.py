@@ -23,9 +23,9 @@ from pipeline import __version__, atomic
 from pipeline.commands.common import add_run_options, run_config
 from pipeline.commands.scan import scan_dataset
 from pipeline.dataset import open_dataset
-from pipeline.dataset.model import Dataset
+from pipeline.dataset.model import Dataset, resolve_inside
 from pipeline.dataset.write import PREP_DIR, EpisodeVideo, VideoFeatureUpdate, copy_unchanged, write_output_metadata
-from pipeline.errors import PrepError
+from pipeline.errors import EpisodeError, PrepError
 from pipeline.lock import exclusive_lock
 from pipeline.manifest import bytes_on_disk
 from pipeline.runner import RunConfig, run_map
@@ -234,7 +234,11 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, config: Run
         results = run_map(reencode_unit, units, on_error=reencode_failed, config=config, desc="reencode",
                           measure=lambda r: {"frames": float(r.frames)}, unit_name="file")
         report.seconds = time.perf_counter() - t0
-        copy_unchanged(ds, out)
+        atomic.remove_stale_temps(out)  # temp files of workers killed mid-task (their task was retried)
+        try:
+            copy_unchanged(ds, out)
+        except OSError as exc:
+            raise PrepError(_write_error(out, "copying parquet and metadata", exc)) from None
         report.files = len(results)
         report.encoded = sum(r.status == "encoded" for r in results)
         report.kept = sum(r.status == "kept" for r in results)
@@ -244,17 +248,43 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, config: Run
         report.failures = [{"path": r.rel, "camera": r.camera, "reason": r.reason} for r in results
                            if r.status == "failed"]
         report.failures += [{"path": e.path, "episode": e.episode, "reason": e.message} for e in rejected]
-        if not report.failures:
-            files: list[tuple[str, list[EpisodeVideo]]] = [(r.camera, r.episodes) for r in results]
-            write_output_metadata(ds, out, files, _updates(results, options))
-            report.complete = True
-            scan_dataset(out, out / MANIFEST_REL, config)
-            report.manifest = str(out / MANIFEST_REL)
-            out_ds, _ = open_dataset(out)
-            report.comparison = comparison(ds, out_ds)
-            atomic.write_json(out / COMPARISON_REL, report.comparison, indent=2)
-        atomic.write_json(out / REPORT_REL, {"schema": "prep.reencode_report/1", **asdict(report)}, indent=2)
+        report.failures += missing_data_files(ds)
+        try:
+            if not report.failures:
+                files: list[tuple[str, list[EpisodeVideo]]] = [(r.camera, r.episodes) for r in results]
+                write_output_metadata(ds, out, files, _updates(results, options))
+                report.complete = True
+                scan_dataset(out, out / MANIFEST_REL, config)
+                report.manifest = str(out / MANIFEST_REL)
+                out_ds, _ = open_dataset(out)
+                report.comparison = comparison(ds, out_ds)
+                atomic.write_json(out / COMPARISON_REL, report.comparison, indent=2)
+            atomic.write_json(out / REPORT_REL, {"schema": "prep.reencode_report/1", **asdict(report)}, indent=2)
+        except OSError as exc:
+            raise PrepError(_write_error(out, "writing metadata and reports", exc)) from None
     return report
+
+
+def _write_error(out: Path, what: str, exc: OSError) -> str:
+    """One line for a failed write (a full disk, a read-only mount): nothing half-written is kept."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return (f"{out}: {what} failed: {exc.strerror or exc}{where}; finished video files are kept and "
+            "meta/info.json is written only when complete: free space and rerun the same command")
+
+
+def missing_data_files(ds: Dataset) -> list[dict[str, Any]]:
+    """A failure per episode whose parquet file is missing (the output would not load without it)."""
+    failures: list[dict[str, Any]] = []
+    for rel, episodes in ds.data_files().items():
+        try:
+            path = resolve_inside(ds.root, rel, episode=episodes[0].index)
+        except EpisodeError as exc:
+            failures += [{"path": exc.path, "episode": ep.index, "reason": exc.message} for ep in episodes]
+            continue
+        if not path.is_file():
+            failures += [{"path": str(path), "episode": ep.index, "reason": "missing parquet file"}
+                         for ep in episodes]
+    return failures
 
 
 def summary(r: ReencodeReport) -> str:

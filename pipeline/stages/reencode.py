@@ -14,10 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline import atomic
-from pipeline.dataset.model import Dataset, resolve_inside
+from pipeline.dataset.model import CameraInfo, Dataset, resolve_inside
 from pipeline.dataset.write import EpisodeVideo, SpanImageStats
 from pipeline.errors import EpisodeError
-from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, CheckFailure, Span, VideoExpect, check_video
+from pipeline.video.checks import (
+    TIMESTAMP_TOLERANCE_S,
+    CheckFailure,
+    Span,
+    VideoExpect,
+    check_video,
+    nominal_fps,
+)
 from pipeline.video.encode import (
     DEFAULT_ENGINE,
     DEFAULT_PROFILE,
@@ -30,6 +37,8 @@ from pipeline.video.encode import (
 )
 from pipeline.video.probe import VideoProbe, probe_video
 from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES, Geometry
+
+FPS_TOLERANCE = 0.01  # relative: a source may jitter, but 25 fps labelled 30 is refused
 
 
 @dataclass(slots=True, frozen=True)
@@ -60,6 +69,7 @@ class ReencodeUnit:
     fps: float
     spans: tuple[Span, ...]  # the episodes in the source file, by source timestamps
     options: ReencodeOptions
+    declared_size: tuple[int, int] | None = None  # (width, height) as meta/info.json declares the camera
 
 
 @dataclass(slots=True)
@@ -78,7 +88,18 @@ class ReencodeResult:
     src_codec: str = ""
 
 
+def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
+    """(width, height) of a camera as info.json declares it: `video.width/height`, else the shape by its names."""
+    if cam.width and cam.height:
+        return cam.width, cam.height
+    names = list(cam.names or ())
+    if "height" in names and "width" in names and len(cam.shape) == len(names):
+        return cam.shape[names.index("width")], cam.shape[names.index("height")]
+    return None
+
+
 def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> list[ReencodeUnit]:
+    cameras = {cam.key: cam for cam in ds.cameras}
     units = []
     for rel, episodes in ds.video_files().items():
         camera = next(ref.camera for ref in episodes[0].videos if ref.rel == rel)
@@ -86,8 +107,22 @@ def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> list[Ree
             Span(ep.index, ep.video(camera).from_timestamp, ep.video(camera).to_timestamp, ep.frames_expected)
             for ep in episodes
         )
-        units.append(ReencodeUnit(str(ds.root), str(out), rel, camera, ds.fps, spans, options))
+        units.append(ReencodeUnit(str(ds.root), str(out), rel, camera, ds.fps, spans, options,
+                                  declared_size(cameras[camera])))
     return units
+
+
+def check_source(probe: VideoProbe, unit: ReencodeUnit) -> None:
+    """Refuse a source whose size or frame rate is not what meta/info.json says (LeRobot would misread it)."""
+    episode = unit.spans[0].episode if unit.spans else None
+    if unit.declared_size is not None and (probe.width, probe.height) != unit.declared_size:
+        w, h = unit.declared_size
+        raise EpisodeError(episode, probe.path, f"video is {probe.width}x{probe.height} but meta/info.json "
+                                                f"declares {w}x{h} for {unit.camera}")
+    rate = nominal_fps(probe)
+    if abs(rate - unit.fps) > FPS_TOLERANCE * unit.fps:
+        raise EpisodeError(episode, probe.path, f"video runs at {rate:.3f} fps but meta/info.json says "
+                                                f"{unit.fps:g} fps")
 
 
 def reencode_failed(unit: ReencodeUnit, exc: BaseException) -> ReencodeResult:
@@ -136,7 +171,8 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     try:
         src = resolve_inside(Path(unit.src_root), unit.rel)
         dst = Path(unit.out_root) / unit.rel
-        probe = probe_video(src)
+        probe = probe_video(src, episode=unit.spans[0].episode if unit.spans else None)
+        check_source(probe, unit)
         result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
         result.src_codec = probe.codec
         spans = new_spans(probe, unit.spans, unit.fps)
