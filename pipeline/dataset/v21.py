@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,20 @@ TASKS_REL = "meta/tasks.jsonl"
 EPISODES_STATS_REL = "meta/episodes_stats.jsonl"
 DATA_FIELDS = {"episode_chunk", "episode_index"}
 VIDEO_FIELDS = {"episode_chunk", "episode_index", "video_key"}
+EPISODE_INDEX_RE = re.compile(r'"episode_index"\s*:\s*(\d+)')
+
+
+class BadJsonLine(ValueError):
+    """A JSON Lines line that does not parse: the error and the raw text (to name its episode)."""
+
+    def __init__(self, error: json.JSONDecodeError, text: str) -> None:
+        super().__init__(str(error))
+        self.text = text
+
+    def episode_hint(self) -> int | None:
+        """The episode the broken line was about, when its `episode_index` is still readable."""
+        match = EPISODE_INDEX_RE.search(self.text)
+        return int(match.group(1)) if match else None
 
 
 def read_jsonl(path: Path) -> list[tuple[int, Any]]:
@@ -32,7 +47,7 @@ def read_jsonl(path: Path) -> list[tuple[int, Any]]:
         try:
             rows.append((lineno, json.loads(line)))
         except json.JSONDecodeError as exc:
-            rows.append((lineno, exc))
+            rows.append((lineno, BadJsonLine(exc, line)))
     return rows
 
 
@@ -71,8 +86,8 @@ def open_v21(root: Path, info: dict[str, Any]) -> tuple[Dataset, list[EpisodeErr
     seen: set[int] = set()
     for lineno, obj in read_jsonl(ep_path):
         where = f"{ep_path}:{lineno}"
-        if isinstance(obj, Exception):
-            rejected.append(EpisodeError(None, where, f"line is not JSON ({obj})"))
+        if isinstance(obj, BadJsonLine):
+            rejected.append(EpisodeError(obj.episode_hint(), where, f"line is not JSON ({obj})"))
             continue
         if not isinstance(obj, dict):
             rejected.append(EpisodeError(None, where, f"expected a JSON object, found {obj!r}"))
