@@ -17,10 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import __version__, atomic
-from pipeline.dataset.model import Dataset
+from pipeline.dataset.model import Dataset, resolve_inside
 from pipeline.errors import EpisodeError, PrepError
 from pipeline.schemas import validate
 from pipeline.stages.scan import EpisodeScan
+from pipeline.video.probe import UNKNOWN_PIX_FMT, probe_video
 
 MANIFEST_SCHEMA = "manifest"
 
@@ -49,6 +50,18 @@ def bytes_on_disk(ds: Dataset) -> dict[str, Any]:
     return {"total": sum(kinds.values()), **kinds, "per_camera": per_camera, "files": files}
 
 
+def _pix_fmt(ds: Dataset, ok: list[EpisodeScan], camera: str) -> str | None:
+    """The camera's pixel format: the scan's fast probe may not know it, so one full probe settles it."""
+    scan = next(s for s in ok if camera in s.cameras)
+    if scan.cameras[camera].pix_fmt != UNKNOWN_PIX_FMT:
+        return scan.cameras[camera].pix_fmt
+    episode = next(e for e in ds.episodes if e.index == scan.episode)
+    try:
+        return probe_video(resolve_inside(ds.root, episode.video(camera).rel), pix_fmt=True).pix_fmt
+    except EpisodeError:
+        return None
+
+
 def build_manifest(ds: Dataset, scans: list[EpisodeScan], rejected: list[EpisodeError]) -> dict[str, Any]:
     ok = [s for s in scans if s.status == "ok"]
     failed = [s for s in scans if s.status != "ok"]
@@ -67,7 +80,7 @@ def build_manifest(ds: Dataset, scans: list[EpisodeScan], rejected: list[Episode
                 "codec": seen.codec if seen else cam.codec,
                 "width": seen.width if seen else cam.width,
                 "height": seen.height if seen else cam.height,
-                "pix_fmt": seen.pix_fmt if seen else cam.pix_fmt,
+                "pix_fmt": _pix_fmt(ds, ok, cam.key) if seen else cam.pix_fmt,
                 "fps": seen.fps if seen else cam.fps,
                 "declared": {"codec": cam.codec, "width": cam.width, "height": cam.height, "pix_fmt": cam.pix_fmt},
             }

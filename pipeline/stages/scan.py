@@ -116,7 +116,7 @@ def scan_unit(unit: ScanUnit) -> list[EpisodeScan]:
     for cam_ref in first.videos:
         try:
             path = resolve_inside(root, cam_ref.rel, episode=first.index)
-            probe: VideoProbe = probe_video(path, episode=first.index)
+            probe: VideoProbe = probe_video(path, episode=first.index, pix_fmt=False)
         except EpisodeError as exc:
             fail(exc)
             continue

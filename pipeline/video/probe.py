@@ -54,8 +54,18 @@ class VideoProbe:
         return sum(1 for t in self.keyframe_pts_s if t0 - tolerance <= t < t1 - tolerance)
 
 
-def probe_video(path: Path | str, *, episode: int | None = None) -> VideoProbe:
-    """Header fields and a packet-level demux of the first video stream; raises `EpisodeError`."""
+# Opening a container runs FFmpeg's stream-info probe, which decodes a frame of some codecs (h264) just
+# to learn the pixel format; `skip_frame=all` stops that, making an open ~3.5x cheaper. Only the pixel
+# format is lost (reported as "unknown" for such codecs), so the scan asks for it once per camera.
+FAST_OPEN_OPTIONS = {"skip_frame": "all", "threads": "1"}
+UNKNOWN_PIX_FMT = "unknown"
+
+
+def probe_video(path: Path | str, *, episode: int | None = None, pix_fmt: bool = True) -> VideoProbe:
+    """Header fields and a packet-level demux of the first video stream; raises `EpisodeError`.
+
+    `pix_fmt=False` opens without decoding any frame (faster; pix_fmt may be "unknown").
+    """
     path = Path(path)
     try:
         size = os.stat(path).st_size
@@ -66,7 +76,8 @@ def probe_video(path: Path | str, *, episode: int | None = None) -> VideoProbe:
     if size == 0:
         raise EpisodeError(episode, path, "zero-byte video file")
     try:
-        with av.open(str(path), mode="r") as container:
+        options = {"threads": "1"} if pix_fmt else FAST_OPEN_OPTIONS
+        with av.open(str(path), mode="r", options=options) as container:
             if not container.streams.video:
                 raise EpisodeError(episode, path, "no video stream in the container")
             stream = container.streams.video[0]
@@ -87,14 +98,14 @@ def probe_video(path: Path | str, *, episode: int | None = None) -> VideoProbe:
                 duration = container.duration / 1_000_000
             else:
                 duration = 0.0
-            pix_fmt = ctx.format.name if ctx.format is not None else (ctx.pix_fmt or "unknown")
+            fmt = ctx.format.name if ctx.format is not None else (ctx.pix_fmt or UNKNOWN_PIX_FMT)
             probe = VideoProbe(
                 path=str(path),
                 bytes=size,
                 codec=ctx.codec.canonical_name,
                 width=int(ctx.width),
                 height=int(ctx.height),
-                pix_fmt=pix_fmt,
+                pix_fmt=fmt,
                 fps=fps,
                 frames_from_header=header_frames,
                 frames_from_packets=len(packets),
