@@ -150,28 +150,28 @@ def v30_truncated(root: Path) -> str:
     return V30_VIDEO.format(cam=CAM)
 
 
-NO_EPISODE_IN_MESSAGE = ("BUG: a failed video's message names the file but not its episodes: "
-                         "reencode_failed/reencode_unit keep only the reason, the report has no 'episode'")
+NO_EPISODE_IN_MESSAGE = (
+    "BUG: a failed video's FAILED line and report entry name the file but not the episodes it holds "
+    "(reencode_dataset builds its failures from ReencodeResult without the unit's span episodes)"
+)
+RECORD_LINE_NOT_EPISODE = (
+    "BUG: the FAILED line of a rejected episodes.jsonl record gives file:line but not the episode index "
+    "the report entry holds (reencode.summary prints only path and reason)"
+)
 CASES = [
     Case("truncated", "truncated mp4 (index lost)", "v21", truncated, (1,)),
     Case("truncated-faststart", "truncated mp4 (index first, frames missing)", "v21", truncated_faststart, (1,)),
     Case("zero-byte", "zero-byte mp4", "v21", zero_bytes, (1,)),
     Case("random-bytes", "random bytes named .mp4", "v21", random_bytes, (1,)),
     Case("other-resolution", "video 160x120 where info.json says 320x240", "v21", other_resolution, (1,),
-         verify_check="declared_size",
-         bug="BUG: reencode accepts a source video whose size differs from info.json (exit 0)"),
-    Case("other-fps", "video at 15 fps where info.json says 30", "v21", other_fps, (1,), verify_check="fps",
-         bug="BUG: reencode accepts a source video whose frame rate differs from info.json and retimes it to "
-             "30 fps (exit 0)"),
+         verify_check="declared_size"),
+    Case("other-fps", "video at 15 fps where info.json says 30", "v21", other_fps, (1,), verify_check="fps"),
     Case("missing-parquet", "episode's data parquet missing", "v21", missing_parquet, (1,),
-         verify_check="parquet_readable",
-         bug="BUG: reencode does not notice a missing data parquet: exit 0, output lacks the file"),
+         verify_check="parquet_readable"),
     Case("info-not-json", "meta/info.json not JSON", "v21", info_not_json, (), whole_dataset=True),
     Case("episodes-line-not-json", "meta/episodes.jsonl line 2 not JSON", "v21", episode_line_not_json, (1,)),
-    Case("negative-length", "episodes.jsonl length -30", "v21", negative_length, (1,),
-         bug="BUG: a rejected episode record's message gives the jsonl line, not the episode index it holds"),
-    Case("missing-length", "episodes.jsonl length missing", "v21", missing_length, (1,),
-         bug="BUG: a rejected episode record's message gives the jsonl line, not the episode index it holds"),
+    Case("negative-length", "episodes.jsonl length -30", "v21", negative_length, (1,), bug=RECORD_LINE_NOT_EPISODE),
+    Case("missing-length", "episodes.jsonl length missing", "v21", missing_length, (1,), bug=RECORD_LINE_NOT_EPISODE),
     Case("template-escapes", "video_path template '../escaped/...'", "v21", template_escapes, (),
          whole_dataset=True),
     Case("symlink-outside", "symlink to a video outside the dataset", "v21", symlink_outside, (1,)),

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from cluster import loopback_cluster
 from faults_support import (
-    KnownBug,
     baseline_digest,
     check_source,
     corpus,
@@ -34,9 +33,6 @@ from pipeline.stages.verify import VerifyOptions
 pytestmark = pytest.mark.faults
 
 
-@pytest.mark.xfail(raises=KnownBug, strict=True,
-                   reason="BUG: the temp file of a task whose worker was killed is never removed: "
-                          "remove_stale_temps runs only when a run starts")
 def test_worker_killed_mid_run_completes_on_the_other(tmp_path: Path) -> None:
     src = corpus("v21")
     reference = baseline_digest("v21")

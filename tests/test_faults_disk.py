@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from faults_support import (
-    KnownBug,
     Row,
     baseline,
     baseline_digest,
@@ -110,9 +109,6 @@ def test_disk_full_during_encode(can_mount: None, tmp_path: Path) -> None:
         fill_and_resume(row, tmp_path, size, expect_failed_videos=True)
 
 
-@pytest.mark.xfail(raises=KnownBug, strict=True,
-                   reason="BUG: OSError (ENOSPC) from copy_unchanged/write_output_metadata/the report escapes "
-                          "reencode_dataset: traceback instead of a one-line error")
 def test_disk_full_while_copying(can_mount: None, tmp_path: Path) -> None:
     """Room for every video but not for the parquet copies that follow them."""
     with scenario("disk full while copying parquet/metadata (tmpfs fits the videos only)",

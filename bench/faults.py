@@ -1,0 +1,185 @@
+"""Run the fault-injection suite and print its scenario table and counts.
+
+Runs `pytest` on tests/test_faults_*.py (every test marked `faults`) plus the metadata readers'
+property tests (tests/test_metadata_fuzz.py, referenced as one row), in this process. Each
+scenario records its row (scenario, expected, observed, files lost, sources modified) through
+tests/faults_support.py; pytest's outcome decides the pass column: `yes`, `known bug` (a strict
+xfail naming a pipeline bug: the scenario found it, the fix is pending), `skipped` (with the
+reason) or `NO`. Prints the table and the counts (scenarios run, bad inputs tried, files lost,
+sources modified: the last two must be 0), writes bench/results/faults.json, and exits 0 only when
+no row says `NO` and nothing was lost or modified.
+
+    python bench/faults.py [--out bench/results/faults.json] [-k EXPR] [--no-fuzz]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from faults_support import RECORD_ENV  # noqa: E402
+
+from pipeline import __version__, atomic  # noqa: E402
+
+FUZZ = "tests/test_metadata_fuzz.py"
+
+
+class Outcomes:
+    """A pytest plugin: each test's outcome (passed, failed, skipped, xfailed, xpassed) and reason."""
+
+    def __init__(self) -> None:
+        self.tests: dict[str, dict[str, Any]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        entry = self.tests.setdefault(report.nodeid, {"outcome": "passed", "seconds": 0.0, "reason": ""})
+        entry["seconds"] += report.duration
+        if report.when == "call" or report.outcome != "passed":
+            if hasattr(report, "wasxfail"):
+                entry["outcome"] = "xfailed" if report.skipped else "xpassed"
+                entry["reason"] = report.wasxfail
+            elif report.skipped:
+                entry["outcome"] = "skipped"
+                longrepr = report.longrepr
+                entry["reason"] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            elif report.failed:
+                entry["outcome"] = "failed"
+                entry["reason"] = str(report.longreprtext).strip().splitlines()[-1][:300] if report.longreprtext else ""
+
+
+def pass_label(row: dict[str, Any], outcome: str) -> str:
+    if row["status"] == "pass" and outcome in ("passed", ""):
+        return "yes"
+    if row["status"] == "known bug" and outcome == "xfailed":
+        return "known bug"
+    return "NO"
+
+
+def build_rows(records: list[dict[str, Any]], outcomes: Outcomes) -> list[dict[str, Any]]:
+    rows = []
+    for rec in records:
+        outcome = outcomes.tests.get(rec["test"], {}).get("outcome", "")
+        rows.append({**rec, "outcome": outcome, "pass": pass_label(rec, outcome)})
+    recorded = {r["test"] for r in records}
+    for nodeid, t in outcomes.tests.items():
+        if nodeid.startswith(FUZZ) or nodeid in recorded:
+            continue
+        label = "skipped" if t["outcome"] == "skipped" else ("yes" if t["outcome"] == "passed" else "NO")
+        rows.append({"scenario": nodeid.split("::", 1)[1], "expected": "(see the test)",
+                     "observed": f"{t['outcome']}: {t['reason']}".strip(": "), "status": t["outcome"],
+                     "outcome": t["outcome"], "pass": label, "bad_input": False, "files_lost": 0,
+                     "sources_modified": 0, "seconds": round(t["seconds"], 2), "test": nodeid, "details": {}})
+    fuzz = {k: v for k, v in outcomes.tests.items() if k.startswith(FUZZ)}
+    if fuzz:
+        ok = sum(v["outcome"] == "passed" for v in fuzz.values())
+        rows.append({
+            "scenario": "metadata readers: any info.json / episodes.jsonl / episodes parquet (hypothesis)",
+            "expected": "a dataset (plus rejected episodes) or one DatasetError; never an unhandled exception",
+            "observed": f"{ok}/{len(fuzz)} property tests passed ({FUZZ}; written by the verify engineer)",
+            "status": "pass" if ok == len(fuzz) else "FAIL", "outcome": "passed" if ok == len(fuzz) else "failed",
+            "pass": "yes" if ok == len(fuzz) else "NO", "bad_input": True, "files_lost": 0, "sources_modified": 0,
+            "seconds": round(sum(v["seconds"] for v in fuzz.values()), 2), "test": FUZZ, "details": {},
+        })
+    return rows
+
+
+def table(rows: list[dict[str, Any]], widths: tuple[int, ...] = (40, 46, 66, 9)) -> str:
+    head = ("scenario", "expected", "observed", "pass")
+    rule = "+".join("-" * (w + 2) for w in widths)
+    lines = [rule, _cells(head, widths), rule]
+    for r in rows:
+        lines.append(_cells((r["scenario"], r["expected"], r["observed"], r["pass"]), widths))
+        lines.append(rule)
+    return "\n".join(lines)
+
+
+def _cells(values: tuple[str, ...], widths: tuple[int, ...]) -> str:
+    wrapped = [textwrap.wrap(str(v), w) or [""] for v, w in zip(values, widths, strict=True)]
+    height = max(len(w) for w in wrapped)
+    out = []
+    for i in range(height):
+        out.append(" | ".join((w[i] if i < len(w) else "").ljust(width) for w, width in zip(wrapped, widths,
+                                                                                                strict=True)))
+    return "\n".join(" " + line for line in out)
+
+
+def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    return {
+        "scenarios_run": sum(r["pass"] != "skipped" for r in rows),
+        "bad_inputs_tried": sum(bool(r["bad_input"]) and r["test"] != FUZZ for r in rows),
+        "files_lost": sum(int(r["files_lost"]) for r in rows),
+        "sources_modified": sum(int(r["sources_modified"]) for r in rows),
+        "passed": sum(r["pass"] == "yes" for r in rows),
+        "known_bugs": sum(r["pass"] == "known bug" for r in rows),
+        "skipped": sum(r["pass"] == "skipped" for r in rows),
+        "failed": sum(r["pass"] == "NO" for r in rows),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=REPO / "bench/results/faults.json")
+    ap.add_argument("-k", dest="keyword", help="pytest -k expression (a subset of the scenarios)")
+    ap.add_argument("--no-fuzz", action="store_true", help=f"leave out {FUZZ}")
+    args = ap.parse_args(argv)
+
+    os.chdir(REPO)
+    targets = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_faults_*.py"))
+    if not args.no_fuzz:
+        targets.append(FUZZ)
+    with tempfile.TemporaryDirectory(prefix="prep-faults-bench-") as tmp:
+        record = Path(tmp) / "rows.jsonl"
+        record.touch()
+        os.environ[RECORD_ENV] = str(record)
+        plugin = Outcomes()
+        pytest_args = [*targets, "-q", "-p", "no:cacheprovider", "--rootdir", str(REPO), "-rfEX"]
+        if args.keyword:
+            pytest_args += ["-k", args.keyword]
+        t0 = time.monotonic()
+        code = pytest.main(pytest_args, plugins=[plugin])
+        seconds = time.monotonic() - t0
+        records = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+    rows = build_rows(records, plugin)
+    c = counts(rows)
+    print()
+    print(table(rows))
+    print()
+    print(f"scenarios run     {c['scenarios_run']} ({c['passed']} pass, {c['known_bugs']} known bugs (xfail), "
+          f"{c['failed']} failed, {c['skipped']} skipped)")
+    print(f"bad inputs tried  {c['bad_inputs_tried']} (+ the metadata readers' property tests)")
+    print(f"files lost        {c['files_lost']} (must be 0)")
+    print(f"sources modified  {c['sources_modified']} (must be 0)")
+    print(f"runtime           {seconds:.0f} s (pytest exit {int(code)})")
+    for r in rows:
+        if r["pass"] == "known bug":
+            print(f"known bug         {r['test']}: {plugin.tests.get(r['test'], {}).get('reason', '')}")
+    ok = c["failed"] == 0 and c["files_lost"] == 0 and c["sources_modified"] == 0 and int(code) == 0
+    result = {
+        "schema": "prep.bench.faults/1", "prep_version": __version__,
+        "created_utc": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cores": os.cpu_count(),
+                    "load_average": list(os.getloadavg())},
+        "pytest_exit": int(code), "seconds": round(seconds, 1), "ok": ok, "counts": c,
+        "rows": [{k: v for k, v in r.items() if k != "details"} | {"details": r.get("details", {})} for r in rows],
+        "tests": plugin.tests,
+    }
+    atomic.write_json(args.out, result, indent=2)
+    print(f"wrote             {args.out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
