@@ -15,7 +15,9 @@ from faults_support import (
     corpus,
     count_line,
     digest_diff,
+    final_videos,
     group_members,
+    kill_group,
     known_bug,
     open_files,
     output_digest,
@@ -71,3 +73,43 @@ def test_worker_killed_mid_run_completes_on_the_other(tmp_path: Path) -> None:
         left = temp_files(out)
         row.observed += f"; {len(left)} temp file(s) left"
         known_bug(not left, f"temp files left behind by the killed worker: {left}")
+
+
+def test_client_killed_on_cluster_then_rerun_at_once(tmp_path: Path) -> None:
+    """The client dies (preempted head node) while the cluster's workers are mid-task; the same
+    command is run again at once against the same workers, which may still be finishing the dead
+    client's tasks. Both writers only ever rename checked files into place, so the result is the
+    clean run's, with no temp file left once the workers are idle."""
+    src = corpus("v21")
+    reference = baseline_digest("v21")
+    before = snapshot(src)
+    out = tmp_path / "out"
+    expected = ("rerun at once completes (exit 0); once the workers are idle the output equals the LocalCluster "
+                "run, passes verify; no temp files; source unchanged")
+    with scenario("Dask cluster on loopback: client SIGKILLed mid-run, rerun at once", expected) as row, \
+            loopback_cluster(2, tmp_path) as cluster:
+        args = ["reencode", "--src", str(src), "--dst", "224", "--out", str(out), "--scheduler", cluster.address,
+                "--no-progress"]
+        first = start_prep(*args, log=tmp_path / "client1.log")
+        workers = [w.pid for w in cluster.workers]
+        assert wait_until(lambda: any(open_files(w, out) for w in workers), timeout=240, proc=first,
+                          interval=0.01), first.output()[-2000:]
+        kill_group(first.proc)
+        in_place = len(final_videos(out))
+        second = start_prep(*args, log=tmp_path / "client2.log")
+        rc = second.wait()
+        row.observed = f"client killed with {in_place}/8 videos in place; rerun exit {rc}"
+        assert rc == 0, second.output()[-3000:]
+        idle = wait_until(lambda: not any(open_files(w, out) for w in workers) and not temp_files(out), timeout=60,
+                          interval=0.2)
+        assert idle, f"temp files still there after the workers went idle: {temp_files(out)}"
+        assert all(w.poll() is None for w in cluster.workers), "a worker died"
+        diff = digest_diff(reference, output_digest(out))
+        row.files_lost = len(diff["missing"]) + len(diff["different"])
+        assert not any(diff.values()), f"output differs from the LocalCluster run: {diff}"
+        report = verify_in_process(out, VerifyOptions(size=(224, 224), all_intra=True))
+        assert report.passed, [f.line() for f in report.failures[:5]]
+        check_source(row, before, src)
+        counts = count_line(second.output())
+        row.observed += (f" ({counts.get('encoded')} encoded, {counts.get('kept')} kept); output equals the "
+                         "LocalCluster run, verify passed, 0 temp files, source unchanged")
