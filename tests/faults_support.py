@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -420,7 +421,8 @@ def scenario(name: str, expected: str, *, bad_input: bool = False) -> Iterator[R
         status = "pass" if error is None else ("known bug" if isinstance(error, KnownBug) else "FAIL")
         if error is not None and not isinstance(error, KeyboardInterrupt):
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            row.observed = (row.observed + "; " if row.observed else "") + f"{status.upper()}: {first[:300]}"
+            label = "BUG" if isinstance(error, KnownBug) else "FAIL"
+            row.observed = (row.observed + "; " if row.observed else "") + f"{label}: {first[:300]}"
         _record({
             "scenario": row.scenario, "expected": row.expected, "observed": row.observed, "status": status,
             "pass": error is None, "bad_input": row.bad_input, "files_lost": row.files_lost,
@@ -429,7 +431,16 @@ def scenario(name: str, expected: str, *, bad_input: bool = False) -> Iterator[R
         })
 
 
+TMP_PATH_RE = re.compile(r"/tmp/pytest-of-[^/\s]+/pytest-\d+/[^/\s'\"]+")
+
+
+def short_paths(text: str) -> str:
+    """Scratch paths shortened for the table: <tmp>/... (a test's folder), <corpora>/..."""
+    return TMP_PATH_RE.sub("<tmp>", text.replace(str(scratch()), "<scratch>"))
+
+
 def _record(obj: dict[str, Any]) -> None:
+    obj["observed"] = short_paths(obj["observed"])
     path = os.environ.get(RECORD_ENV)
     if not path:
         return

@@ -31,6 +31,7 @@ from faults_support import (
     prep,
     reencode_args,
     scenario,
+    short_paths,
     snapshot,
     temp_files,
 )
@@ -217,13 +218,13 @@ def run_case(row: Row, case: Case, tmp_path: Path) -> None:
     check_source(row, before, src)
     assert "Traceback" not in text, text
     if case.whole_dataset:
-        row.observed = f"exit {r.returncode}: {r.stderr.strip()[:160]}"
+        row.observed = f"exit {r.returncode}: {short_paths(r.stderr.strip())[:200]}"
         assert r.returncode == 2, text
         assert str(src / bad) in r.stderr, f"the message does not name {bad}: {r.stderr}"
         assert not out.exists(), "something was written for a dataset refused as a whole"
         return
     failed = [line for line in r.stdout.splitlines() if line.startswith("FAILED")]
-    row.observed = f"exit {r.returncode}; " + (failed[0][:200] if failed else "no failure reported")
+    row.observed = f"exit {r.returncode}; " + (short_paths(failed[0])[:200] if failed else "no failure reported")
     missing = other_outputs_done(case, out, bad)
     assert not missing, f"other episodes not done: {missing}"
     assert not temp_files(out), temp_files(out)

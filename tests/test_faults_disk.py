@@ -24,6 +24,7 @@ from faults_support import (
     reencode_args,
     remount,
     scenario,
+    short_paths,
     snapshot,
     temp_files,
     tmpfs,
@@ -71,8 +72,11 @@ def fill_and_resume(row: Row, tmp_path: Path, size: int, expect_failed_videos: b
         assert not (out / "meta/info.json").exists(), "info.json written although the run failed"
         assert not (out / LOCK_REL).exists(), "lock file left by a run that ended"
         counts = count_line(r.stdout)
-        first = (f"exit {r.returncode}; " + (f"{counts.get('failed', 0)} of {counts.get('files')} videos failed "
-                 "with ENOSPC" if counts else "stopped while copying: " + r.stderr.strip().splitlines()[-1][:160]))
+        last = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+        if counts:
+            first = f"exit {r.returncode}; {counts.get('failed', 0)} of {counts.get('files')} videos failed with ENOSPC"
+        else:
+            first = f"exit {r.returncode}; stopped while copying: {short_paths(last)[:200]}"
         row.observed = first + f"; {len(list(out.rglob('*.mp4')))} complete videos kept, 0 temp files, no info.json"
         if expect_failed_videos:
             assert counts.get("failed") == counts.get("files") == 8, counts
@@ -91,7 +95,6 @@ def fill_and_resume(row: Row, tmp_path: Path, size: int, expect_failed_videos: b
                          "clean run, verify passed")
         check_source(row, before, src)
         clear = "Traceback" not in text and (r.returncode == 1 or r.stderr.startswith("prep reencode: error:"))
-        last = (r.stderr.strip().splitlines() or [""])[-1]
         known_bug(clear, f"a full disk outside the encode gives a Python traceback, not a one-line error: {last[:200]}")
 
 

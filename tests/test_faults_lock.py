@@ -23,6 +23,7 @@ from faults_support import (
     prep,
     reencode_args,
     scenario,
+    short_paths,
     snapshot,
     start_prep,
     temp_files,
@@ -64,7 +65,7 @@ def test_second_concurrent_run_refused(tmp_path: Path) -> None:
             first.output()[-2000:]
         second = prep(*args)
         still_running = first.proc.poll() is None
-        row.observed = f"second: exit {second.returncode}: {second.stderr.strip()[:150]}"
+        row.observed = f"second: exit {second.returncode}: {short_paths(second.stderr.strip())[:200]}"
         assert still_running, "the first run ended before the second was tried: the test proves nothing"
         assert second.returncode == 2, second.stdout + second.stderr
         assert "in use by another prep run" in second.stderr and f"pid {first.pid}" in second.stderr, second.stderr
