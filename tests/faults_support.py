@@ -253,21 +253,21 @@ BASELINE_SECONDS: dict[str, float] = {}
 
 
 @functools.cache
-def baseline(name: str) -> Path:
-    """The output of one uninterrupted `prep reencode` of `corpus(name)` (the reference); its wall
-    time (process start to exit, one worker) goes to BASELINE_SECONDS."""
+def baseline(name: str, engine: str = "pyav") -> Path:
+    """The output of one uninterrupted `prep reencode` of `corpus(name)` with `engine` (the
+    reference); its wall time (process start to exit, one worker) goes to BASELINE_SECONDS."""
     src = corpus(name)
-    out = scratch() / "baselines" / f"{name}_224"
+    out = scratch() / "baselines" / f"{name}_{engine}_224"
     t0 = time.monotonic()
-    r = prep(*reencode_args(src, out, workers=1))
-    BASELINE_SECONDS[name] = time.monotonic() - t0
-    assert r.returncode == 0, f"baseline reencode of {name} failed:\n{r.stdout}\n{r.stderr}"
+    r = prep(*reencode_args(src, out, "--engine", engine, workers=1))
+    BASELINE_SECONDS[f"{name}/{engine}"] = time.monotonic() - t0
+    assert r.returncode == 0, f"baseline reencode of {name} ({engine}) failed:\n{r.stdout}\n{r.stderr}"
     return out
 
 
 @functools.cache
-def baseline_digest(name: str) -> dict[str, tuple[str, Any]]:
-    return output_digest(baseline(name))
+def baseline_digest(name: str, engine: str = "pyav") -> dict[str, tuple[str, Any]]:
+    return output_digest(baseline(name, engine))
 
 
 def frame_hashes(path: Path) -> tuple[str, ...]:
