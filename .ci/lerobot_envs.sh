@@ -15,8 +15,8 @@
 #   LEROBOT_ENVS="v21 v30"       which ones to build
 #
 # Idempotent: an env whose stamp file matches the requested spec and whose lerobot
-# imports at the right version is left alone (only the editable link of our package is
-# refreshed when REPO_PATH changed).  Runs as root on a fresh Debian 12 machine: it
+# imports at the right version is left alone (our package is reinstalled editable, with its
+# dependencies, only when REPO_PATH or pyproject.toml changed).  Runs as root on a fresh Debian 12 machine: it
 # apt-installs FFmpeg's shared libraries when missing (torchcodec loads them at import).
 set -euo pipefail
 
@@ -62,20 +62,27 @@ assert md.version("lerobot") == sys.argv[1], md.version("lerobot")
 EOF
 }
 
-link_repo() {  # (re)install our package editable when it points elsewhere
-    local v=$1
-    local at
-    at="$("$v/bin/python" -c 'import pipeline, os; print(os.path.dirname(os.path.dirname(os.path.abspath(pipeline.__file__))))' 2>/dev/null || true)"
-    if [[ "$at" != "$REPO" ]]; then
-        log "$(basename "$v"): installing $REPO editable (was: ${at:-none})"
-        "$v/bin/pip" install -q --no-cache-dir --no-deps -e "$REPO"
+pip_q() {  # pip in venv $1, without the "Location ... is ignored" noise of this machine's local indexes
+    local v=$1; shift
+    "$v/bin/pip" "$@" 2> >(grep -v 'is ignored' >&2)
+}
+
+repo_stamp() { echo "$REPO $(sha256sum "$REPO/pyproject.toml" | cut -c1-16)"; }
+
+sync_repo() {  # (re)install our package editable + its deps when the checkout or pyproject.toml changed
+    local v=$1 spec=$2
+    if [[ "$(cat "$v/.prep-repo" 2>/dev/null)" != "$(repo_stamp)" ]]; then
+        log "$(basename "$v"): installing $REPO editable with its dependencies (lerobot pins kept)"
+        # shellcheck disable=SC2086
+        pip_q "$v" install -q --no-cache-dir $spec -e "$REPO[test]"
+        repo_stamp > "$v/.prep-repo"
     fi
 }
 
 build_env() {
     local name=$1 v="$VENVS/lerobot-$1" spec_var="SPEC_$1" ver_var="LEROBOT_$1"
     if env_ok "$name"; then
-        link_repo "$v"
+        sync_repo "$v" "${!spec_var}"
         log "lerobot ${!ver_var} installed (already) in $v"
         return 0
     fi
@@ -84,11 +91,12 @@ build_env() {
     rm -rf "$v"
     mkdir -p "$VENVS"
     "$PY" -m venv "$v"
-    "$v/bin/pip" install -q --no-cache-dir --upgrade pip
+    pip_q "$v" install -q --no-cache-dir --upgrade pip
     # One resolver call so that our own dependencies never move lerobot's pins.
     # shellcheck disable=SC2086
-    "$v/bin/pip" install -q --no-cache-dir ${!spec_var} -e "$REPO[test]"
+    pip_q "$v" install -q --no-cache-dir ${!spec_var} -e "$REPO[test]"
     echo "${!spec_var}" > "$v/.prep-stamp"
+    repo_stamp > "$v/.prep-repo"
     env_ok "$name" || { log "lerobot ${!ver_var} did not import in $v"; exit 1; }
     log "lerobot ${!ver_var} installed in $v in $((SECONDS - t0)) s, $(du -sh "$v" | cut -f1)"
 }

@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from compat_support import (
-    letterbox,
+    drop_last_frame,
+    iterate_all,
     lerobot_frames,
     lerobot_version,
+    letterbox,
     load_info,
     mse,
     open_dataset,
@@ -25,13 +27,10 @@ from compat_support import (
     video_file,
     video_keys,
     writable_copy,
-    drop_last_frame,
-    iterate_all,
 )
 
 BACKENDS = ("default", "pyav")
 CORPORA = ("synthetic", "real", "synthetic-224", "real-224")
-PSNR_CRF0_MIN_DB = 35.0
 
 
 def corpus_name(kind: str, fmt: str) -> str:
@@ -88,39 +87,58 @@ def test_frames_identical_to_pyav_decode(corpora, fmt: str, kind: str, backend: 
     )
 
 
+# (source, output variant, minimum PSNR in dB over RGB, minimum over the channel mean):
+# geometry and scaling are proven at crf 0. The synthetic texture is chroma-heavy, so 4:2:0 alone
+# costs it ~29 dB against an RGB reference: its RGB bar is checked on the 4:4:4 profile, and its
+# 4:2:0 output on the channel mean (luma-like). The default crf is reported, with a loose floor
+# that only a wrong or shifted picture would miss.
+LETTERBOX_CASES = [
+    ("synthetic", "-224-444-crf0", 35.0, 35.0),
+    ("synthetic", "-224-crf0", None, 35.0),
+    ("synthetic", "-224", 20.0, None),
+    ("real", "-224-crf0", 35.0, 35.0),
+    ("real", "-224", 28.0, None),
+]
+
+
 @pytest.mark.lerobot
-@pytest.mark.parametrize("crf", ["crf0", "default"])
-@pytest.mark.parametrize("source", ["synthetic", "real"])
-def test_letterbox_matches_openpi(corpora, fmt: str, source: str, crf: str) -> None:
+@pytest.mark.parametrize(("source", "variant", "min_rgb", "min_mean"), LETTERBOX_CASES,
+                         ids=[f"{s}{v}" for s, v, _a, _b in LETTERBOX_CASES])
+def test_letterbox_matches_openpi(
+    corpora, fmt: str, source: str, variant: str, min_rgb: float | None, min_mean: float | None
+) -> None:
     """Frames LeRobot returns from `prep reencode --dst 224` equal openpi's resize_with_pad of the
     decoded source frame (PIL bilinear to 224x168, pasted at (0, 28) on black): PSNR >= 35 dB at
     crf 0 (geometry and scaling proven apart from compression); the default crf's PSNR is reported."""
     src_name = corpus_name(source, fmt)
-    out_name = src_name + ("-224-crf0" if crf == "crf0" else "-224")
+    out_name = src_name + variant
     out = corpora.get(out_name)
     src = corpora.get(src_name)
     ds = open_dataset(out, None, horizon=None)
     src_ds = open_dataset(src, "pyav", horizon=None)
     got = lerobot_frames(ds, out, sample_indices(ds, per_episode=8 if source == "synthetic" else 4))
     originals = reference_frames(src_ds, src, got)
-    total, worst, bars = 0.0, float("inf"), 0
+    total, total_mean, worst, bars = 0.0, 0.0, float("inf"), 0
     for key, frame in got.items():
         ref = letterbox(originals[key])
         assert ref.shape == frame.shape == (224, 224, 3)
         m = mse(frame, ref)
         total += m
+        total_mean += mse(frame.mean(axis=-1), ref.mean(axis=-1))
         worst = min(worst, psnr(m))
         bars = max(bars, int(frame[:28].max()), int(frame[196:].max()))
-    mean_psnr = psnr(total / len(got))
+    rgb_psnr, mean_psnr = psnr(total / len(got)), psnr(total_mean / len(got))
     report(
-        f"compat {fmt} {out_name} backend={ds.video_backend}: PSNR vs openpi letterbox of source "
-        f"{mean_psnr:.2f} dB (worst frame {worst:.2f} dB) over {len(got)} frames; bar rows max value {bars}"
+        f"compat {fmt} {out_name} backend={ds.video_backend}: PSNR vs openpi letterbox of the source "
+        f"{rgb_psnr:.2f} dB RGB (worst frame {worst:.2f}), {mean_psnr:.2f} dB channel mean, "
+        f"{len(got)} frames; bar rows max {bars}"
     )
-    if crf == "crf0":
-        assert mean_psnr >= PSNR_CRF0_MIN_DB, f"{out_name}: PSNR {mean_psnr:.2f} dB < {PSNR_CRF0_MIN_DB}"
-        assert bars <= 16, f"{out_name}: letterbox bars not black (max {bars})"
-    else:
-        assert mean_psnr >= 25.0, f"{out_name}: PSNR {mean_psnr:.2f} dB: not the same picture"
+    if min_rgb is not None:
+        assert rgb_psnr >= min_rgb, f"{out_name}: PSNR {rgb_psnr:.2f} dB < {min_rgb}"
+    if min_mean is not None:
+        assert mean_psnr >= min_mean, f"{out_name}: channel-mean PSNR {mean_psnr:.2f} dB < {min_mean}"
+    if variant.endswith("crf0"):
+        assert bars <= 2, f"{out_name}: letterbox bars not black (max {bars})"
 
 
 @pytest.mark.lerobot
@@ -142,7 +160,7 @@ def test_negative_control_dropped_frame(corpora, fmt: str, kind: str, backend: s
     n = len(ds)
     ds[n - 2]  # the frame before the dropped one still loads
     reached = -1
-    with pytest.raises(Exception) as excinfo:  # noqa: PT011 - any rejection by the reader counts
+    with pytest.raises(Exception) as excinfo:
         for reached in range(n):
             ds[reached]
     where = [str(entry.path) for entry in excinfo.traceback[1:]]

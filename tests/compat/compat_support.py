@@ -85,10 +85,10 @@ def reencode_missing() -> str | None:
     return None
 
 
-def run_reencode(src: Path, out: Path, crf: int | None = None) -> Path:
-    cmd = [sys.executable, "-m", "pipeline.cli", "reencode", "--src", str(src), "--dst", str(TARGET), "--out", str(out)]
-    if crf is not None:
-        cmd += ["--crf", str(crf)]
+def run_reencode(src: Path, out: Path, options: list[str] | None = None) -> Path:
+    """`prep reencode --src SRC --dst 224 --out OUT [options]`, run with this interpreter."""
+    cmd = [sys.executable, "-m", "pipeline.cli", "reencode", "--src", str(src), "--dst", str(TARGET)]
+    cmd += ["--out", str(out), "--no-progress", *(options or [])]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=REENCODE_TIMEOUT_S)
     assert r.returncode == 0, f"{' '.join(cmd)} failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert (out / "meta" / "info.json").is_file(), f"{out} has no meta/info.json after prep reencode"
@@ -149,7 +149,7 @@ def iterate_all(ds: Any, root: Path, horizon: int | None = ACTION_HORIZON) -> in
             assert tuple(img.shape) == shapes[cam], f"sample {i} {cam}: shape {tuple(img.shape)} != {shapes[cam]}"
             assert img.dtype == torch.float32, f"sample {i} {cam}: dtype {img.dtype}"
             lo, hi = float(img.min()), float(img.max())
-            assert 0.0 <= lo and hi <= 1.0, f"sample {i} {cam}: values in [{lo}, {hi}], expected [0, 1]"
+            assert lo >= 0.0 and hi <= 1.0, f"sample {i} {cam}: values in [{lo}, {hi}], expected [0, 1]"
             assert hi - lo > 0.05, f"sample {i} {cam}: flat image [{lo}, {hi}]"
         fi, ep = int(item["frame_index"]), int(item["episode_index"])
         assert abs(float(item["timestamp"]) - fi / fps) < 1e-4, f"sample {i}: timestamp {float(item['timestamp'])}"
@@ -188,7 +188,6 @@ def decode_rgb(path: Path, wanted: Iterable[int], fps: float) -> dict[int, np.nd
     out: dict[int, np.ndarray] = {}
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
         for frame in container.decode(stream):
             idx = round(float(frame.pts * frame.time_base) * fps)
             if idx in want:

@@ -2,8 +2,8 @@
 
 Names: `synthetic-v21`, `synthetic-v30` (3 cameras, 480x640 h264, 2 episodes), `real-v21`
 (a writable copy of the real fixture), `real-v30` (that copy converted by lerobot 0.4.4's own
-converter), and `<name>-224` / `<name>-224-crf0` (`prep reencode --dst 224` of a corpus, at the
-default crf and at crf 0).
+converter), and `prep reencode --dst 224` of a corpus: `<name>-224` (defaults), `<name>-224-crf0`
+(h264-intra 4:2:0 at crf 0) and `<name>-224-444-crf0` (h264-intra-444 at crf 0).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Corpora:
     def __init__(self, base: Path) -> None:
         self.base = base
         self.built: dict[str, Path] = {}
-        self._reencode_missing: str | None | bool = False  # False: not checked yet
+        self._reencode_missing: str | bool | None = False  # False: not checked yet
 
     def reencode_missing(self) -> str | None:
         if self._reencode_missing is False:
@@ -40,12 +40,13 @@ class Corpora:
 
     def _build(self, name: str) -> Path:
         out = self.base / name
-        if name.endswith("-224") or name.endswith("-224-crf0"):
+        if "-224" in name:
             why = self.reencode_missing()
             if why:
                 pytest.skip(why)
-            src_name, _, rest = name.partition("-224")
-            return run_reencode(self.get(src_name), out, crf=0 if rest == "-crf0" else None)
+            src_name, _, variant = name.partition("-224")
+            options = {"": [], "-crf0": ["--crf", "0"], "-444-crf0": ["--profile", "h264-intra-444", "--crf", "0"]}
+            return run_reencode(self.get(src_name), out, options[variant])
         if name == "synthetic-v21":
             return write_synthetic(out, SynthSpec(version="v2.1", episodes=2))
         if name == "synthetic-v30":
