@@ -192,6 +192,44 @@ def wait_until(cond: Callable[[], bool], timeout: float, proc: Running | None = 
     return False
 
 
+def proc_state(pid: int) -> str:
+    """The process state letter from /proc (R, S, D, T = stopped, Z, ...); '' when gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return text[text.rindex(")") + 2 :].split()[0]
+
+
+def stop_group(pgid: int, timeout: float = 2.0) -> None:
+    """SIGSTOP the group and wait until its leader is stopped (its files frozen as they are)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while proc_state(pgid) not in ("T", "t", "Z", "") and time.monotonic() < deadline:
+        time.sleep(0.0001)
+
+
+def step_until(run: Running, cond: Callable[[], bool], *, timeout: float = 120.0, burst_s: float = 0.0005) -> bool:
+    """Run the group in short bursts between SIGSTOPs, checking `cond` while it is frozen: catches
+    a state that lasts only milliseconds (e.g. the metadata being written). True: `cond` holds and
+    the group is left stopped (SIGKILL it next); False: the run ended (or timed out) first."""
+    deadline = time.monotonic() + timeout
+    stop_group(run.pid)
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        if run.proc.poll() is not None or proc_state(run.pid) in ("Z", ""):
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGCONT)
+        time.sleep(burst_s)
+        stop_group(run.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(run.pid, signal.SIGCONT)
+    return False
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited (and been reaped)."""
     p = subprocess.Popen(["true"])

@@ -40,6 +40,7 @@ from faults_support import (
     scenario,
     snapshot,
     start_prep,
+    step_until,
     temp_files,
     unsound_final_files,
     wait_group_gone,
@@ -67,9 +68,10 @@ def between_files(out: Path) -> bool:
 
 
 def writing_metadata(out: Path) -> bool:
-    """The metadata phase has begun (something under meta/, v3.0: meta/episodes/), info.json not yet."""
+    """The rewritten metadata is being written (episodes_stats.jsonl, or its temp, exists), info.json not yet."""
     meta = out / "meta"
-    return meta.exists() and any(meta.rglob("*")) and not (meta / "info.json").exists()
+    return meta.exists() and any("episodes_stats" in p.name for p in meta.iterdir()) \
+        and not (meta / "info.json").exists()
 
 
 def writing_v30_episodes(out: Path) -> bool:
@@ -78,16 +80,23 @@ def writing_v30_episodes(out: Path) -> bool:
 
 def kill_and_resume(row: Row, name: str, tmp_path: Path, trigger: Callable[[Path], bool] | None,
                     delay_s: float | None = None, cli_verify: bool = True, sig: signal.Signals = signal.SIGKILL,
-                    engine: str = "pyav") -> str:
+                    engine: str = "pyav", step_from: Callable[[Path], bool] | None = None) -> str:
     """Signal the run's whole process group at the trigger (or after `delay_s`), check the state it
-    left, rerun, check the result; returns the killed run's output."""
+    left, rerun, check the result; returns the killed run's output. With `step_from`, the run goes
+    freely until `step_from` holds, then in sub-millisecond bursts between SIGSTOPs until `trigger`
+    holds while frozen (for a state too brief to catch by polling)."""
     src = corpus(name)
     reference = baseline_digest(name, engine)
     before = snapshot(src)
     out = tmp_path / "out"
     args = reencode_args(src, out, "--engine", engine, workers=1)
     run = start_prep(*args, log=tmp_path / "killed.log")
-    if trigger is not None:
+    if trigger is not None and step_from is not None:
+        ready = wait_until(lambda: step_from(out), timeout=240, proc=run)
+        assert ready, f"the run never reached the stepping point:\n{run.output()[-2000:]}"
+        hit = step_until(run, lambda: trigger(out))
+        assert hit, f"the kill point was never reached (run exited {run.proc.poll()}):\n{run.output()[-2000:]}"
+    elif trigger is not None:
         hit = wait_until(lambda: trigger(out), timeout=240, proc=run)
         assert hit, f"the kill point was never reached (run exited {run.proc.poll()}):\n{run.output()[-2000:]}"
     else:
@@ -109,9 +118,14 @@ def kill_and_resume(row: Row, name: str, tmp_path: Path, trigger: Callable[[Path
     state = {"videos_in_place": len(finals), "temps": len(temps),
              "info_json": (out / "meta/info.json").exists(), "lock_left": (out / LOCK_REL).exists(),
              "finished_before_kill": finished_first}
+    meta = sorted(p.relative_to(out).as_posix() for p in (out / "meta").rglob("*") if p.is_file()) \
+        if (out / "meta").exists() else []
+    state["meta"] = meta
     row.details["at_kill"] = state
     row.observed = (f"killed with {len(finals)}/{sum(1 for k in reference if k.endswith('.mp4'))} videos in place, "
-                    f"{len(temps)} temp files, info.json {'present' if state['info_json'] else 'absent'}")
+                    f"{len(temps)} temp files, info.json {'present' if state['info_json'] else 'absent'}"
+                    + (f", meta/ held {', '.join(m.removeprefix('meta/') for m in meta)}" if meta and not
+                       state["info_json"] else ""))
     assert not orphans, f"processes of the killed run survived: {orphans}"
     unsound = unsound_final_files(reference, out)
     assert not unsound, f"files under their final name that are not complete and correct at kill time: {unsound}"
@@ -154,14 +168,18 @@ def test_kill_between_files_v21(tmp_path: Path) -> None:
         kill_and_resume(row, "v21", tmp_path, between_files)
 
 
+def all_videos(n: int) -> Callable[[Path], bool]:
+    return lambda out: len(final_videos(out)) >= n
+
+
 def test_kill_while_writing_metadata_v21(tmp_path: Path) -> None:
-    with scenario("SIGKILL while copying/writing metadata (v2.1)", EXPECT) as row:
-        kill_and_resume(row, "v21", tmp_path, writing_metadata)
+    with scenario("SIGKILL while writing metadata (v2.1: episodes_stats, before info.json)", EXPECT) as row:
+        kill_and_resume(row, "v21", tmp_path, writing_metadata, step_from=all_videos(8))
 
 
 def test_kill_while_writing_metadata_v30(tmp_path: Path) -> None:
     with scenario("SIGKILL while writing episodes metadata (v3.0)", EXPECT) as row:
-        kill_and_resume(row, "v30", tmp_path, writing_v30_episodes)
+        kill_and_resume(row, "v30", tmp_path, writing_v30_episodes, step_from=all_videos(4))
 
 
 def test_kill_during_encode_v30(tmp_path: Path) -> None:
