@@ -91,6 +91,8 @@ def add_dataloader_arguments(p: argparse.ArgumentParser) -> None:
                    help="run every configuration on this dataset too (e.g. native vs prepared)")
     p.add_argument("--stress", type=float, metavar="MINUTES",
                    help="stress test instead: all workers flat out for MINUTES; fails on drift, RSS growth, errors")
+    p.add_argument("--stress-window", type=float, default=None, metavar="SECONDS",
+                   help="stress: seconds per measurement window (default: max(5, duration / 12))")
     p.add_argument("--threshold", type=float, default=0.013,
                    help="data_time p95 that counts as keeping up, seconds (default: 0.013)")
     p.add_argument("--label", help="name of DATASET in the report (default: its folder name)")
@@ -223,7 +225,7 @@ def _run_stress(args: argparse.Namespace, host: dict[str, Any], argv: list[str])
     spec = replace(spec, workers=workers, step_s=step_s, step_source="fixed")
     print(f"... stress {args.stress:g} min: {spec.label} loader={spec.loader} batch={spec.batch} "
           f"workers={workers}", file=sys.stderr, flush=True)
-    stress = run_stress(spec, args.stress)
+    stress = run_stress(spec, args.stress, window_s=args.stress_window)
     name = args.name or "dataloader-stress"
     plots: list[str] = []
     if not args.no_plot:

@@ -243,7 +243,7 @@ def measure(spec: RunSpec, items: Guarded | None = None) -> dict[str, Any]:
         "wall_s": time.perf_counter() - started,
         "verdict": verdict_line(dt_stats["p95"], spec.batch, spec.workers, keeps_up),
     }
-    return _finite(record)
+    return json_safe(record)
 
 
 def loader_detail(items: Guarded) -> str:
@@ -256,14 +256,14 @@ def loader_detail(items: Guarded) -> str:
     return "prep PrepFrameDataset, PyAV decoders kept open per worker"
 
 
-def _finite(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """NaN/inf -> None, so the record is strict JSON."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
+        return [json_safe(v) for v in obj]
     return obj
 
 

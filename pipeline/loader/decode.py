@@ -19,6 +19,11 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+# Contexts inherited through fork are parked here, never closed: finalizing an FFmpeg context
+# that the parent opened can deadlock the child (observed with PyAV 18). Workers leave via
+# os._exit, so nothing here is ever finalized; the memory is shared copy-on-write anyway.
+_INHERITED: list[object] = []
+
 
 class FrameError(Exception):
     """The frame asked for is not in the file (or the file cannot be decoded)."""
@@ -41,6 +46,8 @@ class DecoderCache:
         self._reset()
 
     def _reset(self) -> None:
+        if getattr(self, "_open", None):
+            _INHERITED.append((self._open, self._reformatter))
         self._pid = os.getpid()
         self._open: OrderedDict[str, _OpenVideo] = OrderedDict()
         self._reformatter = VideoReformatter()

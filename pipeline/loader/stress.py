@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.loader.bench import RunSpec, Tally, _finite, build_items, loader_detail, make_loader, shutdown
+from pipeline.loader.bench import RunSpec, Tally, build_items, json_safe, loader_detail, make_loader, shutdown
 from pipeline.loader.step import make_step
 from pipeline.loader.workers import sample_workers, worker_pids
 
@@ -70,27 +70,9 @@ def run_stress(
         elapsed = time.perf_counter() - start
     finally:
         shutdown(it)
-    t = [w["t_s"] for w in windows]
-    sps = [w["samples_per_s"] for w in windows]
-    rss = [w["rss_mb_sum"] for w in windows]
-    sps_slope, rss_slope = slope_per_min(t, sps), slope_per_min(t, rss)
-    span_min = (t[-1] - t[0]) / 60.0 if len(t) >= 2 else 0.0
-    mean_sps = float(np.mean(sps)) if sps else 0.0
-    mean_rss = float(np.mean(rss)) if rss else 0.0
-    drift_rel = sps_slope * span_min / mean_sps if mean_sps > 0 else 0.0
-    rss_growth = rss_slope * span_min
-    rss_limit = max(max_rss_growth_mb, max_rss_growth_rel * mean_rss)
-    reasons: list[str] = []
-    if len(windows) < 3:
-        reasons.append(f"only {len(windows)} window(s) of {window:.0f} s: run longer or use smaller batches")
-    if drift_rel < -max_drop:
-        reasons.append(f"samples/s drifts down {drift_rel:+.1%} over the run ({sps_slope:+.2f} samples/s per min)")
-    if rss_growth > rss_limit:
-        reasons.append(f"worker RSS grows {rss_growth:+.1f} MiB over the run ({rss_slope:+.2f} MiB/min, "
-                       f"limit {rss_limit:.0f} MiB)")
-    if tally.errors:
-        reasons.append(f"{tally.errors} sample(s) failed, first: {tally.error_examples[0]}")
-    return _finite({
+    verdict = assess(windows, tally.errors, tally.error_examples, window, max_drop=max_drop,
+                     max_rss_growth_mb=max_rss_growth_mb, max_rss_growth_rel=max_rss_growth_rel)
+    return json_safe({
         "label": spec.label,
         "root": str(spec.root),
         "loader": spec.loader,
@@ -104,6 +86,44 @@ def run_stress(
         "window_s": window,
         "windows": windows,
         "samples": tally.samples,
+        **verdict,
+        "errors": tally.errors,
+        "error_examples": tally.error_examples,
+    })
+
+
+def assess(
+    windows: list[dict[str, float]],
+    errors: int,
+    error_examples: list[str],
+    window_s: float,
+    *,
+    max_drop: float = 0.10,
+    max_rss_growth_mb: float = 64.0,
+    max_rss_growth_rel: float = 0.10,
+) -> dict[str, Any]:
+    """Slopes over the windows and the pass/fail reasons (see the module docstring)."""
+    t = [w["t_s"] for w in windows]
+    sps = [w["samples_per_s"] for w in windows]
+    rss = [w["rss_mb_sum"] for w in windows]
+    sps_slope, rss_slope = slope_per_min(t, sps), slope_per_min(t, rss)
+    span_min = (t[-1] - t[0]) / 60.0 if len(t) >= 2 else 0.0
+    mean_sps = float(np.mean(sps)) if sps else 0.0
+    mean_rss = float(np.mean(rss)) if rss else 0.0
+    drift_rel = sps_slope * span_min / mean_sps if mean_sps > 0 else 0.0
+    rss_growth = rss_slope * span_min
+    rss_limit = max(max_rss_growth_mb, max_rss_growth_rel * mean_rss)
+    reasons: list[str] = []
+    if len(windows) < 3:
+        reasons.append(f"only {len(windows)} window(s) of {window_s:.0f} s: run longer or use smaller batches")
+    if drift_rel < -max_drop:
+        reasons.append(f"samples/s drifts down {drift_rel:+.1%} over the run ({sps_slope:+.2f} samples/s per min)")
+    if rss_growth > rss_limit:
+        reasons.append(f"worker RSS grows {rss_growth:+.1f} MiB over the run ({rss_slope:+.2f} MiB/min, "
+                       f"limit {rss_limit:.0f} MiB)")
+    if errors:
+        reasons.append(f"{errors} sample(s) failed, first: {error_examples[0] if error_examples else '?'}")
+    return {
         "samples_per_s_mean": mean_sps,
         "samples_per_s_slope_per_min": sps_slope,
         "samples_per_s_drift_rel": drift_rel,
@@ -111,8 +131,6 @@ def run_stress(
         "rss_slope_mb_per_min": rss_slope,
         "rss_growth_mb": rss_growth,
         "limits": {"max_drop": max_drop, "max_rss_growth_mb": rss_limit},
-        "errors": tally.errors,
-        "error_examples": tally.error_examples,
         "passed": not reasons,
         "reasons": reasons,
-    })
+    }
