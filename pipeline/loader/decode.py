@@ -40,6 +40,9 @@ class _OpenVideo:
 class DecoderCache:
     """Open PyAV containers by path, least recently used closed beyond `max_open`."""
 
+    _open: OrderedDict[str, _OpenVideo]
+    _reformatter: VideoReformatter
+
     def __init__(self, max_open: int = 128, thread_count: int = 1) -> None:
         self.max_open = max_open
         self.thread_count = thread_count
@@ -49,7 +52,7 @@ class DecoderCache:
         if getattr(self, "_open", None):
             _INHERITED.append((self._open, self._reformatter))
         self._pid = os.getpid()
-        self._open: OrderedDict[str, _OpenVideo] = OrderedDict()
+        self._open = OrderedDict()
         self._reformatter = VideoReformatter()
         self.frames_decoded = 0  # every frame decoded, including those passed over to reach a target
         self.frames_returned = 0
