@@ -59,7 +59,7 @@ def fill_and_resume(row: Row, tmp_path: Path, size: int, expect_failed_videos: b
     before = snapshot(src)
     with tmpfs(tmp_path / "disk", size) as disk:
         out = disk / "out"
-        args = reencode_args(src, out, workers=2)
+        args = reencode_args(src, out)
         r = prep(*args)
         text = r.stdout + r.stderr
         row.details["first_run"] = {"exit": r.returncode, "stdout": r.stdout[-2000:], "stderr": r.stderr[-2000:]}

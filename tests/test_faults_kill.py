@@ -115,7 +115,7 @@ def kill_and_resume(row: Row, name: str, tmp_path: Path, trigger: Callable[[Path
             raise AssertionError(f"prep did not exit within 60 s of {sig.name}") from None
     orphans = wait_group_gone(run.pid)
     finals, temps = final_videos(out), temp_files(out)
-    state = {"videos_in_place": len(finals), "temps": len(temps),
+    state: dict[str, object] = {"videos_in_place": len(finals), "temps": len(temps),
              "info_json": (out / "meta/info.json").exists(), "lock_left": (out / LOCK_REL).exists(),
              "finished_before_kill": finished_first}
     meta = sorted(p.relative_to(out).as_posix() for p in (out / "meta").rglob("*") if p.is_file()) \
@@ -142,14 +142,16 @@ def kill_and_resume(row: Row, name: str, tmp_path: Path, trigger: Callable[[Path
     if cli_verify:
         v = prep("verify", str(out), "--all-intra", "--size", "224x224", "--workers", "1", "--no-progress")
         assert v.returncode == 0 and "PASSED" in v.stdout, v.stdout + v.stderr
-    else:
+        verified = "prep verify --all-intra --size 224x224 passed"
+    else:  # the same checks without starting a LocalCluster
         report = verify_in_process(out, VerifyOptions(size=(224, 224), all_intra=True))
         assert report.passed, [f.line() for f in report.failures[:5]]
+        verified = "verify (all-intra, 224x224, in-process) passed"
     diff = digest_diff(reference, output_digest(out))
     row.files_lost = len(diff["missing"]) + len(diff["different"])
     assert not any(diff.values()), f"output differs from the uninterrupted run: {diff}"
     check_source(row, before, src)
-    row.observed += (f"; rerun: {counts['encoded']} encoded, {counts['kept']} kept, verify passed, "
+    row.observed += (f"; rerun: {counts['encoded']} encoded, {counts['kept']} kept, {verified}, "
                      "frames+metadata equal the uninterrupted run, 0 temp files, 0 orphans, source unchanged")
     return run.output()
 
@@ -165,7 +167,7 @@ def test_kill_during_encode_v21(tmp_path: Path) -> None:
 
 def test_kill_between_files_v21(tmp_path: Path) -> None:
     with scenario("SIGKILL between two files (v2.1)", EXPECT) as row:
-        kill_and_resume(row, "v21", tmp_path, between_files)
+        kill_and_resume(row, "v21", tmp_path, between_files, cli_verify=False)
 
 
 def all_videos(n: int) -> Callable[[Path], bool]:
@@ -174,7 +176,7 @@ def all_videos(n: int) -> Callable[[Path], bool]:
 
 def test_kill_while_writing_metadata_v21(tmp_path: Path) -> None:
     with scenario("SIGKILL while writing metadata (v2.1: episodes_stats, before info.json)", EXPECT) as row:
-        kill_and_resume(row, "v21", tmp_path, writing_metadata, step_from=all_videos(8))
+        kill_and_resume(row, "v21", tmp_path, writing_metadata, step_from=all_videos(8), cli_verify=False)
 
 
 def test_kill_while_writing_metadata_v30(tmp_path: Path) -> None:
