@@ -33,7 +33,7 @@ class SleepStep:
         start = time.perf_counter()
         for t in _tensors(batch):
             if t.numel():
-                t.view(-1)[0].item()
+                t.reshape(-1)[0].item()
         remaining = self.seconds - (time.perf_counter() - start)
         if remaining > 0:
             time.sleep(remaining)
@@ -72,7 +72,7 @@ class CudaStep:
         acc = torch.zeros((), device=self.device, dtype=torch.float32)
         for t in on_device:  # consume the batch on the GPU so the copies are part of the step
             if t.numel():
-                acc += t.view(-1)[:1024].float().sum()
+                acc += t.reshape(-1)[:1024].float().sum()
         for _ in range(self.matmuls):
             torch.matmul(self.a, self.b, out=self.out)
         torch.cuda.synchronize(self.device)
