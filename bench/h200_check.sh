@@ -12,6 +12,7 @@
 #   DEMO_CORPUS=PATH   a prepared (224 all-intra) corpus to use instead of a synthetic one
 #   PYTHON=python3     the interpreter;  WORKERS=4  workers of the main run;  SWEEP=1,2,4,8,15
 #   NATIVE=1           also build a native 480x640 GOP-30 corpus and compare (adds ~2 minutes)
+#   DEVICE=cpu BATCH=16 STEP_TIME=0.2 STRESS_MIN=1   a dry run of the script on a machine without a GPU
 #
 # Steps (each under its own timeout): environment -> demo corpus -> main run (cuda, per-GPU batch 256,
 # auto step 7.6 s, 10 timed steps) -> worker sweep (ceiling + 1 step each) -> 2-minute stress with all
@@ -24,6 +25,9 @@ PY="${PYTHON:-python3}"
 WORKERS="${WORKERS:-4}"
 SWEEP="${SWEEP:-1,2,4,8,15}"
 BUDGET_S="${BUDGET_S:-470}"
+DEVICE="${DEVICE:-cuda}"
+BATCH="${BATCH:-256}"
+STEP_TIME="${STEP_TIME:-auto}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
 mkdir -p "$OUT"
@@ -54,7 +58,7 @@ fi
 # Prefer this checkout when the package is not installed.
 if ! "$PY" -c "import pipeline.commands.bench" 2>/dev/null; then export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"; fi
 
-step "environment" 60 "$PY" - "$OUT/environment.json" <<'PY' || exit 1
+step "environment" 60 "$PY" - "$OUT/environment.json" "$DEVICE" <<'PY' || exit 1
 import json, os, platform, subprocess, sys
 import av, torch
 import pipeline
@@ -71,7 +75,7 @@ except (OSError, subprocess.SubprocessError):
     pass
 json.dump(info, open(sys.argv[1], "w"), indent=2)
 print(json.dumps(info, indent=2))
-sys.exit(0 if info["cuda_available"] else "no CUDA device visible to torch")
+sys.exit(0 if info["cuda_available"] or sys.argv[2] != "cuda" else "no CUDA device visible to torch")
 PY
 
 CORPUS="${DEMO_CORPUS:-$OUT/corpus/intra224}"
@@ -82,7 +86,8 @@ from pipeline.synth import SynthSpec, write_synthetic
 write_synthetic(sys.argv[1], SynthSpec(version='v3.0', episodes=40, height=224, width=224, gop=1))
 " "$CORPUS" || exit 1
 fi
-BENCH=("$PY" -m pipeline.commands.bench dataloader "$CORPUS" --device cuda --batch 256 --label intra224)
+BENCH=("$PY" -m pipeline.commands.bench dataloader "$CORPUS" --device "$DEVICE" --batch "$BATCH"
+       --step-time "$STEP_TIME" --label intra224)
 
 step "main run" 150 "${BENCH[@]}" --workers "$WORKERS" --steps 10 --out "$OUT" --name main --require-keeps-up
 step "worker sweep" 150 "${BENCH[@]}" --sweep "workers=$SWEEP" --steps 1 --warmup 1 --out "$OUT" --name sweep
