@@ -14,9 +14,11 @@ from pipeline.loader.bench import GPUS_PER_NODE, STEP_OVERHEAD_S, STEP_S_PER_SAM
 
 SCHEMA_ID = "prep.bench/1"
 
+# smp/cpu-s: samples per worker CPU second (per-core cost); smp ms: worker-side ms per sample (p50);
+# dec ms/fr: seek + decode + RGB per camera frame (prep loader only); dt: data_time in seconds.
 COLUMNS = (
     ("dataset", 18), ("loader", 7), ("batch", 5), ("wrk", 3), ("step s", 6), ("ceil smp/s", 10),
-    ("smp/cpu-s", 9), ("dec ms/fr", 9), ("dt p50", 7), ("dt p95", 7), ("dt p99", 7), ("dt max", 7),
+    ("smp/cpu-s", 9), ("smp ms", 6), ("dec ms/fr", 9), ("dt p50", 7), ("dt p95", 7), ("dt p99", 7), ("dt max", 7),
     ("RSS MiB", 7), ("err", 3), ("keeps up", 8),
 )
 
@@ -33,6 +35,7 @@ def table(runs: list[dict[str, Any]]) -> str:
         cells = (
             r["label"][:18], r["loader"], str(r["batch"]), str(r["workers"]), _num(r["step_s"], ".2f"),
             _num(r["ceiling"]["samples_per_s"], ".1f"), _num(r["ceiling"]["samples_per_cpu_s"], ".1f"),
+            _num(r["sample_ms"]["p50"], ".1f"),
             _num(r["decode_ms_per_frame"], ".2f"), _num(d["p50"], ".4f"), _num(d["p95"], ".4f"),
             _num(d["p99"], ".4f"), _num(d["max"], ".4f"), _num(r["worker_rss_mb"]["max"], ".0f"),
             str(r["errors"]), "yes" if r["keeps_up"] else "no",
