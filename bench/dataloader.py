@@ -67,12 +67,13 @@ def corpus_info(name: str, root: Path, episodes: int) -> dict[str, Any]:
 
 def run_one(python: str, root: Path, label: str, loader: str, args: argparse.Namespace, out: Path,
             env: dict[str, str]) -> dict[str, Any]:
+    native = label == "native"
+    steps = args.native_steps if native else args.steps
+    ceiling = args.ceiling_steps or max(1, args.workers * (1 if native else 2))
     cmd = [python, "-m", "pipeline.commands.bench", "dataloader", str(root), "--label", label,
            "--loader", loader, "--batch", str(args.batch), "--workers", str(args.workers),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--step-time", args.step_time,
-           "--out", str(out), "--no-plot"]
-    if args.ceiling_steps:
-        cmd += ["--ceiling-steps", str(args.ceiling_steps)]
+           "--steps", str(steps), "--warmup", str(args.warmup), "--ceiling-steps", str(ceiling),
+           "--step-time", args.step_time, "--out", str(out), "--no-plot"]
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, cwd=REPO, env=env, text=True, capture_output=True, check=False)
     sys.stderr.write(proc.stdout)
@@ -143,9 +144,11 @@ def main() -> int:
     ap.add_argument("--version", choices=("v2.1", "v3.0"), default="v3.0")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--ceiling-steps", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=6, help="timed training steps, intra224 (default: 6)")
+    ap.add_argument("--native-steps", type=int, default=3,
+                    help="timed training steps, native: each batch takes tens of seconds there (default: 3)")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--ceiling-steps", type=int, default=None, help="default: 2 x workers (intra224), workers (native)")
     ap.add_argument("--step-time", default="auto")
     ap.add_argument("--loaders", default="prep,lerobot")
     ap.add_argument("--venv", type=Path, default=None, help="lerobot venv (default: by --version)")
