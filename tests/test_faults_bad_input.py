@@ -224,7 +224,8 @@ def run_case(row: Row, case: Case, tmp_path: Path) -> None:
         assert not out.exists(), "something was written for a dataset refused as a whole"
         return
     failed = [line for line in r.stdout.splitlines() if line.startswith("FAILED")]
-    row.observed = f"exit {r.returncode}; " + (short_paths(failed[0])[:200] if failed else "no failure reported")
+    first = " ".join(failed[0].split()[1:]) if failed else ""
+    row.observed = f"exit {r.returncode}; " + (f"FAILED {short_paths(first)[:150]}" if failed else "no FAILED line")
     missing = other_outputs_done(case, out, bad)
     assert not missing, f"other episodes not done: {missing}"
     assert not temp_files(out), temp_files(out)
@@ -239,7 +240,8 @@ def run_case(row: Row, case: Case, tmp_path: Path) -> None:
     lines = [line for line in failed if bad_name in line]
     known_bug(bool(lines), f"no FAILED line names {bad}")
     assert not (out / "meta/info.json").exists(), "info.json written although a file failed"
-    known_bug(names_episodes(lines[0], case), f"the message does not name episode(s) {case.episodes}: {lines[0]}")
+    eps = ", ".join(map(str, case.episodes))
+    known_bug(names_episodes(lines[0], case), f"the FAILED line does not name episode(s) {eps}")
 
 
 @pytest.mark.parametrize(
@@ -249,7 +251,7 @@ def run_case(row: Row, case: Case, tmp_path: Path) -> None:
 )
 def test_bad_input(case: Case, tmp_path: Path) -> None:
     what = ("refused before anything is written: exit 2, one line naming the file" if case.whole_dataset else
-            "exit 1, FAILED line naming file and episode, other episodes done, no info.json")
+            "exit 1; FAILED line names file and episode; other episodes done; no info.json")
     with scenario(f"bad input: {case.title}", what + "; source unchanged", bad_input=True) as row:
         run_case(row, case, tmp_path)
 

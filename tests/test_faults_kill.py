@@ -156,8 +156,8 @@ def kill_and_resume(row: Row, name: str, tmp_path: Path, trigger: Callable[[Path
     return run.output()
 
 
-EXPECT = ("no orphaned processes; final-named files already correct; rerun redoes only unfinished files, "
-          "passes verify --all-intra --size 224x224, equals the uninterrupted run; no temp files; source unchanged")
+EXPECT = ("at the kill, every final-named file complete; no orphans; rerun redoes only the unfinished, equals the "
+          "uninterrupted run (frames, metadata), passes verify; no temp files; source unchanged")
 
 
 def test_kill_during_encode_v21(tmp_path: Path) -> None:
