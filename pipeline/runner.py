@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -57,14 +59,22 @@ def dask_client(config: RunConfig) -> Iterator[Any]:
             client.close()
         return
     workers = config.workers or machine_cores()
-    cluster = LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=":0",  # a free port: never collides with another cluster's :8787
-        silence_logs=logging.ERROR,
-        memory_limit=0,
-    )
+    # Worker processes inherit SIGINT ignored: a Ctrl-C reaches the whole process group, and only the
+    # client should act on it (closing the cluster), not every worker printing its own traceback.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+    try:
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",  # a free port: never collides with another cluster's :8787
+            silence_logs=logging.ERROR,
+            memory_limit=0,
+        )
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
     client = Client(cluster)
     try:
         yield client

@@ -151,14 +151,6 @@ def v30_truncated(root: Path) -> str:
     return V30_VIDEO.format(cam=CAM)
 
 
-NO_EPISODE_IN_MESSAGE = (
-    "BUG: a failed video's FAILED line and report entry name the file but not the episodes it holds "
-    "(reencode_dataset builds its failures from ReencodeResult without the unit's span episodes)"
-)
-RECORD_LINE_NOT_EPISODE = (
-    "BUG: the FAILED line of a rejected episodes.jsonl record gives file:line but not the episode index "
-    "the report entry holds (reencode.summary prints only path and reason)"
-)
 CASES = [
     Case("truncated", "truncated mp4 (index lost)", "v21", truncated, (1,)),
     Case("truncated-faststart", "truncated mp4 (index first, frames missing)", "v21", truncated_faststart, (1,)),
@@ -171,13 +163,12 @@ CASES = [
          verify_check="parquet_readable"),
     Case("info-not-json", "meta/info.json not JSON", "v21", info_not_json, (), whole_dataset=True),
     Case("episodes-line-not-json", "meta/episodes.jsonl line 2 not JSON", "v21", episode_line_not_json, (1,)),
-    Case("negative-length", "episodes.jsonl length -30", "v21", negative_length, (1,), bug=RECORD_LINE_NOT_EPISODE),
-    Case("missing-length", "episodes.jsonl length missing", "v21", missing_length, (1,), bug=RECORD_LINE_NOT_EPISODE),
+    Case("negative-length", "episodes.jsonl length -30", "v21", negative_length, (1,)),
+    Case("missing-length", "episodes.jsonl length missing", "v21", missing_length, (1,)),
     Case("template-escapes", "video_path template '../escaped/...'", "v21", template_escapes, (),
          whole_dataset=True),
     Case("symlink-outside", "symlink to a video outside the dataset", "v21", symlink_outside, (1,)),
-    Case("v30-truncated", "truncated v3.0 mp4 holding episodes 0 and 1", "v30", v30_truncated, (0, 1),
-         bug=NO_EPISODE_IN_MESSAGE),
+    Case("v30-truncated", "truncated v3.0 mp4 holding episodes 0 and 1", "v30", v30_truncated, (0, 1)),
 ]
 
 
@@ -256,9 +247,6 @@ def test_bad_input(case: Case, tmp_path: Path) -> None:
         run_case(row, case, tmp_path)
 
 
-@pytest.mark.xfail(raises=KnownBug, strict=True,
-                   reason="BUG: copy_unchanged (pipeline/dataset/write.py files_to_copy) skips every symlink, so a "
-                          "data parquet that is a symlink inside the dataset is not in the output; exit 0 anyway")
 def test_symlink_inside_dataset_is_followed(tmp_path: Path) -> None:
     """A deduplicated layout: episode 1's parquet and one video are symlinks to files elsewhere
     inside the dataset (allowed: they do not leave the root). The output must hold both, as files."""

@@ -24,7 +24,6 @@ import pytest
 from faults_support import (
     BASELINE_SECONDS,
     TEMP_MARK,
-    KnownBug,
     Row,
     baseline_digest,
     check_source,
@@ -212,9 +211,6 @@ def test_sigterm_group_then_rerun(tmp_path: Path) -> None:
         row.observed = f"exit {row.details['exit']}; " + row.observed
 
 
-@pytest.mark.xfail(raises=KnownBug, strict=True,
-                   reason="BUG: Ctrl-C (SIGINT to the foreground group) makes every LocalCluster worker print a "
-                          "KeyboardInterrupt traceback beside 'prep reencode: interrupted'")
 def test_sigint_group_then_rerun(tmp_path: Path) -> None:
     """Ctrl-C in a terminal: SIGINT to the foreground process group (the CLI and its workers)."""
     with scenario("Ctrl-C (SIGINT to the process group) during an encode",

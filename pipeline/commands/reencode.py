@@ -245,8 +245,11 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, config: Run
         report.failed = sum(r.status == "failed" for r in results)
         report.frames = sum(r.frames for r in results)
         report.frames_encoded = sum(r.frames for r in results if r.status == "encoded")
-        report.failures = [{"path": r.rel, "camera": r.camera, "reason": r.reason} for r in results
-                           if r.status == "failed"]
+        report.failures = [
+            {"path": r.rel, "camera": r.camera, "reason": r.reason,
+             "episodes": sorted(s.episode for s in u.spans if s.episode is not None)}
+            for u, r in zip(units, results, strict=True) if r.status == "failed"
+        ]
         report.failures += [{"path": e.path, "episode": e.episode, "reason": e.message} for e in rejected]
         report.failures += missing_data_files(ds)
         try:
@@ -305,7 +308,9 @@ def summary(r: ReencodeReport) -> str:
                      f"{c['video_ratio']:.2f}x)")
         lines.append(f"reports   {Path(r.out) / COMPARISON_REL}, {Path(r.out) / MANIFEST_REL}")
     for f in r.failures[:20]:
-        lines.append(f"FAILED    {f['path']}: {f['reason']}")
+        eps = f.get("episodes") or ([f["episode"]] if f.get("episode") is not None else [])
+        where = f" (episode{'s' if len(eps) > 1 else ''} {', '.join(map(str, eps))})" if eps else ""
+        lines.append(f"FAILED    {f['path']}{where}: {f['reason']}")
     if len(r.failures) > 20:
         lines.append(f"FAILED    ... and {len(r.failures) - 20} more (see {Path(r.out) / REPORT_REL})")
     if r.failures:

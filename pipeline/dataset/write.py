@@ -33,9 +33,10 @@ import pyarrow.parquet as pq
 from av.video.reformatter import VideoReformatter
 
 from pipeline import atomic
-from pipeline.dataset.model import Dataset
+from pipeline.dataset.model import Dataset, resolve_inside
 from pipeline.dataset.stats import aggregate
 from pipeline.dataset.v30 import episode_meta_files
+from pipeline.errors import EpisodeError
 
 PREP_DIR = "prep"  # prep's own files inside an output (lock, options, manifests, report)
 REWRITTEN_V21 = ("meta/info.json", "meta/episodes_stats.jsonl", "meta/stats.json")
@@ -134,6 +135,8 @@ def files_to_copy(ds: Dataset) -> list[str]:
     skip.update(rewritten)
     if ds.codebase_version == "v3.0":
         skip.update(p.relative_to(ds.root).as_posix() for p in episode_meta_files(ds.root))
+    # Files that are only the targets of symlinked videos we re-encode (e.g. a blobs/ store) stay behind.
+    video_targets = {os.path.realpath(ds.root / rel) for rel in ds.video_files()}
     out: list[str] = []
     for dirpath, dirs, names in os.walk(ds.root):
         rel_dir = Path(dirpath).relative_to(ds.root)
@@ -142,7 +145,14 @@ def files_to_copy(ds: Dataset) -> list[str]:
         for name in names:
             full = Path(dirpath) / name
             rel = full.relative_to(ds.root).as_posix()
-            if rel in skip or atomic.TEMP_MARK in name or full.is_symlink() or not full.is_file():
+            if rel in skip or atomic.TEMP_MARK in name or not full.is_file():
+                continue
+            if full.is_symlink():
+                try:  # a link inside the dataset is copied as its target's bytes; one leaving it is not followed
+                    resolve_inside(ds.root, rel)
+                except EpisodeError:
+                    continue
+            elif os.path.realpath(full) in video_targets:
                 continue
             out.append(rel)
     return sorted(out)
