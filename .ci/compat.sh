@@ -43,12 +43,22 @@ for name in $WANT; do
     # shellcheck disable=SC2086
     (cd "$REPO" && env HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HOME="$work/hf-$name" \
         PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PREP_COMPAT_REPORT="$report" \
-        "$py" -m pytest tests/compat -k "$name" -p no:cacheprovider -q -rs ${COMPAT_PYTEST_ARGS:-}) \
+        "$py" -m pytest tests/compat -k "$name" -p no:cacheprovider -q -rfEsp ${COMPAT_PYTEST_ARGS:-}) \
         2>&1 | tee "$work/pytest-$name.log"
     rc=${PIPESTATUS[0]}
-    line="$(grep -E '^=+ .*(passed|failed|skipped|error).* in [0-9.]+s' "$work/pytest-$name.log" | tail -1)"
-    count() { grep -oE "[0-9]+ $1" <<<"$line" | grep -oE '^[0-9]+' || echo 0; }
+    line="$(grep -E '[0-9]+ (passed|failed|skipped|errors?)( |,|$)' "$work/pytest-$name.log" | grep -E ' in [0-9.]+s' | tail -1)"
+    count() { grep -oE "[0-9]+ $1" <<<"$line" | head -1 | grep -oE '^[0-9]+' || echo 0; }
     passed=$(count passed); failed=$(( $(count failed) + $(count error) )); skipped=$(count skipped)
+    # Per corpus, from pytest's -rA lines: "real" is the real fixture (v2.1) or its official v3.0
+    # conversion (v3.0); each count covers the corpus and its `prep reencode --dst 224` outputs.
+    for corpus in synthetic real; do
+        ok=$(grep -cE "^PASSED .*test_lerobot_$name\.py::[a-z_]+\[$corpus[-\]]" "$work/pytest-$name.log" || true)
+        bad=$(grep -cE "^(FAILED|ERROR) .*test_lerobot_$name\.py::[a-z_]+\[$corpus[-\]]" "$work/pytest-$name.log" || true)
+        what="synthetic $fmt"
+        [[ $corpus == real && $name == v21 ]] && what="real fixture g1_inspire (v2.1)"
+        [[ $corpus == real && $name == v30 ]] && what="real fixture's official v3.0 conversion (lerobot $ver)"
+        log "compat $fmt on $what and its 224 re-encodes: $ok passed, $bad failed"
+    done
     log "report ($fmt, lerobot $ver):"
     sed 's/^/[compat]   /' "$report"
     msg="compat $fmt: $passed passed, $failed failed, $skipped skipped ($((SECONDS - t0)) s, lerobot $ver)"

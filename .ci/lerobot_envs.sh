@@ -62,9 +62,13 @@ assert md.version("lerobot") == sys.argv[1], md.version("lerobot")
 EOF
 }
 
-pip_q() {  # pip in venv $1, without the "Location ... is ignored" noise of this machine's local indexes
+pip_q() {  # pip in venv $1, its chatter kept in $1/.prep-pip.log and shown only when it fails
     local v=$1; shift
-    "$v/bin/pip" "$@" 2> >(grep -v 'is ignored' >&2)
+    if ! "$v/bin/pip" "$@" >"$v/.prep-pip.log" 2>&1; then
+        grep -v 'is ignored' "$v/.prep-pip.log" | tail -40 >&2
+        log "pip $* failed in $v"
+        return 1
+    fi
 }
 
 repo_stamp() { echo "$REPO $(sha256sum "$REPO/pyproject.toml" | cut -c1-16)"; }

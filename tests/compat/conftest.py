@@ -8,6 +8,7 @@ converter), and `prep reencode --dst 224` of a corpus: `<name>-224` (defaults), 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,7 @@ def corpora(tmp_path_factory: pytest.TempPathFactory) -> Corpora:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if REPORT_LINES:
+    if REPORT_LINES and not os.environ.get("PREP_COMPAT_REPORT"):  # .ci/compat.sh prints the file
         terminalreporter.section("lerobot compatibility report")
         for line in REPORT_LINES:
             terminalreporter.write_line(line)
