@@ -217,12 +217,12 @@ def reference_frames(
 ) -> dict[tuple[str, int, int], np.ndarray]:
     """The same (camera, episode, frame_index) frames decoded by PyAV straight from the mp4 files."""
     fps = float(load_info(root)["fps"])
-    by_file: dict[tuple[Path, float], dict[int, tuple[str, int, int]]] = {}
+    by_file: dict[Path, dict[int, tuple[str, int, int]]] = {}  # one decode pass per file
     for cam, ep, fi in keys:
         path, start = video_file(ds, root, ep, cam)
-        by_file.setdefault((path, start), {})[round(start * fps) + fi] = (cam, ep, fi)
+        by_file.setdefault(path, {})[round(start * fps) + fi] = (cam, ep, fi)
     out: dict[tuple[str, int, int], np.ndarray] = {}
-    for (path, _start), wanted in by_file.items():
+    for path, wanted in by_file.items():
         for idx, frame in decode_rgb(path, wanted, fps).items():
             out[wanted[idx]] = frame
     return out
