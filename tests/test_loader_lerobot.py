@@ -1,7 +1,7 @@
 """Our items equal the real LeRobotDataset's items (as openpi builds it) on the same 224 all-intra data.
 
 Needs `lerobot`: run inside its venv, e.g.
-    HF_HUB_OFFLINE=1 PYTHONPATH=. /opt/prep-venvs/lerobot-v30/bin/python -m pytest -m lerobot tests/test_loader_lerobot.py
+    HF_HUB_OFFLINE=1 PYTHONPATH=. /opt/prep-venvs/lerobot-v30/bin/python -m pytest tests/test_loader_lerobot.py
 lerobot >= 0.4 reads format v3.0, older releases v2.1; the corpus follows the installed version.
 """
 
