@@ -23,7 +23,6 @@ from pipeline.video.checks import (
     Span,
     VideoExpect,
     check_video,
-    nominal_fps,
 )
 from pipeline.video.encode import (
     DEFAULT_ENGINE,
@@ -112,6 +111,15 @@ def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> list[Ree
     return units
 
 
+def mean_fps(probe: VideoProbe) -> float:
+    """Frames per second over the whole file (first to last pts): robust to jitter and to timestamps
+    rounded to a coarse time base (1 ms), unlike the median frame interval."""
+    pts = probe.pts_s
+    if len(pts) < 2 or pts[-1] <= pts[0]:
+        return probe.fps
+    return (len(pts) - 1) / (pts[-1] - pts[0])
+
+
 def check_source(probe: VideoProbe, unit: ReencodeUnit) -> None:
     """Refuse a source whose size or frame rate is not what meta/info.json says (LeRobot would misread it)."""
     episode = unit.spans[0].episode if unit.spans else None
@@ -119,7 +127,7 @@ def check_source(probe: VideoProbe, unit: ReencodeUnit) -> None:
         w, h = unit.declared_size
         raise EpisodeError(episode, probe.path, f"video is {probe.width}x{probe.height} but meta/info.json "
                                                 f"declares {w}x{h} for {unit.camera}")
-    rate = nominal_fps(probe)
+    rate = mean_fps(probe)
     if abs(rate - unit.fps) > FPS_TOLERANCE * unit.fps:
         raise EpisodeError(episode, probe.path, f"video runs at {rate:.3f} fps but meta/info.json says "
                                                 f"{unit.fps:g} fps")
@@ -172,10 +180,10 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         src = resolve_inside(Path(unit.src_root), unit.rel)
         dst = Path(unit.out_root) / unit.rel
         probe = probe_video(src, episode=unit.spans[0].episode if unit.spans else None)
-        check_source(probe, unit)
         result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
         result.src_codec = probe.codec
-        spans = new_spans(probe, unit.spans, unit.fps)
+        spans = new_spans(probe, unit.spans, unit.fps)  # frame counts first: a dropped frame is named as such
+        check_source(probe, unit)
         total = probe.frames_from_packets
         w, h = unit.options.size
         geometry = RESIZE_MODES[unit.options.resize](probe.width, probe.height, w, h)
