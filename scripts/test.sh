@@ -15,8 +15,13 @@ echo "[test] ruff"; ruff check pipeline tests bench
 echo "[test] mypy"; mypy pipeline
 echo "[test] pytest"
 python3 -m pytest -q --durations=15 tests --ignore=tests/compat
-if [ "$WITH_LEROBOT" = 1 ] && [ -f .ci/lerobot_envs.sh ]; then
-    echo "[test] real LeRobot compatibility"
-    bash .ci/lerobot_envs.sh
-    bash .ci/compat.sh
+if [ "$WITH_LEROBOT" = 1 ]; then
+    echo "[test] real LeRobot compatibility (lerobot 0.3.3 reads v2.1, lerobot 0.4.4 reads v3.0)"
+    bash .ci/lerobot_envs.sh "$PWD"
+    bash .ci/compat.sh "$PWD"
+    for env in v21 v30; do
+        echo "[test] our loader's items equal LeRobotDataset's (lerobot-$env)"
+        HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONPATH="$PWD" "${PREP_VENVS:-/opt/prep-venvs}/lerobot-$env/bin/python" \
+            -m pytest -q -p no:cacheprovider -m lerobot tests/test_loader_lerobot.py
+    done
 fi
