@@ -29,4 +29,9 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     for png in ("throughput.png", "memory.png", "days.png", "storage.png"):
         assert (out / "budget" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "work/merged_224/meta/info.json").is_file()
+    prep_dir = tmp_path / "work/merged_224/prep"
+    for name, schema in (("reencode_report.json", "reencode_report"), ("comparison.json", "comparison"),
+                         ("options.json", "reencode_options")):
+        validate(json.loads((prep_dir / name).read_text()), schema, source=name)
+    assert json.loads((prep_dir / "comparison.json").read_text())["ratio"] > 2
     assert "verify passed" in res.stdout

@@ -29,6 +29,7 @@ from pipeline.errors import EpisodeError, PrepError
 from pipeline.lock import exclusive_lock
 from pipeline.manifest import bytes_on_disk
 from pipeline.runner import RunConfig, run_map
+from pipeline.schemas import validate
 from pipeline.stages.reencode import ReencodeOptions, ReencodeResult, reencode_failed, reencode_unit, reencode_units
 from pipeline.video.encode import DEFAULT_ENGINE, DEFAULT_PROFILE, ENGINES, PROFILES
 from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES
@@ -152,6 +153,7 @@ def _claim_output(src: Path, out: Path, options: ReencodeOptions) -> None:
             raise PrepError(f"output {out} was started with other settings ({previous}); now asked for "
                             f"{settings}. Choose another --out, or delete {out} to start over")
         return
+    validate(settings, "reencode_options", source=str(path))
     atomic.write_json(path, settings)
 
 
@@ -261,8 +263,11 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, config: Run
                 report.manifest = str(out / MANIFEST_REL)
                 out_ds, _ = open_dataset(out)
                 report.comparison = comparison(ds, out_ds)
+                validate(report.comparison, "comparison", source=str(out / COMPARISON_REL))
                 atomic.write_json(out / COMPARISON_REL, report.comparison, indent=2)
-            atomic.write_json(out / REPORT_REL, {"schema": "prep.reencode_report/1", **asdict(report)}, indent=2)
+            doc = {"schema": "prep.reencode_report/1", **asdict(report)}
+            validate(doc, "reencode_report", source=str(out / REPORT_REL))
+            atomic.write_json(out / REPORT_REL, doc, indent=2)
         except OSError as exc:
             raise PrepError(_write_error(out, "writing metadata and reports", exc)) from None
     return report
