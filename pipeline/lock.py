@@ -11,7 +11,6 @@ respected until removed by hand.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import errno
 import fcntl
 import json
@@ -21,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipeline.clock import utc_now
 from pipeline.errors import PrepError
 
 
@@ -84,7 +84,7 @@ def exclusive_lock(path: Path, what: str) -> Iterator[Path]:
             break
         os.close(fd)
     record = {"pid": os.getpid(), "host": socket.gethostname(),
-              "started_utc": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()}
+              "started_utc": utc_now()}
     os.ftruncate(fd, 0)
     os.write(fd, (json.dumps(record) + "\n").encode())
     os.fsync(fd)

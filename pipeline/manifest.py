@@ -7,7 +7,6 @@ of the episodes that scanned cleanly. GB = 1e9 bytes, kB = 1e3 bytes.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 from pathlib import Path
@@ -17,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import __version__, atomic
+from pipeline.clock import utc_now
 from pipeline.dataset.model import Dataset, resolve_inside
 from pipeline.errors import EpisodeError, PrepError
 from pipeline.schemas import validate
@@ -91,7 +91,7 @@ def build_manifest(ds: Dataset, scans: list[EpisodeScan], rejected: list[Episode
     return {
         "schema": "prep.manifest/1",
         "prep_version": __version__,
-        "created_utc": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        "created_utc": utc_now(),
         "dataset": {
             "root": str(ds.root),
             "codebase_version": ds.codebase_version,

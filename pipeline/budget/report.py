@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +11,7 @@ from pipeline.budget.config import FIELDS, BudgetConfig
 from pipeline.budget.estimate import Estimate, ThroughputRow, days_at
 from pipeline.budget.landscape import Landscape
 from pipeline.budget.measured import ManifestFigures
+from pipeline.clock import utc_now
 
 REPORT_SCHEMA = "prep.budget/1"
 
@@ -84,7 +84,7 @@ def build_report(r: ReportInputs) -> dict[str, Any]:
     return {
         "schema": REPORT_SCHEMA,
         "prep_version": __version__,
-        "created_utc": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        "created_utc": utc_now(),
         "units": {"GB": 1e9, "TB": 1e12, "B": 1e9, "M": 1e6, "day_s": 86400, "rounding": fmt.ROUNDING},
         "inputs": inputs_json(cfg),
         "manifests": {

@@ -9,13 +9,13 @@ the optional corpus rules hold (episode length, frame size, all-intra). Exit 0 o
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline import __version__, atomic
+from pipeline.clock import utc_now
 from pipeline.commands.common import add_run_options, run_config
 from pipeline.dataset import Dataset, open_dataset
 from pipeline.errors import EpisodeError
@@ -65,7 +65,7 @@ class VerifyReport:
         return {
             "schema": "prep.verify/1",
             "prep_version": __version__,
-            "created_utc": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+            "created_utc": utc_now(),
             "dataset": {
                 "root": str(ds.root),
                 "codebase_version": ds.codebase_version,

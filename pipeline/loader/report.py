@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import platform
 import sys
@@ -10,6 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from pipeline import __version__
+from pipeline.clock import utc_now
 from pipeline.loader.bench import GPUS_PER_NODE, STEP_OVERHEAD_S, STEP_S_PER_SAMPLE, available_cores
 
 SCHEMA_ID = "prep.bench/1"
@@ -108,7 +108,7 @@ def document(
         "schema": SCHEMA_ID,
         "prep_version": __version__,
         "bench": "dataloader",
-        "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "created_utc": utc_now(),
         "command": argv,
         "host": host,
         "budget": {
