@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipeline.commands.argtypes import positive_int
 from pipeline.errors import PrepError
 
 SWEEP_KEYS = ("workers", "batch", "prefetch")
@@ -40,16 +41,6 @@ def _step_time(text: str) -> str | float:
     return value
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def parse_sweep(items: list[str] | None) -> dict[str, list[int]]:
     """`workers=1,2,4 batch=64,256` -> {"workers": [1, 2, 4], "batch": [64, 256]}."""
     out: dict[str, list[int]] = {}
@@ -69,23 +60,23 @@ def parse_sweep(items: list[str] | None) -> dict[str, list[int]]:
 
 def add_dataloader_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", type=Path, help="dataset root (the folder holding meta/info.json), v2.1 or v3.0")
-    p.add_argument("--batch", type=_positive, default=256, help="per-GPU batch (default: 256)")
+    p.add_argument("--batch", type=positive_int, default=256, help="per-GPU batch (default: 256)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="DataLoader workers (default: cores - 1; --stress: all cores)")
-    p.add_argument("--steps", type=_positive, default=10, metavar="K", help="timed training steps (default: 10)")
-    p.add_argument("--ceiling-steps", type=_positive, default=None, metavar="K",
+    p.add_argument("--steps", type=positive_int, default=10, metavar="K", help="timed training steps (default: 10)")
+    p.add_argument("--ceiling-steps", type=positive_int, default=None, metavar="K",
                    help="batches timed with no step, for samples/s (default: max(4, 2 x workers))")
     p.add_argument("--warmup", type=int, default=2, metavar="K", help="untimed batches before each phase (default: 2)")
     p.add_argument("--step-time", type=_step_time, default="auto", metavar="auto|SECONDS",
                    help="training step length; auto = 0.00359 x (batch x --gpus) + 0.25 (default: auto)")
-    p.add_argument("--gpus", type=_positive, default=8, help="GPUs sharing the global batch, for auto (default: 8)")
+    p.add_argument("--gpus", type=positive_int, default=8, help="GPUs sharing the global batch, for auto (default: 8)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu: the step sleeps; cuda: GPU matmuls, pinned memory, non-blocking copies")
     p.add_argument("--loader", choices=("prep", "lerobot"), default="prep",
                    help="prep: this package's dataset; lerobot: LeRobotDataset as openpi uses it")
     p.add_argument("--video-backend", default=None, help="lerobot only: pyav or torchcodec (default: lerobot's)")
-    p.add_argument("--horizon", type=_positive, default=50, help="action chunk length (default: 50)")
-    p.add_argument("--prefetch", type=_positive, default=2, help="DataLoader prefetch_factor (default: 2)")
+    p.add_argument("--horizon", type=positive_int, default=50, help="action chunk length (default: 50)")
+    p.add_argument("--prefetch", type=positive_int, default=2, help="DataLoader prefetch_factor (default: 2)")
     p.add_argument("--sweep", nargs="+", metavar="KEY=V1,V2", help="e.g. workers=1,2,4 batch=64,256")
     p.add_argument("--compare", type=Path, metavar="OTHER_DATASET",
                    help="run every configuration on this dataset too (e.g. native vs prepared)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from pipeline.commands.argtypes import positive_int
 from pipeline.runner import RunConfig
 
 
@@ -11,13 +12,11 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("execution")
     g.add_argument("--scheduler", metavar="ADDRESS", help="existing Dask scheduler, e.g. tcp://host:8786 "
                    "(default: an embedded LocalCluster sized to this machine)")
-    g.add_argument("--workers", type=int, metavar="N", help="LocalCluster worker processes (default: cores)")
+    g.add_argument("--workers", type=positive_int, metavar="N", help="LocalCluster worker processes (default: cores)")
     g.add_argument("--retries", type=int, default=2, help="retries of a task whose worker died (default: 2)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
-    if args.workers is not None and args.workers <= 0:
-        raise SystemExit(f"prep: --workers must be positive, got {args.workers}")
     return RunConfig(scheduler=args.scheduler, workers=args.workers, retries=args.retries,
                      progress=not args.no_progress)

@@ -14,6 +14,7 @@ from pipeline.budget import headline_text
 from pipeline.budget import write_report as write_budget
 from pipeline.commands import reencode as reencode_cmd
 from pipeline.commands import verify as verify_cmd
+from pipeline.commands.argtypes import positive_int
 from pipeline.commands.common import add_run_options, run_config
 from pipeline.commands.scan import scan_dataset, summary
 from pipeline.stages.reencode import ReencodeOptions
@@ -26,7 +27,7 @@ def add_parser(sub: Any) -> None:
                        description="Builds a small synthetic LeRobot corpus (3 cameras, 480x640 h264, 90-frame "
                        "episodes) in a temp folder and runs the main job on it: scan, reencode to 224x224 all-intra, "
                        "verify the output, and a budget report from the two manifests.")
-    p.add_argument("--episodes", type=int, default=6, help="episodes in the demo corpus (default: 6)")
+    p.add_argument("--episodes", type=positive_int, default=6, help="episodes in the demo corpus (default: 6)")
     p.add_argument("--format", dest="version", choices=["v2.1", "v3.0"], default="v2.1")
     p.add_argument("--work", type=Path, help="folder for the corpus and outputs (default: a temp folder, removed)")
     p.add_argument("--out", type=Path, default=Path("manifests/demo"),
@@ -36,8 +37,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.episodes <= 0:
-        raise SystemExit(f"prep demo: --episodes must be positive, got {args.episodes}")
     config = run_config(args)
     keep = args.work is not None
     work = args.work or Path(tempfile.mkdtemp(prefix="prep-demo-"))

@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeline import __version__, atomic
 from pipeline.clock import utc_now
+from pipeline.commands.argtypes import positive_int
 from pipeline.commands.common import add_run_options, run_config
 from pipeline.dataset import Dataset, open_dataset
 from pipeline.errors import EpisodeError
@@ -244,16 +245,6 @@ def parse_size(text: str) -> tuple[int, int]:
     if w <= 0 or h <= 0:
         raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
     return w, h
-
-
-def positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
 
 
 def add_parser(sub: Any) -> None:
