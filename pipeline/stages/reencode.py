@@ -4,18 +4,21 @@ For a unit: probe the source (demux only) and check each episode's frame count a
 metadata; map each episode to its span in the new file (frame i at i/fps); if the output already
 exists and passes the checks, keep it (resume); otherwise encode to a temp name, check it
 (size, frame count per episode and in total, pts grid, every frame a keyframe) and rename it into
-place. Finally compute the image stats of the new frames. Failures are results with reasons.
+place. Finally compute the image stats of the new frames, saved beside the output
+(`prep/stats/<file>.json`) so a resumed file is not decoded again. Failures are results with reasons.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pipeline import atomic
 from pipeline.dataset.model import CameraInfo, Dataset, resolve_inside
-from pipeline.dataset.write import EpisodeVideo, SpanImageStats
+from pipeline.dataset.write import PREP_DIR, EpisodeVideo, SpanImageStats
 from pipeline.errors import EpisodeError
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
@@ -147,12 +150,8 @@ def new_spans(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> list[Sp
     tol = TIMESTAMP_TOLERANCE_S
     out: list[Span] = []
     for span in sorted(spans, key=lambda s: s.from_timestamp):
-        if span.to_timestamp is None:
-            n = probe.frames_in_span(span.from_timestamp, None, tol)
-            start = sum(1 for t in probe.pts_s if t < span.from_timestamp - tol)
-        else:
-            n = probe.frames_in_span(span.from_timestamp, span.to_timestamp, tol)
-            start = sum(1 for t in probe.pts_s if t < span.from_timestamp - tol)
+        n = probe.frames_in_span(span.from_timestamp, span.to_timestamp, tol)
+        start = sum(1 for t in probe.pts_s if t < span.from_timestamp - tol)
         if span.frames_expected is not None and n != span.frames_expected:
             raise EpisodeError(span.episode, probe.path,
                                f"source holds {n} frames for this episode but the metadata says "
@@ -173,6 +172,29 @@ def check_output(path: Path, unit: ReencodeUnit, spans: list[Span], total_frames
     return failures
 
 
+def stats_sidecar(unit: ReencodeUnit) -> Path:
+    """Where the image stats of an output file are kept, so that a rerun need not decode it again."""
+    return Path(unit.out_root) / PREP_DIR / "stats" / f"{unit.rel}.json"
+
+
+def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[str, Any]:
+    """What the stats depend on: the output settings, the source file and the episode spans (as JSON reads back)."""
+    key = {"settings": unit.options.output_settings(), "source": unit.rel, "source_bytes": probe.bytes,
+           "spans": [[s.episode, s.from_timestamp, s.frames_expected] for s in spans]}
+    loaded: dict[str, Any] = json.loads(json.dumps(key))
+    return loaded
+
+
+def load_stats(path: Path, key: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The stats saved beside an earlier output of the same source and settings, else None."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    stats = doc.get("stats") if isinstance(doc, dict) and doc.get("key") == key else None
+    return stats if isinstance(stats, list) and len(stats) == len(key["spans"]) else None
+
+
 def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     t0 = time.perf_counter()
     result = ReencodeResult(unit.rel, unit.camera, "failed")
@@ -190,18 +212,25 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         # Image stats of the resized frames before compression (as LeRobot computes them from the
         # frames it records), so they do not depend on the engine or on whether a file was resumed.
         stats = SpanImageStats([(round(s.from_timestamp * unit.fps), s.frames_expected or 0) for s in spans])
+        sidecar, key = stats_sidecar(unit), stats_key(unit, probe, spans)
+        kept_stats: list[dict[str, Any]] | None = None
         if dst.is_file() and not check_output(dst, unit, spans, total):
             result.status = "kept"
-            filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
+            kept_stats = load_stats(sidecar, key)  # a resumed file's stats, without decoding it again
+            if kept_stats is None:
+                filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
         else:
             hooked = unit.options.engine in ENGINES_WITH_HOOK
             _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None)
             if not hooked:
                 filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
             result.status = "encoded"
+        span_stats = kept_stats if kept_stats is not None else stats.result()
+        if kept_stats is None:
+            atomic.write_json(sidecar, {"key": key, "stats": span_stats}, indent=None)
         result.episodes = [
             EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, st)
-            for s, st in zip(spans, stats.result(), strict=True)
+            for s, st in zip(spans, span_stats, strict=True)
         ]
         result.frames, result.out_bytes = total, dst.stat().st_size
     except EpisodeError as exc:

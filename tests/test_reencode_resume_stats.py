@@ -1,0 +1,49 @@
+"""A resumed (kept) output file takes its image stats from the sidecar saved when it was encoded,
+instead of decoding the source again; a sidecar that does not match is ignored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import pipeline.stages.reencode as stage
+from pipeline.dataset import open_dataset
+from pipeline.stages.reencode import ReencodeOptions, reencode_unit, reencode_units, stats_sidecar
+from pipeline.synth import SynthSpec, write_synthetic
+
+
+@pytest.fixture
+def unit(tmp_path: Path) -> stage.ReencodeUnit:
+    src = write_synthetic(tmp_path / "src", SynthSpec(episodes=1, height=240, width=320,
+                                                      cameras=("observation.images.cam",)))
+    ds, _ = open_dataset(src)
+    return reencode_units(ds, tmp_path / "out", ReencodeOptions())[0]
+
+
+def test_kept_file_reuses_saved_stats(unit: stage.ReencodeUnit, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = reencode_unit(unit)
+    assert first.status == "encoded", first.reason
+    assert stats_sidecar(unit).is_file()
+
+    def no_decode(*_args: object, **_kwargs: object) -> int:
+        raise AssertionError("a kept file with saved stats was decoded again")
+
+    monkeypatch.setattr(stage, "filter_frames", no_decode)
+    second = reencode_unit(unit)
+    assert second.status == "kept", second.reason
+    assert [e.stats for e in second.episodes] == [e.stats for e in first.episodes]
+
+
+def test_mismatched_sidecar_is_recomputed(unit: stage.ReencodeUnit) -> None:
+    first = reencode_unit(unit)
+    path = stats_sidecar(unit)
+    doc = json.loads(path.read_text())
+    doc["key"]["settings"]["crf"] = 99  # stats of other settings must not be reused
+    doc["stats"][0]["mean"] = [[[0.0]], [[0.0]], [[0.0]]]
+    path.write_text(json.dumps(doc))
+    second = reencode_unit(unit)
+    assert second.status == "kept"
+    assert [e.stats for e in second.episodes] == [e.stats for e in first.episodes]
+    assert json.loads(path.read_text())["key"]["settings"]["crf"] == ReencodeOptions().quality  # rewritten
