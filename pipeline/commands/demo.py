@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from pipeline.budget import headline_text
 from pipeline.budget import write_report as write_budget
 from pipeline.commands import reencode as reencode_cmd
@@ -17,6 +19,7 @@ from pipeline.commands import verify as verify_cmd
 from pipeline.commands.argtypes import positive_int
 from pipeline.commands.common import add_run_options, run_config
 from pipeline.commands.scan import scan_dataset, summary
+from pipeline.manifest import load_manifest, write_manifest
 from pipeline.stages.reencode import ReencodeOptions
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import SynthSpec, write_synthetic
@@ -64,7 +67,12 @@ def run(args: argparse.Namespace) -> int:
         if not report.ok:
             return 1
         prepared_path = out / "prepared.manifest.json"
-        prepared, _ = scan_dataset(prepared_root, prepared_path, config)
+        if report.manifest is not None:  # reencode scanned its output already: keep a copy, do not rescan
+            prepared = load_manifest(report.manifest)
+            table = pq.read_table(Path(report.manifest).with_name(prepared["episodes_table"]))
+            write_manifest(prepared, table, prepared_path)
+        else:
+            prepared, _ = scan_dataset(prepared_root, prepared_path, config)
         if report.comparison is not None:
             (out / "comparison.json").write_text(json.dumps(report.comparison, indent=2) + "\n")
 
