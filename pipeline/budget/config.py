@@ -25,6 +25,7 @@ from pipeline.errors import PrepError
 
 DEFAULT_SOURCE = "default"
 CLI_SOURCE = "cli"
+DEFAULT_OUT = Path("manifests") / "budget"
 
 
 @dataclass(slots=True, frozen=True)

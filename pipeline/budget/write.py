@@ -6,17 +6,16 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
-from pipeline.budget.config import BudgetConfig
+from pipeline.budget.config import DEFAULT_OUT, BudgetConfig
 from pipeline.budget.estimate import estimate
 from pipeline.budget.landscape import DEFAULT_LANDSCAPE, load_landscape
 from pipeline.budget.measured import apply_measured, consistency_notes, measured_values, read_figures
-from pipeline.budget.plots import write_plots
 from pipeline.budget.render import render_markdown
 from pipeline.budget.report import ReportInputs, build_report
 from pipeline.schemas import validate
 
 BUDGET_SCHEMA = "budget"
-DEFAULT_OUT = Path("manifests") / "budget"
+__all__ = ["DEFAULT_OUT", "write_report"]
 
 
 def write_report(
@@ -44,7 +43,11 @@ def write_report(
         notes.append(f"train_batch {cfg.train_batch} needs {est.train.memory_gb_per_gpu:.1f} GB per GPU, more than "
                      f"the usable {cfg.mem_usable_gb:g} GB: the throughput at this batch is not reachable")
     land = load_landscape(landscape)
-    names = write_plots(cfg, est, out_dir) if plots else []
+    names: list[str] = []
+    if plots:
+        from pipeline.budget.plots import write_plots  # matplotlib: only when drawing
+
+        names = write_plots(cfg, est, out_dir)
     report = build_report(ReportInputs(cfg, est, nat, prep, land, tuple(notes), tuple(names)))
     out_json = out_dir / "report.json"
     validate(report, BUDGET_SCHEMA, source=str(out_json))
