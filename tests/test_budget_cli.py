@@ -59,7 +59,7 @@ def test_defaults_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         assert png.stat().st_size > 10_000
     report = json.loads((tmp_path / "report.json").read_text())
     validate(report, "budget", source="report.json")
-    assert all(i["source"] == "default" for i in report["inputs"])
+    assert all(i["source"] == "document default" and i["origin"] == "document default" for i in report["inputs"])
     assert report["manifests"] == {"native": None, "prepared": None}
     md = (tmp_path / "report.md").read_text()
     assert "## Inputs" in md and "## Landscape" in md and "![Days to the target vs nodes](days.png)" in md
@@ -88,7 +88,7 @@ def test_cli_overrides_config_file(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 0, err
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     inputs = {i["name"]: i for i in report["inputs"]}
-    assert inputs["train_batch"]["value"] == 512 and inputs["train_batch"]["source"] == "cli"
+    assert inputs["train_batch"]["value"] == 512 and inputs["train_batch"]["source"] == "cli --train-batch"
     assert inputs["pi0_batch"]["value"] == [512] and inputs["pi0_batch"]["source"] == f"config {cfg}"
     assert report["headline"]["columns"] == ["pi0 batch 512"]
     assert report["targets"][0]["timesteps"] == 700_000 * 512
@@ -147,7 +147,8 @@ def test_explicit_value_beats_the_manifest(manifests: tuple[Path, Path], tmp_pat
     report = write_report(tmp_path, native, None, cfg, plots=False)
     inputs = {i["name"]: i for i in report["inputs"]}
     assert inputs["gb_per_hour_native"] == {**inputs["gb_per_hour_native"], "value": 6.15, "source": "cli"}
-    assert inputs["gb_per_hour_prepared"]["source"] == "default"
+    assert inputs["gb_per_hour_prepared"]["value"] == pytest.approx(6.15 / (6.15 / 2.13))
+    assert inputs["gb_per_hour_prepared"]["source"].startswith("estimated from gb_per_hour_native 6.15 (cli)")
     assert inputs["frames_per_episode"]["source"].startswith("measured")
     assert any("overridden by cli" in note for note in report["notes"])
 
@@ -184,7 +185,7 @@ def test_missing_manifest_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--train-batch", "0"], "train_batch = 0 (from cli): must be a positive integer"),
+    (["--train-batch", "0"], "train_batch = 0 (from cli --train-batch): must be a positive integer"),
     (["--train-batch", "-64"], "must be a positive integer"),
     (["--pi0-batch", "1024,-2048"], "every value must be a positive integer"),
     (["--efficiency", "0"], "must be in (0, 1]"),

@@ -23,7 +23,7 @@ def test_defaults_are_the_documents() -> None:
     assert (cfg.gb_per_hour_native, cfg.gb_per_hour_prepared) == (6.15, 2.13)
     assert (cfg.step_a_s, cfg.step_c_s, cfg.mem_fixed_gb, cfg.mem_per_sample_gb, cfg.mem_usable_gb) == (
         0.00359, 0.25, 39.0, 0.10, 112.0)
-    assert cfg.source("fps") == "default"
+    assert cfg.source("fps") == "document default"
 
 
 def test_config_file_sections_and_top_level(tmp_path: Path) -> None:
@@ -44,15 +44,15 @@ efficiency = 0.8
     assert cfg.anchors == (Anchor(64, 0.48), Anchor(2048, 7.6))
     assert cfg.efficiency == 0.8
     assert cfg.source("fps") == f"config {path}"
-    assert cfg.source("gpus_per_node") == "default"
+    assert cfg.source("gpus_per_node") == "document default"
 
 
 def test_cli_wins_over_file_and_file_over_defaults(tmp_path: Path) -> None:
     path = write(tmp_path, "[throughput]\ntrain_batch = 1024\nstep_c_s = 0.3\n")
     cfg = load_config(path, {"train_batch": coerce("train_batch", "512", "--train-batch")})
-    assert cfg.train_batch == 512 and cfg.source("train_batch") == "cli"
+    assert cfg.train_batch == 512 and cfg.source("train_batch") == "cli --train-batch"
     assert cfg.step_c_s == 0.3 and cfg.source("step_c_s") == f"config {path}"
-    assert cfg.step_a_s == 0.00359 and cfg.source("step_a_s") == "default"
+    assert cfg.step_a_s == 0.00359 and cfg.source("step_a_s") == "document default"
 
 
 def test_key_in_the_wrong_section(tmp_path: Path) -> None:

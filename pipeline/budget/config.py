@@ -1,8 +1,9 @@
 """Parameters of the sizing model: document defaults, a TOML config file, CLI overrides, validation.
 
-Precedence, per parameter: CLI flag > config file > measured manifest value > document default.
-Every value carries its source ("default", "config <path>", "cli", "measured <path> (<field>)")
-so the report can show where each number came from.
+Precedence, per parameter: CLI flag > config file > measured manifest > estimated from the other
+measured storage rate (`measured.estimate_rates`) > document default. Every value carries its source
+("document default", "config <path>", "cli --<flag>", "measured <path> (<field>)", "estimated from ...")
+so the report can show where each number came from; `origin_of` names its kind.
 
 Config file (TOML): any subset of the keys of `FIELDS`, at top level or in their section, e.g.
 
@@ -23,8 +24,14 @@ from typing import Any
 from pipeline.budget.model import Anchor, StepFit, StepModel, fit_step_model
 from pipeline.errors import PrepError
 
-DEFAULT_SOURCE = "default"
+DEFAULT_SOURCE = "document default"
 CLI_SOURCE = "cli"
+ORIGINS = ("measured", "estimated", "config", "cli", "document default")
+# Integers above 2**53 are not exact as floats (and 10**400 does not convert at all).
+MAX_INT = 2**53
+# The document's native and prepared rates: their ratio estimates one rate from the other.
+DOC_GB_PER_HOUR_NATIVE = 6.15
+DOC_GB_PER_HOUR_PREPARED = 2.13
 DEFAULT_OUT = Path("manifests") / "budget"
 
 
@@ -43,6 +50,8 @@ FIELDS: dict[str, FieldSpec] = {
     "fps": FieldSpec("corpus", "float", "frames/s", "recording rate of the corpus"),
     "gb_per_hour_native": FieldSpec("corpus", "float", "GB/hr", "native storage rate (doc: 480x640, 3 cams, h264)"),
     "gb_per_hour_prepared": FieldSpec("corpus", "float", "GB/hr", "prepared storage rate (doc: 224x224 all-intra)"),
+    "prepared_ratio": FieldSpec("corpus", "float", "x", "native GB/hr / prepared GB/hr: estimates the rate no "
+                                "manifest measures from the one that is (doc: 6.15 / 2.13)"),
     "step_a_s": FieldSpec("throughput", "float", "s/sample", "step time slope a in wall_s(B) = a*B + c"),
     "step_c_s": FieldSpec("throughput", "float", "s/step", "fixed step overhead c in wall_s(B) = a*B + c"),
     "anchors": FieldSpec("throughput", "anchors", "B, s", "measured (global batch, wall s/step) points refitting a, c"),
@@ -70,8 +79,9 @@ class BudgetConfig:
     pi0_batch: tuple[int, ...] = (1024, 2048)
     frames_per_episode: float = 90.0
     fps: float = 30.0
-    gb_per_hour_native: float = 6.15
-    gb_per_hour_prepared: float = 2.13
+    gb_per_hour_native: float = DOC_GB_PER_HOUR_NATIVE
+    gb_per_hour_prepared: float = DOC_GB_PER_HOUR_PREPARED
+    prepared_ratio: float = DOC_GB_PER_HOUR_NATIVE / DOC_GB_PER_HOUR_PREPARED
     step_a_s: float = 0.00359
     step_c_s: float = 0.25
     anchors: tuple[Anchor, ...] = ()
@@ -92,12 +102,23 @@ class BudgetConfig:
     def source(self, name: str) -> str:
         return self.sources.get(name, DEFAULT_SOURCE)
 
+    def origin(self, name: str) -> str:
+        return origin_of(self.source(name))
+
     def with_values(self, values: dict[str, Any], source: str) -> BudgetConfig:
         """A copy with `values` set and their source recorded."""
         return replace(self, **values, sources={**self.sources, **dict.fromkeys(values, source)})
 
     def step_fit(self) -> StepFit:
         return fit_step_model(self.anchors, StepModel(a=self.step_a_s, c=self.step_c_s))
+
+
+def origin_of(source: str) -> str:
+    """The kind of a source string: one of ORIGINS."""
+    for origin in ORIGINS:
+        if source == origin or source.startswith(origin + " "):
+            return origin
+    raise ValueError(f"unknown source {source!r}")
 
 
 PARAM_NAMES = tuple(f.name for f in fields(BudgetConfig) if f.name != "sources")
@@ -124,6 +145,8 @@ def _number(name: str, raw: Any, origin: str, *, integer: bool) -> int | float:
     else:
         kind = "an integer" if integer else "a number"
         raise PrepError(f"{name} ({origin}): expected {kind}, got {raw!r}")
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        raise PrepError(f"{name} ({origin}): {raw!r} is too large (at most {MAX_INT:,})")
     if not math.isfinite(value):
         raise PrepError(f"{name} ({origin}): expected a finite number, got {raw!r}")
     return value
@@ -240,7 +263,7 @@ def cli_values(args: argparse.Namespace) -> dict[str, Any]:
         raw = getattr(args, name, None)
         if raw is None:
             continue
-        values[name] = coerce(name, raw, f"{flag(name) if name != 'anchors' else '--anchor'}")
+        values[name] = coerce(name, raw, cli_source(name).removeprefix(CLI_SOURCE + " "))
     return values
 
 
@@ -249,9 +272,14 @@ def load_config(config_file: Path | None = None, cli: dict[str, Any] | None = No
     cfg = BudgetConfig()
     if config_file is not None:
         cfg = cfg.with_values(read_config_file(config_file), f"config {config_file}")
-    if cli:
-        cfg = cfg.with_values(cli, CLI_SOURCE)
+    for name, value in (cli or {}).items():
+        cfg = cfg.with_values({name: value}, cli_source(name))
     return cfg
+
+
+def cli_source(name: str) -> str:
+    """"cli --<flag>": the source of a value given on the command line."""
+    return f"{CLI_SOURCE} {'--anchor' if name == 'anchors' else flag(name)}"
 
 
 # ---------------------------------------------------------------- validation
@@ -262,8 +290,29 @@ def _refuse(cfg: BudgetConfig, name: str, value: Any, why: str) -> PrepError:
     return PrepError(f"{name} = {shown} (from {cfg.source(name)}): {why}")
 
 
+def _finite(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value) and not (isinstance(value, int) and abs(value) > MAX_INT)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
 def validate_config(cfg: BudgetConfig) -> StepFit:
-    """Refuse parameters the model cannot use; returns the step-time fit (anchors applied)."""
+    """Refuse parameters the model cannot use; returns the step-time fit (anchors applied).
+
+    Everything is checked here, not only when parsing: a BudgetConfig built in Python (or from a
+    manifest) gets the same one-line refusal for a NaN, an infinity, zero or a negative number.
+    """
+    for name, spec in FIELDS.items():
+        value = getattr(cfg, name)
+        items = [x for a in value for x in (a.batch, a.wall_s)] if spec.kind == "anchors" else (
+            list(value) if isinstance(value, tuple) else [value])
+        bad = [x for x in items if not _finite(x)]
+        if bad:
+            raise PrepError(f"{name} = {bad[0]!r} (from {cfg.source(name)}): expected a finite number"
+                            + (f" of at most {MAX_INT:,}" if isinstance(bad[0], int) else ""))
     positive_ints = ("pi0_steps", "gpus_per_node", "train_batch", "headline_nodes")
     for name in positive_ints:
         if getattr(cfg, name) <= 0:
@@ -271,7 +320,7 @@ def validate_config(cfg: BudgetConfig) -> StepFit:
     for name in ("pi0_batch", "report_batches", "nodes"):
         if any(v <= 0 for v in getattr(cfg, name)):
             raise _refuse(cfg, name, getattr(cfg, name), "every value must be a positive integer")
-    for name in ("frames_per_episode", "fps", "gb_per_hour_native", "gb_per_hour_prepared",
+    for name in ("frames_per_episode", "fps", "gb_per_hour_native", "gb_per_hour_prepared", "prepared_ratio",
                  "mem_per_sample_gb", "mem_usable_gb", "gpu_memory_gb"):
         if getattr(cfg, name) <= 0:
             raise _refuse(cfg, name, getattr(cfg, name), "must be positive")

@@ -1,17 +1,28 @@
-"""Corpus figures measured by `prep scan` manifests: GB/hr, frames per episode, fps.
+"""Corpus figures measured by `prep scan` manifests: GB/hr, frames per episode, fps; estimated rates.
 
 The native manifest calibrates `gb_per_hour_native`, the prepared one `gb_per_hour_prepared`;
 frames per episode and fps come from the native manifest, else from the prepared one. A measured
 value replaces a document default but not a value set in the config file or on the CLI.
+
+When only one of the two storage rates is known (measured, config or CLI), the other is estimated
+from it with `prepared_ratio` (native / prepared; the document's 6.15 / 2.13 unless set), so a
+measured 0.1 GB/hr native corpus is never paired with the document's 2.13 GB/hr prepared rate.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.budget.config import DEFAULT_SOURCE, BudgetConfig
+from pipeline.budget.config import (
+    DEFAULT_SOURCE,
+    DOC_GB_PER_HOUR_NATIVE,
+    DOC_GB_PER_HOUR_PREPARED,
+    BudgetConfig,
+    origin_of,
+)
 from pipeline.errors import PrepError
 from pipeline.manifest import load_manifest
 
@@ -38,13 +49,20 @@ class ManifestFigures:
 
 
 def read_figures(path: Path, role: str) -> ManifestFigures:
-    """Load and schema-check a manifest; refuse one that measures nothing."""
+    """Load and schema-check a manifest; refuse one that measures nothing (one line naming the field)."""
     m = load_manifest(path)
     t = m["totals"]
-    if t["episodes"] <= 0 or t["frames"] <= 0 or t["hours"] <= 0 or t["gb_per_hour"] <= 0:
-        raise PrepError(f"{path}: {role} manifest measures no episodes, frames or bytes "
-                        f"(episodes {t['episodes']}, frames {t['frames']}, gb_per_hour {t['gb_per_hour']:g})")
-    fpe = t.get("frames_per_episode", {}).get("mean") or t["frames"] / t["episodes"]
+    fpe = t.get("frames_per_episode", {}).get("mean")
+    used = {"totals.episodes": t["episodes"], "totals.frames": t["frames"], "totals.hours": t["hours"],
+            "totals.bytes.total": t["bytes"]["total"], "totals.gb_per_hour": t["gb_per_hour"],
+            "dataset.fps": m["dataset"]["fps"]}
+    if fpe is not None:
+        used["totals.frames_per_episode.mean"] = fpe
+    for field, value in used.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            raise PrepError(f"{path}: {field} = {value!r}: a {role} manifest must measure a positive, finite "
+                            "number here (it measures no episodes, frames or bytes?)")
+    fpe = fpe or t["frames"] / t["episodes"]
     return ManifestFigures(
         role=role, path=str(path), root=m["dataset"]["root"], episodes=t["episodes"], frames=t["frames"],
         hours=t["hours"], total_bytes=t["bytes"]["total"], gb_per_hour=t["gb_per_hour"],
@@ -93,3 +111,69 @@ def consistency_notes(native: ManifestFigures | None, prepared: ManifestFigures 
         notes.append(f"the manifests hold different frame counts (native {native.frames:,}, prepared "
                      f"{prepared.frames:,}): they may not describe the same corpus")
     return notes
+
+
+def _ratio_source(cfg: BudgetConfig) -> str:
+    if cfg.source("prepared_ratio") == DEFAULT_SOURCE:
+        return f"document {DOC_GB_PER_HOUR_NATIVE:g} / {DOC_GB_PER_HOUR_PREPARED:g}"
+    return cfg.source("prepared_ratio")
+
+
+def estimate_rates(cfg: BudgetConfig, native: ManifestFigures | None,
+                   prepared: ManifestFigures | None) -> tuple[BudgetConfig, list[str]]:
+    """Estimate the storage rate nothing gave from the one that was given; returns the config and notes.
+
+    Only one rate known (measured, config or CLI), the other a document default: the other is estimated
+    with `prepared_ratio` = native / prepared and labelled "estimated from ...". Both known: the
+    ratio shown is theirs (measured when both come from manifests) and a ratio set by hand is unused.
+    Neither: the document's 6.15 and 2.13 GB/hr stand.
+    """
+    n_src, p_src = cfg.source("gb_per_hour_native"), cfg.source("gb_per_hour_prepared")
+    ratio, r_src = cfg.prepared_ratio, _ratio_source(cfg)
+    notes: list[str] = []
+    if n_src != DEFAULT_SOURCE and p_src == DEFAULT_SOURCE:
+        n = cfg.gb_per_hour_native
+        cfg = cfg.with_values({"gb_per_hour_prepared": n / ratio},
+                              f"estimated from gb_per_hour_native {n:.6g} ({n_src}) / prepared_ratio "
+                              f"{ratio:.6g} ({r_src})")
+    elif p_src != DEFAULT_SOURCE and n_src == DEFAULT_SOURCE:
+        p = cfg.gb_per_hour_prepared
+        cfg = cfg.with_values({"gb_per_hour_native": p * ratio},
+                              f"estimated from gb_per_hour_prepared {p:.6g} ({p_src}) x prepared_ratio "
+                              f"{ratio:.6g} ({r_src})")
+    elif n_src != DEFAULT_SOURCE and p_src != DEFAULT_SOURCE:
+        actual = cfg.gb_per_hour_native / cfg.gb_per_hour_prepared
+        if cfg.source("prepared_ratio") != DEFAULT_SOURCE:
+            notes.append(f"prepared_ratio {ratio:.6g} ({r_src}) is not used: both storage rates are given "
+                         f"(native / prepared = {actual:.6g})")
+        elif native is not None and prepared is not None and n_src.startswith("measured ") \
+                and p_src.startswith("measured "):
+            cfg = cfg.with_values({"prepared_ratio": actual},
+                                  f"measured {native.path} / {prepared.path} (totals.gb_per_hour)")
+        else:
+            cfg = cfg.with_values({"prepared_ratio": actual},
+                                  f"estimated from gb_per_hour_native ({n_src}) / gb_per_hour_prepared ({p_src})")
+    return cfg, notes
+
+
+def rate_warnings(cfg: BudgetConfig) -> list[str]:
+    """A prepared rate above the native one: kept (it can be real), but said with both numbers."""
+    n, p = cfg.gb_per_hour_native, cfg.gb_per_hour_prepared
+    if p <= n:
+        return []
+    return [f"prepared {p:.6g} GB/hr ({cfg.source('gb_per_hour_prepared')}) is larger than native {n:.6g} GB/hr "
+            f"({cfg.source('gb_per_hour_native')}), {p / n:.3g}x: the prepared corpus needs more storage than the "
+            "native one. An all-intra re-encode of a low-bitrate inter-frame source can be larger, so the "
+            "figures are kept; check the inputs if that is not the case here"]
+
+
+def rate_label(cfg: BudgetConfig, kind: str) -> str:
+    """A short label of where a storage rate came from, for the headline and the plots."""
+    source = cfg.source(f"gb_per_hour_{kind}")
+    origin = origin_of(source)
+    if origin == "measured":
+        return "measured"
+    if origin == "estimated":
+        return (f"estimated: native / {cfg.prepared_ratio:.3g}" if kind == "prepared"
+                else f"estimated: prepared x {cfg.prepared_ratio:.3g}")
+    return source

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,10 @@ from matplotlib.ticker import NullFormatter
 from pipeline import atomic
 from pipeline.budget import fmt, model
 from pipeline.budget.config import BudgetConfig
+from pipeline.budget.coverage import Coverage
 from pipeline.budget.estimate import Estimate
+from pipeline.budget.measured import rate_label
+from pipeline.budget.render import PLOT_TITLES
 
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
 
@@ -123,8 +127,7 @@ def storage(cfg: BudgetConfig, est: Estimate) -> Figure:
     fig, ax = _figure()
     for gbh, label, c in ((corpus.gb_per_hour_native, "native", COLORS[0]),
                           (corpus.gb_per_hour_prepared, "prepared", COLORS[2])):
-        src = "measured" if cfg.source(f"gb_per_hour_{label}").startswith("measured") else cfg.source(
-            f"gb_per_hour_{label}")
+        src = rate_label(cfg, label)
         ax.plot(t / 1e9, h * gbh / 1000.0, color=c, label=f"{label}: {gbh:.3g} GB/hr ({src})")
     for tg in est.targets:
         for y in (tg.storage_native_tb, tg.storage_prepared_tb):
@@ -138,11 +141,46 @@ def storage(cfg: BudgetConfig, est: Estimate) -> Figure:
     return fig
 
 
+def coverage(cfg: BudgetConfig, est: Estimate, cov: Coverage) -> Figure:
+    """Hours: the corpus and each target (log scale), each bar labelled with its hours and share."""
+    h = cov.corpus
+    name = Path(h.manifest).name
+    labels = [f"your corpus\n{name}"] + [f"target, π0 batch {c.pi0_batch}\n{fmt.billions(c.target_timesteps)}"
+                                         for c in cov.targets]
+    hours_ = [h.hours] + [c.target_timesteps / cfg.fps / 3600.0 for c in cov.targets]
+    texts = [f"{fmt.hours(h.hours)}\n{h.timesteps:,} timesteps, {h.episodes:,} episodes"] + [
+        f"{fmt.hours(x)}\ncorpus = {fmt.share(c.share)} of it" for x, c in zip(hours_[1:], cov.targets, strict=True)]
+    fig, ax = _figure()
+    fig.set_size_inches(9, 4.6)
+    ax.grid(True, axis="x", which="both", alpha=0.3)
+    ax.grid(False, axis="y")
+    y = np.arange(len(hours_))[::-1]
+    colors = [COLORS[2]] + [COLORS[i % len(COLORS)] for i in range(len(cov.targets))]
+    ax.barh(y, hours_, color=colors, height=0.6)
+    ax.set_xscale("log")
+    lo, hi = min(hours_), max(hours_)
+    ax.set_xlim(lo / 10, hi * 10 ** max(2.0, 0.6 * math.log10(hi / lo * 10)))  # room on the right for labels
+    for yi, x, text in zip(y, hours_, texts, strict=True):
+        ax.annotate(text, (x, yi), textcoords="offset points", xytext=(6, 0), va="center", fontsize=9)
+    ax.set_yticks(y, labels, fontsize=9)
+    ax.set(xlabel=f"hours (log scale; target hours = T / {fmt.value(cfg.fps)} fps / 3600)",
+           ylabel="corpus / target", title="Your corpus vs the π-equivalent target (hours)")
+    return fig
+
+
 PLOTS = {"throughput.png": throughput, "memory.png": memory, "days.png": days, "storage.png": storage}
+assert set(PLOTS) | {"coverage.png"} == set(PLOT_TITLES), "plots and their titles disagree"
 
 
-def write_plots(cfg: BudgetConfig, est: Estimate, out_dir: Path) -> list[str]:
-    """Draw every plot into `out_dir`; returns the file names."""
-    for name, draw in PLOTS.items():
-        _save(draw(cfg, est), out_dir / name)
-    return list(PLOTS)
+def write_plots(cfg: BudgetConfig, est: Estimate, cov: Coverage | None, out_dir: Path,
+                names: list[str] | None = None) -> list[str]:
+    """Draw the plots `names` (default: all that apply) into `out_dir`; returns the file names."""
+    names = names if names is not None else [*PLOTS, *(["coverage.png"] if cov is not None else [])]
+    for name in names:
+        if name == "coverage.png":
+            if cov is None:
+                raise ValueError("coverage.png needs a corpus (a manifest)")
+            _save(coverage(cfg, est, cov), out_dir / name)
+        else:
+            _save(PLOTS[name](cfg, est), out_dir / name)
+    return names

@@ -6,6 +6,13 @@ from typing import Any
 
 from pipeline.budget import fmt
 
+PLOT_TITLES = {
+    "throughput.png": "Node throughput vs global batch",
+    "memory.png": "Memory per GPU vs per-GPU batch",
+    "days.png": "Days to the target vs nodes",
+    "storage.png": "Storage vs target timesteps",
+    "coverage.png": "Your corpus vs the target (hours, log scale)",
+}
 
 def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
@@ -17,13 +24,17 @@ def md_table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def headline_text(report: dict[str, Any]) -> str:
-    """The headline table as aligned plain text, for the terminal."""
-    h = report["headline"]
-    table = [["", *h["columns"], ""]] + [[r["label"], *r["values"], r["note"]] for r in h["rows"]]
+def text_table(table: list[list[str]]) -> list[str]:
+    """Rows aligned for the terminal: first and last column left-aligned, the values right-aligned."""
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = ["  ".join(c.ljust(w) if i == 0 or i == len(row) - 1 else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip() for row in table]
+    return ["  ".join(c.ljust(w) if i == 0 or i == len(row) - 1 else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip() for row in table]
+
+
+def headline_text(report: dict[str, Any]) -> str:
+    """The headline table (and the corpus coverage, given a manifest) as aligned plain text, for the terminal."""
+    h = report["headline"]
+    lines = text_table([["", *h["columns"], ""]] + [[r["label"], *r["values"], r["note"]] for r in h["rows"]])
     t, m = report["training"], report["memory"]
     tp = "; ".join(f"{fmt.rate(r['frames_per_s'])} at global batch {r['global_batch']}" for r in report["throughput"])
     lines += [
@@ -33,8 +44,63 @@ def headline_text(report: dict[str, Any]) -> str:
         f"(usable {fmt.value(m['usable_gb'])} GB){'' if m['train_fits'] else ' DOES NOT FIT'}; "
         f"largest per-GPU batch {m['max_per_gpu_batch']} (global {m['max_global_batch']:,})",
     ]
+    if report["corpus"] is not None:
+        c = report["corpus"]
+        lines += ["", f"your corpus {c['manifest']} ({c['role']}): {corpus_holds(c)}"]
+        lines += text_table([["", *h["columns"], ""]] + [[label, *values, note]
+                                                         for label, values, note in coverage_rows(report)])
+        lines += [f"            {one_epoch_text(c)}"]
     lines += [f"note        {n}" for n in report["notes"]]
+    lines += [f"warning     {w}" for w in report["warnings"]]
     return "\n".join(lines)
+
+
+def corpus_holds(c: dict[str, Any]) -> str:
+    b = c["bytes"]
+    tag = {kind: "measured" if b[kind]["source"].startswith("measured") else "estimated" for kind in b}
+    return (f"{c['episodes']:,} episodes, {c['timesteps']:,} timesteps, {fmt.hours(c['hours'])}, "
+            f"{fmt.size(b['native']['value'])} native ({tag['native']}), "
+            f"{fmt.size(b['prepared']['value'])} prepared ({tag['prepared']})")
+
+
+def coverage_rows(report: dict[str, Any]) -> list[tuple[str, list[str], str]]:
+    """The corpus against each target: (label, one value per target, how it is computed)."""
+    c = report["corpus"]
+    inputs = {i["name"]: i["value"] for i in report["inputs"]}
+    ts = c["targets"]
+    head = {r["label"]: r["note"] for r in report["headline"]["rows"]}
+    miss = [t["missing"] for t in ts]
+    return [
+        ("share of the target", [fmt.share(t["share"]) for t in ts], f"{c['timesteps']:,} timesteps / T"),
+        ("missing timesteps", [fmt.billions(m["timesteps"]) for m in miss], "T - corpus, at least 0"),
+        ("missing hours", [fmt.hours(m["hours"]) for m in miss], f"/ {fmt.value(inputs['fps'])} fps / 3600"),
+        ("missing episodes", [fmt.millions(m["episodes"]) for m in miss],
+         f"/ {fmt.value(inputs['frames_per_episode'])} frames per episode"),
+        ("missing storage, native", [fmt.tb(m["storage_tb"]["native"]) for m in miss], head["storage, native"]),
+        ("missing storage, prepared", [fmt.tb(m["storage_tb"]["prepared"]) for m in miss],
+         head["storage, prepared"]),
+        ("epochs over the corpus at T", [fmt.sig(t["epochs"]) for t in ts], "T / corpus timesteps"),
+    ]
+
+
+def one_epoch_text(c: dict[str, Any]) -> str:
+    e = c["one_epoch"]
+    by_nodes = {d["nodes"]: d for d in e["days"]}
+    one, n = by_nodes[1], by_nodes[e["headline_nodes"]]
+    multi = (f", {fmt.duration(n['days'])} on {n['nodes']} nodes at {fmt.percent(n['efficiency'])}"
+             if n["nodes"] != 1 else "")
+    return (f"one epoch of the corpus ({c['timesteps']:,} timesteps at {fmt.rate(e['frames_per_s_per_node'])} "
+            f"frames/s per node): {fmt.duration(one['days'])} on 1 node{multi}")
+
+
+SOURCE_WORDS = {"cli": "CLI", "config": "config file", "measured": "measured", "estimated": "estimated",
+                "document default": "document default (pi05-pretraining-sizing.txt)"}
+
+
+def source_cell(source: str, origin: str) -> str:
+    """The provenance shown in the inputs table: the kind first (measured, estimated, ...), then the detail."""
+    detail = source.removeprefix(origin).strip()
+    return f"{SOURCE_WORDS[origin]} {detail}".rstrip()
 
 
 def _inputs(report: dict[str, Any]) -> str:
@@ -46,7 +112,7 @@ def _inputs(report: dict[str, Any]) -> str:
                               else fmt.value(a) for a in v) or "none"
         else:
             shown = fmt.value(v)
-        rows.append([f"`{i['name']}`", shown, i["unit"], i["source"], i["description"]])
+        rows.append([f"`{i['name']}`", shown, i["unit"], source_cell(i["source"], i["origin"]), i["description"]])
     out = [md_table(["parameter", "value", "unit", "source", "meaning"], rows)]
     manifests = [(role, m) for role, m in report["manifests"].items() if m]
     if manifests:
@@ -57,7 +123,8 @@ def _inputs(report: dict[str, Any]) -> str:
               f"{m['total_bytes']:,}", f"{m['gb_per_hour']:.6g}", f"{m['frames_per_episode']:.6g}",
               f"{m['fps']:g}"] for role, m in manifests]))
     else:
-        out.append("\nNo manifest given: GB/hr, frames per episode and fps are the sizing document's defaults.")
+        out.append("\nNo manifest given: GB/hr, frames per episode and fps are the sizing document's defaults "
+                   "unless set in the config file or on the command line.")
     return "\n".join(out)
 
 
@@ -182,15 +249,65 @@ def _landscape(report: dict[str, Any], gpus: int) -> str:
     ])
 
 
+def _corpus(report: dict[str, Any]) -> str:
+    c = report["corpus"]
+    if c is None:
+        return ("No manifest given, so nothing here is about your data: run `prep scan` on your corpus and pass "
+                "the manifest with `--native` (and the re-encoded one with `--prepared`) to see how much of the "
+                "target it covers, what is missing, and how many epochs over it the target would mean.")
+    h = report["headline"]
+    b = c["bytes"]
+    fpe, fps = c["frames_per_episode"], c["fps"]
+    has = md_table(["the corpus has", "value", "source"], [
+        ["episodes", f"{c['episodes']:,}", f"measured `{c['manifest']}` (totals.episodes)"],
+        ["timesteps (frames)", f"{c['timesteps']:,}", f"measured `{c['manifest']}` (totals.frames)"],
+        ["hours", f"{fmt.hours(c['hours'])} ({c['hours'] * 3600:,.1f} s)", f"measured `{c['manifest']}` "
+         "(totals.hours = frames / fps / 3600)"],
+        ["frames per episode, fps", f"{fmt.value(fpe)}, {fmt.value(fps)}",
+         f"measured `{c['manifest']}` (totals.frames_per_episode.mean, dataset.fps)"],
+        ["bytes, native", f"{fmt.size(b['native']['value'])} ({b['native']['value']:,.0f} bytes)",
+         b["native"]["source"]],
+        ["bytes, prepared", f"{fmt.size(b['prepared']['value'])} ({b['prepared']['value']:,.0f} bytes)",
+         b["prepared"]["source"]],
+    ])
+    rows = [[label, *values, note] for label, values, note in coverage_rows(report)]
+    covers = md_table(["against the target", *h["columns"], "how"], rows)
+    lo, hi = min(t["share"] for t in c["targets"]), max(t["share"] for t in c["targets"])
+    miss = [t["missing"] for t in c["targets"]]
+    epochs = [t["epochs"] for t in c["targets"]]
+    if hi < 1:
+        nxt = (f"The corpus covers {fmt.share(lo)} to {fmt.share(hi)} of the target. To reach it with unique data "
+               f"(π0's ~1-epoch regime), collect {' to '.join(fmt.hours(m['hours']) for m in miss)} more "
+               f"({' to '.join(fmt.millions(m['episodes']) for m in miss)} episodes of {fmt.value(fpe)} frames; "
+               f"{' to '.join(fmt.tb(m['storage_tb']['native']) for m in miss)} native, "
+               f"{' to '.join(fmt.tb(m['storage_tb']['prepared']) for m in miss)} prepared). Training on this "
+               f"corpus alone to the target means {' to '.join(fmt.sig(e) for e in epochs)} epochs over it, "
+               "far outside the regime the equivalence assumes.")
+    elif lo >= 1:
+        nxt = (f"The corpus holds {fmt.share(lo)} to {fmt.share(hi)} of the target: one pass over "
+               f"{fmt.sig(min(epochs) * 100)}-{fmt.sig(max(epochs) * 100)} % of it reaches the target; nothing "
+               "is missing.")
+    else:
+        nxt = (f"The corpus covers {fmt.share(lo)} to {fmt.share(hi)} of the target: enough for the smaller "
+               "target, not for the larger one (see the missing rows).")
+    return "\n".join([
+        f"Your corpus: `{c['manifest']}` (the {c['role']} manifest). Coverage is counted in timesteps, the unit "
+        "of the equivalence; missing hours, episodes and TB convert the missing timesteps with the inputs' fps, "
+        "frames per episode and GB/hr.",
+        "",
+        has,
+        "",
+        covers,
+        "",
+        one_epoch_text(c)[0].upper() + one_epoch_text(c)[1:] + ".",
+        "",
+        nxt,
+    ])
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     inputs = {i["name"]: i["value"] for i in report["inputs"]}
     h = report["headline"]
-    plot_titles = {
-        "throughput.png": "Node throughput vs global batch",
-        "memory.png": "Memory per GPU vs per-GPU batch",
-        "days.png": "Days to the target vs nodes",
-        "storage.png": "Storage vs target timesteps",
-    }
     parts = [
         "# π-equivalent pre-training budget",
         "",
@@ -203,6 +320,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         "## Headline",
         "",
         md_table(["", *h["columns"], "from"], [[r["label"], *r["values"], r["note"]] for r in h["rows"]]),
+        "",
+        "## Your corpus",
+        "",
+        _corpus(report),
         "",
         "## Inputs",
         "",
@@ -230,7 +351,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     if report["plots"]:
         parts += ["## Plots", ""]
-        parts += [f"![{plot_titles.get(p, p)}]({p})\n" for p in report["plots"]]
+        parts += [f"![{PLOT_TITLES.get(p, p)}]({p})\n" for p in report["plots"]]
+    if report["warnings"]:
+        parts += ["## Warnings", "", *(f"- **{w}**" for w in report["warnings"]), ""]
     if report["notes"]:
         parts += ["## Notes", "", *(f"- {n}" for n in report["notes"]), ""]
     return "\n".join(parts)

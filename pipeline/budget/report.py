@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from pipeline import __version__
 from pipeline.budget import fmt
 from pipeline.budget.config import FIELDS, BudgetConfig
+from pipeline.budget.coverage import Coverage
 from pipeline.budget.estimate import Estimate, ThroughputRow, days_at
 from pipeline.budget.landscape import Landscape
-from pipeline.budget.measured import ManifestFigures
+from pipeline.budget.measured import ManifestFigures, rate_label
 from pipeline.clock import utc_now
 
-REPORT_SCHEMA = "prep.budget/1"
+REPORT_SCHEMA = "prep.budget/2"
 
 
 @dataclass(slots=True, frozen=True)
@@ -25,6 +27,8 @@ class ReportInputs:
     landscape: Landscape
     notes: tuple[str, ...]
     plots: tuple[str, ...]
+    coverage: Coverage | None = None
+    warnings: tuple[str, ...] = ()
 
 
 def _input_value(value: Any) -> Any:
@@ -36,7 +40,7 @@ def _input_value(value: Any) -> Any:
 def inputs_json(cfg: BudgetConfig) -> list[dict[str, Any]]:
     return [
         {"name": name, "value": _input_value(getattr(cfg, name)), "unit": spec.unit, "source": cfg.source(name),
-         "description": spec.help}
+         "origin": cfg.origin(name), "description": spec.help}
         for name, spec in FIELDS.items()
     ]
 
@@ -51,10 +55,7 @@ def headline(cfg: BudgetConfig, est: Estimate) -> dict[str, Any]:
     ts = est.targets
     n = cfg.headline_nodes
     multi = [days_at(t, n, cfg, est.train.frames_per_s) for t in ts]
-    src_n = "measured" if cfg.source("gb_per_hour_native").startswith("measured") else cfg.source(
-        "gb_per_hour_native")
-    src_p = "measured" if cfg.source("gb_per_hour_prepared").startswith("measured") else cfg.source(
-        "gb_per_hour_prepared")
+    src_n, src_p = rate_label(cfg, "native"), rate_label(cfg, "prepared")
     rows = [
         ("timesteps T = steps x batch", [fmt.billions(t.timesteps) for t in ts],
          f"{fmt.value(cfg.pi0_steps)} steps"),
@@ -77,6 +78,47 @@ def headline(cfg: BudgetConfig, est: Estimate) -> dict[str, Any]:
     }
 
 
+def corpus_json(cov: Coverage | None) -> dict[str, Any] | None:
+    """The "your corpus" section: what the corpus holds and what it covers of each target."""
+    if cov is None:
+        return None
+    h = cov.corpus
+    return {
+        "manifest": h.manifest,
+        "role": h.role,
+        "episodes": h.episodes,
+        "timesteps": h.timesteps,
+        "hours": h.hours,
+        "fps": h.fps,
+        "frames_per_episode": h.frames_per_episode,
+        "bytes": {kind: {"value": q.value, "source": q.source}
+                  for kind, q in (("native", h.bytes_native), ("prepared", h.bytes_prepared))},
+        "targets": [
+            {"pi0_batch": c.pi0_batch, "timesteps": c.target_timesteps, "share": c.share, "epochs": c.epochs,
+             "missing": {"timesteps": c.missing_timesteps, "hours": c.missing_hours, "episodes": c.missing_episodes,
+                         "storage_tb": {"native": c.missing_native_tb, "prepared": c.missing_prepared_tb}}}
+            for c in cov.targets
+        ],
+        "one_epoch": {
+            "frames_per_s_per_node": cov.frames_per_s,
+            "headline_nodes": cov.headline_nodes,
+            "days": [{"nodes": d.nodes, "efficiency": d.efficiency, "days": d.days} for d in cov.epoch_days],
+        },
+    }
+
+
+def first_non_finite(obj: Any, path: str = "") -> tuple[str, float] | None:
+    """The first NaN or infinity in a JSON-like document, as ("a/0/b", value); None if there is none."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return path or "(root)", obj
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        found = first_non_finite(value, f"{path}/{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 def build_report(r: ReportInputs) -> dict[str, Any]:
     cfg, est = r.cfg, r.est
     step = est.fit.model
@@ -91,6 +133,7 @@ def build_report(r: ReportInputs) -> dict[str, Any]:
             "native": r.native.as_json() if r.native else None,
             "prepared": r.prepared.as_json() if r.prepared else None,
         },
+        "corpus": corpus_json(r.coverage),
         "step_model": {
             "a_s_per_sample": step.a,
             "c_s": step.c,
@@ -147,4 +190,5 @@ def build_report(r: ReportInputs) -> dict[str, Any]:
         },
         "plots": list(r.plots),
         "notes": list(r.notes),
+        "warnings": list(r.warnings),
     }

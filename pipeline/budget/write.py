@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
 from pipeline.budget.config import DEFAULT_OUT, BudgetConfig
+from pipeline.budget.coverage import coverage, coverage_notes, holdings
 from pipeline.budget.estimate import estimate
 from pipeline.budget.landscape import DEFAULT_LANDSCAPE, load_landscape
-from pipeline.budget.measured import apply_measured, consistency_notes, measured_values, read_figures
-from pipeline.budget.render import render_markdown
-from pipeline.budget.report import ReportInputs, build_report
+from pipeline.budget.measured import (
+    apply_measured,
+    consistency_notes,
+    estimate_rates,
+    measured_values,
+    rate_warnings,
+    read_figures,
+)
+from pipeline.budget.render import PLOT_TITLES, render_markdown
+from pipeline.budget.report import ReportInputs, build_report, first_non_finite
+from pipeline.errors import PrepError
 from pipeline.schemas import validate
 
 BUDGET_SCHEMA = "budget"
+COVERAGE_PLOT = "coverage.png"
 __all__ = ["DEFAULT_OUT", "write_report"]
 
 
@@ -30,27 +41,40 @@ def write_report(
     """Write `out_dir`/report.md, report.json and the PNG plots; return the report dict.
 
     `native` / `prepared` are `prep scan` manifests (schema-checked); their GB/hr, frames per episode
-    and fps replace the document defaults but not values set in `config` from a file or the CLI.
-    Raises PrepError (one line) on a bad manifest or bad parameters; nothing is written then.
+    and fps replace the document defaults but not values set in `config` from a file or the CLI; a
+    storage rate only one of them measures gives the other by `prepared_ratio` ("estimated from ...").
+    With a manifest the report has a "your corpus" section (and plot). Raises PrepError (one line) on a
+    bad manifest, bad parameters or inputs whose figures overflow; nothing is written then.
     """
     cfg = config or BudgetConfig()
     nat = read_figures(native, "native") if native is not None else None
     prep = read_figures(prepared, "prepared") if prepared is not None else None
     cfg, notes = apply_measured(cfg, measured_values(nat, prep))
-    notes += consistency_notes(nat, prep)
+    cfg, ratio_notes = estimate_rates(cfg, nat, prep)
+    notes += ratio_notes + consistency_notes(nat, prep)
     est = estimate(cfg)
     if not est.train.fits:
         notes.append(f"train_batch {cfg.train_batch} needs {est.train.memory_gb_per_gpu:.1f} GB per GPU, more than "
                      f"the usable {cfg.mem_usable_gb:g} GB: the throughput at this batch is not reachable")
+    held = holdings(nat, prep, cfg)
+    cov = coverage(held, est, cfg) if held is not None else None
+    if cov is not None:
+        notes += coverage_notes(cov, cfg)
     land = load_landscape(landscape)
-    names: list[str] = []
+    names = [n for n in PLOT_TITLES if cov is not None or n != COVERAGE_PLOT] if plots else []
+    report = build_report(ReportInputs(cfg, est, nat, prep, land, tuple(notes), tuple(names), cov,
+                                       tuple(rate_warnings(cfg))))
+    out_json = out_dir / "report.json"
+    bad = first_non_finite(report)
+    if bad is not None:
+        raise PrepError(f"{out_json}: the inputs make {bad[0]} = {bad[1]!r} (too large or too small for a "
+                        "float); check the magnitudes in the inputs (fps, GB/hr, memory, batches)")
+    validate(report, BUDGET_SCHEMA, source=str(out_json))
+    text = json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if plots:
         from pipeline.budget.plots import write_plots  # matplotlib: only when drawing
 
-        names = write_plots(cfg, est, out_dir)
-    report = build_report(ReportInputs(cfg, est, nat, prep, land, tuple(notes), tuple(names)))
-    out_json = out_dir / "report.json"
-    validate(report, BUDGET_SCHEMA, source=str(out_json))
-    atomic.write_json(out_json, report, indent=2)
+        write_plots(cfg, est, cov, out_dir, names)
+    atomic.write_text(out_json, text)
     atomic.write_text(out_dir / "report.md", render_markdown(report))
     return report
