@@ -339,6 +339,9 @@ def validate_config(cfg: BudgetConfig) -> StepFit:
     if cfg.mem_usable_gb <= cfg.mem_fixed_gb:
         raise _refuse(cfg, "mem_usable_gb", cfg.mem_usable_gb,
                       f"leaves no room for a sample above mem_fixed_gb = {cfg.mem_fixed_gb:g} GB")
+    if not math.isfinite((cfg.mem_usable_gb - cfg.mem_fixed_gb) / cfg.mem_per_sample_gb):
+        raise _refuse(cfg, "mem_per_sample_gb", cfg.mem_per_sample_gb,
+                      "is too small: (usable - fixed) / per_sample overflows a float")
     fit = cfg.step_fit()
     where = ("anchors " + " ".join(f"B={x.batch},wall={x.wall_s:g}" for x in fit.anchors)
              + f" (from {cfg.source('anchors')})") if fit.anchors else f"step_a_s (from {cfg.source('step_a_s')})"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from pipeline.budget import model
 from pipeline.budget.config import BudgetConfig, validate_config
+from pipeline.errors import PrepError
 
 
 @dataclass(slots=True, frozen=True)
@@ -58,7 +60,7 @@ def estimate(cfg: BudgetConfig) -> Estimate:
         )
         for b in cfg.pi0_batch
     )
-    return Estimate(
+    est = Estimate(
         fit=fit,
         memory=mem,
         corpus=corpus,
@@ -68,6 +70,16 @@ def estimate(cfg: BudgetConfig) -> Estimate:
         max_global_batch=max_b * cfg.gpus_per_node,
         targets=targets,
     )
+    check_finite(asdict(est), "the model")
+    return est
+
+
+def check_finite(figures: dict[str, Any], what: str) -> None:
+    """Refuse inputs whose figures overflow a float (e.g. fps 1e-310 makes the hours infinite), in one line."""
+    bad = model.first_non_finite(figures)
+    if bad is not None:
+        raise PrepError(f"{what} gives {bad[0]} = {bad[1]!r}: an input is too large or too small for a float "
+                        "(check the magnitudes of fps, frames_per_episode, GB/hr, memory and batch inputs)")
 
 
 def days_at(target: model.Target, nodes: int, cfg: BudgetConfig, train_frames_per_s: float) -> model.NodeDays:

@@ -61,7 +61,7 @@ def read_figures(path: Path, role: str) -> ManifestFigures:
     for field, value in used.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
             raise PrepError(f"{path}: {field} = {value!r}: a {role} manifest must measure a positive, finite "
-                            "number here (it measures no episodes, frames or bytes?)")
+                            "number here to calibrate the budget")
     fpe = fpe or t["frames"] / t["episodes"]
     return ManifestFigures(
         role=role, path=str(path), root=m["dataset"]["root"], episodes=t["episodes"], frames=t["frames"],

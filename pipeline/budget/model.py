@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 SECONDS_PER_DAY = 86_400.0
 GB_PER_TB = 1000.0
@@ -189,3 +190,15 @@ def target(
             for n in nodes
         ),
     )
+
+
+def first_non_finite(obj: Any, path: str = "") -> tuple[str, float] | None:
+    """The first NaN or infinity in a JSON-like document, as ("a/0/b", value); None if there is none."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return path or "(root)", obj
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list | tuple) else ()
+    for key, value in items:
+        found = first_non_finite(value, f"{path}/{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,18 +104,6 @@ def corpus_json(cov: Coverage | None) -> dict[str, Any] | None:
             "days": [{"nodes": d.nodes, "efficiency": d.efficiency, "days": d.days} for d in cov.epoch_days],
         },
     }
-
-
-def first_non_finite(obj: Any, path: str = "") -> tuple[str, float] | None:
-    """The first NaN or infinity in a JSON-like document, as ("a/0/b", value); None if there is none."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return path or "(root)", obj
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
-    for key, value in items:
-        found = first_non_finite(value, f"{path}/{key}" if path else str(key))
-        if found is not None:
-            return found
-    return None
 
 
 def build_report(r: ReportInputs) -> dict[str, Any]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
-from pipeline.budget.config import DEFAULT_OUT, BudgetConfig
+from pipeline.budget.config import DEFAULT_OUT, BudgetConfig, validate_config
 from pipeline.budget.coverage import coverage, coverage_notes, holdings
-from pipeline.budget.estimate import estimate
+from pipeline.budget.estimate import check_finite, estimate
 from pipeline.budget.landscape import DEFAULT_LANDSCAPE, load_landscape
 from pipeline.budget.measured import (
     apply_measured,
@@ -19,8 +20,9 @@ from pipeline.budget.measured import (
     rate_warnings,
     read_figures,
 )
+from pipeline.budget.model import first_non_finite
 from pipeline.budget.render import PLOT_TITLES, render_markdown
-from pipeline.budget.report import ReportInputs, build_report, first_non_finite
+from pipeline.budget.report import ReportInputs, build_report
 from pipeline.errors import PrepError
 from pipeline.schemas import validate
 
@@ -50,6 +52,7 @@ def write_report(
     nat = read_figures(native, "native") if native is not None else None
     prep = read_figures(prepared, "prepared") if prepared is not None else None
     cfg, notes = apply_measured(cfg, measured_values(nat, prep))
+    validate_config(cfg)  # before estimating a rate from the others: no division by a bad ratio
     cfg, ratio_notes = estimate_rates(cfg, nat, prep)
     notes += ratio_notes + consistency_notes(nat, prep)
     est = estimate(cfg)
@@ -59,6 +62,7 @@ def write_report(
     held = holdings(nat, prep, cfg)
     cov = coverage(held, est, cfg) if held is not None else None
     if cov is not None:
+        check_finite(asdict(cov), "the corpus section")
         notes += coverage_notes(cov, cfg)
     land = load_landscape(landscape)
     names = [n for n in PLOT_TITLES if cov is not None or n != COVERAGE_PLOT] if plots else []
