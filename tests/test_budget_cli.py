@@ -175,7 +175,7 @@ def test_empty_manifest_is_refused(manifests: tuple[Path, Path], tmp_path: Path)
     def empty(m: dict[str, Any]) -> None:
         m["totals"].update(episodes=0, frames=0, hours=0.0, gb_per_hour=0.0)
 
-    with pytest.raises(PrepError, match="totals.episodes = 0: a prepared manifest must measure a positive"):
+    with pytest.raises(PrepError, match=r"totals\.episodes = 0: a prepared manifest must measure a positive"):
         write_report(tmp_path, None, bad_manifest(tmp_path, manifests[0], empty))
 
 
