@@ -1,34 +1,67 @@
-"""The `prep` command line: parsing and exit codes only; the work lives in pipeline.commands.*."""
+"""The `prep` command line: parsing and exit codes only; the work lives in pipeline.commands.*.
+
+Start-up is kept short: `COMMANDS` lists every subcommand with its one-line help, so `prep --help`
+and `prep --version` import no command module at all, and `prep CMD ...` imports only CMD's module
+(whose heavy dependencies are imported inside its `run()`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+from typing import Any, NamedTuple
 
 from pipeline import __version__
 from pipeline.errors import PrepError
 
-COMMANDS = ("scan", "reencode", "verify", "budget", "bench", "demo")
+
+class Command(NamedTuple):
+    module: str
+    help: str
 
 
-def build_parser() -> argparse.ArgumentParser:
+# name -> (module with add_parser(sub) and run(args), the help line `prep --help` shows).
+COMMANDS: dict[str, Command] = {
+    "scan": Command("pipeline.commands.scan", "write a storage/hours manifest of a dataset"),
+    "reencode": Command("pipeline.commands.reencode",
+                        "re-encode a dataset's videos to e.g. 224x224 all-intra, as a new dataset"),
+    "verify": Command("pipeline.commands.verify", "prove a dataset is sound: frame counts, timestamps, keyframes"),
+    "budget": Command("pipeline.commands.budget", "storage budget and pi-equivalent sizing report"),
+    "bench": Command("pipeline.commands.bench", "benchmarks (dataloader)"),
+    "demo": Command("pipeline.commands.demo", "build a synthetic corpus and run the pipeline on it end to end"),
+}
+
+
+def chosen_command(argv: list[str]) -> str | None:
+    """The subcommand named on the command line: the first argument that is not an option
+    (`prep` itself takes no option with a value), or None."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with the full sub-parser of `command` (imported now) and a one-line entry for every
+    other command. `command=None` gives the listing only; `build_parser(name)` for each name, everything."""
     parser = argparse.ArgumentParser(prog="prep", description="Prepare, verify and size LeRobot datasets.")
     parser.add_argument("--version", action="version", version=f"prep {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"pipeline.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"pipeline.commands.{name}":
-                continue  # not built yet
-            raise
-        module.add_parser(sub)
+    for name, cmd in COMMANDS.items():
+        if name == command:
+            module: Any = importlib.import_module(cmd.module)
+            module.add_parser(sub)
+        else:
+            sub.add_parser(name, help=cmd.help, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(chosen_command(argv))
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
