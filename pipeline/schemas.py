@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from pipeline.errors import PrepError
+from pipeline.resources import data_path, missing
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+# The package's copy of the repository's schemas/ (see pipeline/resources.py).
+SCHEMA_DIR = data_path("schemas")
 
 
 @cache
 def load_schema(name: str) -> dict[str, Any]:
     path = SCHEMA_DIR / f"{name}.schema.json"
+    if not path.is_file():
+        raise missing(path)
     schema: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return schema
 
 
 def validate(obj: Any, name: str, *, source: str = "document") -> None:
     """Raise `PrepError` naming the first violation of schemas/<name>.schema.json."""
+    import jsonschema
+
     validator = jsonschema.Draft202012Validator(load_schema(name))
     errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
     if errors:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import PrepError
+from pipeline.resources import data_path
 
-DEFAULT_LANDSCAPE = Path(__file__).resolve().parents[2] / "manifests" / "vla_landscape.toml"
+DEFAULT_LANDSCAPE = data_path("vla_landscape.toml")  # manifests/vla_landscape.toml, shipped in the package
 LANDSCAPE_SCHEMA = "prep.vla_landscape/1"
 RUN_FIELDS = ("params", "steps", "batch", "data", "compute")
 NOT_REPORTED = "not reported"
