@@ -37,7 +37,8 @@ def run(argv: list[str | Path], cwd: Path, timeout: float = 600) -> subprocess.C
 
 
 def ok(res: subprocess.CompletedProcess[str]) -> str:
-    assert res.returncode == 0, f"{' '.join(res.args)}: exit {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    cmd = " ".join(res.args)
+    assert res.returncode == 0, f"{cmd}: exit {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     return res.stdout
 
 
