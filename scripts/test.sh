@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One command on a fresh machine: set up, lint, type-check, run the test suite, then the
-# real-LeRobot compatibility tests in their own virtual environments (skip those with --no-lerobot).
+# One command on a fresh machine: set up .venv/ with the test tools and a CPU torch, lint, type-check,
+# run the test suite, then the real-LeRobot compatibility tests in their own virtual environments
+# (skip those with --no-lerobot).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset PYTHONPATH  # run this checkout, through .venv
 WITH_LEROBOT=1
 for arg in "$@"; do
     case "$arg" in
@@ -10,11 +12,12 @@ for arg in "$@"; do
         *) echo "usage: scripts/test.sh [--no-lerobot]" >&2; exit 2 ;;
     esac
 done
-bash scripts/setup.sh
-echo "[test] ruff"; ruff check pipeline tests bench
-echo "[test] mypy"; mypy pipeline
+bash scripts/setup.sh --test
+V=.venv/bin
+echo "[test] ruff"; "$V/ruff" check pipeline tests bench
+echo "[test] mypy"; "$V/mypy" pipeline
 echo "[test] pytest"
-python3 -m pytest -q --durations=15 tests --ignore=tests/compat
+"$V/python" -m pytest -q --durations=15 tests --ignore=tests/compat
 if [ "$WITH_LEROBOT" = 1 ]; then
     echo "[test] real LeRobot compatibility (lerobot 0.3.3 reads v2.1, lerobot 0.4.4 reads v3.0)"
     bash .ci/lerobot_envs.sh "$PWD"
