@@ -24,7 +24,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "${1:-$HERE/..}" && pwd)"
 VENVS="${PREP_VENVS:-/opt/prep-venvs}"
 WANT="${LEROBOT_ENVS:-v21 v30}"
-PY="${PYTHON:-python3}"
+# The interpreter: the same rule as scripts/setup.sh ($PYTHON, else python3 on PATH; >= 3.11; venv works).
+PREP_LOG_TAG=lerobot-envs
+# shellcheck source=scripts/python.sh
+source "$HERE/../scripts/python.sh"
 
 log() { printf '[lerobot-envs] %s\n' "$*"; }
 
@@ -36,10 +39,9 @@ LEROBOT_v30="0.4.4"
 
 ensure_system_deps() {
     # torchcodec dlopens FFmpeg's libavutil/libavcodec/libavformat (FFmpeg 4-7 supported);
-    # PyAV bundles its own FFmpeg.  python3-venv provides ensurepip for `python3 -m venv`.
+    # PyAV bundles its own FFmpeg.  (prep_python, below, sees to python3-venv.)
     local need=()
     if ! ldconfig -p | grep -q 'libavcodec\.so\.'; then need+=(ffmpeg); fi
-    if ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then need+=(python3-venv); fi
     if ((${#need[@]})); then
         if [[ $(id -u) -ne 0 ]]; then
             log "missing system packages: ${need[*]} (run as root or install them)"; exit 1
@@ -106,6 +108,8 @@ build_env() {
 }
 
 ensure_system_deps
+prep_python
+log "interpreter: $PY ($("$PY" -V 2>&1))"
 for name in $WANT; do
     build_env "$name"
     "$VENVS/lerobot-$name/bin/python" - <<'EOF'
