@@ -6,9 +6,10 @@
 #
 #   WHEELS_DIR (or $PREP_WHEELS)  wheels brought along: prep, av, dask, pyarrow, datasets, jsonschema,
 #                                 matplotlib, psutil, ... (made on a networked machine with
-#                                 `pip download --only-binary=:all: --python-version 3.12 -d wheels prep psutil`
-#                                 plus `pip wheel --no-deps -w wheels .` in this repository). torch is never
-#                                 installed from it: the node's own torch is used.
+#                                 `pip wheel --no-deps -w wheels .` in this repository, then
+#                                 `pip download --only-binary=:all: --python-version 3.12 -d wheels
+#                                 wheels/prep-*.whl psutil`). Installed into OUT_DIR/venv, a venv that
+#                                 sees the node's packages; torch is never installed: the node's own is used.
 #   DEMO_CORPUS=PATH   a prepared (224 all-intra) corpus to use instead of a synthetic one
 #   PYTHON=python3     the interpreter;  WORKERS=4  workers of the main run;  SWEEP=1,2,4,8,15
 #   NATIVE=1           also build a native 480x640 GOP-30 corpus and compare (adds ~2 minutes)
@@ -52,8 +53,23 @@ step() {  # step NAME SECONDS CMD...: run under a timeout capped by the remainin
 }
 
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+if [[ -n "$WHEELS" ]]; then WHEELS="$(cd "$WHEELS" && pwd)"; fi
+if [[ -n "${DEMO_CORPUS:-}" ]]; then DEMO_CORPUS="$(cd "$DEMO_CORPUS" && pwd)"; fi
+cd "$OUT"  # never import the checkout by accident from the current folder
 if [[ -n "$WHEELS" ]]; then
-    step "install wheels" 120 "$PY" -m pip install --no-index --find-links "$WHEELS" prep psutil || exit 1
+    # A venv of our own that sees the node's Python packages (its torch), so that the node's Python is left
+    # alone (and PEP 668 does not apply); prep is the wheel file itself (a plain install: its schemas
+    # ship inside it), its dependencies come from WHEELS or are already on the node; never torch.
+    PREP_WHL=("$WHEELS"/prep-*.whl)
+    [[ -f "${PREP_WHL[0]}" ]] || { log "no prep-*.whl in $WHEELS (pip wheel --no-deps -w $WHEELS REPO)"; exit 1; }
+    step "venv" 60 "$PY" -m venv --system-site-packages "$OUT/venv" || exit 1
+    PY="$OUT/venv/bin/python"
+    step "install wheels" 120 "$PY" -m pip install -q --no-index --find-links "$WHEELS" "${PREP_WHL[0]}" psutil || exit 1
+    step "package data" 30 "$PY" -c "
+from pipeline.schemas import load_schema
+import pipeline
+load_schema('bench')
+print('prep', pipeline.__version__, 'from', pipeline.__file__)" || exit 1
 fi
 # Prefer this checkout when the package is not installed.
 if ! "$PY" -c "import pipeline.commands.bench" 2>/dev/null; then export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"; fi
