@@ -9,7 +9,7 @@
 #
 # torch (--test): PREP_TORCH_VERSION (default 2.13.0) from PREP_TORCH_INDEX (default PyTorch's CPU wheel
 # index, https://download.pytorch.org/whl/cpu); when that index is unreachable, from pip's own configured
-# sources, but only if pip would take a CPU build (+cpu) there: never a CUDA build of several GB by surprise.
+# sources, but only a CPU build (+cpu) found there: never a CUDA build of several GB by surprise.
 # A torch already in .venv (e.g. a CUDA build you installed on purpose) is kept.
 #
 # Idempotent: does nothing but check a stamp (pyproject.toml's hash, the interpreter, the mode) when
@@ -66,17 +66,16 @@ EOF
         pip_q install -q --index-url "$TORCH_INDEX" "torch==$TORCH_VERSION"
         return 0
     fi
-    prep_log "$TORCH_INDEX is not reachable; looking for a CPU build of torch==$TORCH_VERSION in pip's sources"
-    local pick
-    pick="$(pip_q install -q --dry-run --no-deps --report - "torch==$TORCH_VERSION" 2>/dev/null | "$VPY" -c '
-import json, sys
-doc = json.load(sys.stdin)
-print(" ".join(i["metadata"]["version"] + " " + i["download_info"]["url"] for i in doc["install"]))' || true)"
-    if [[ "${pick%% *}" != *+cpu ]]; then
-        prep_die "no CPU build of torch==$TORCH_VERSION reachable (pip would take: ${pick:-nothing}). Set PREP_TORCH_INDEX to a mirror of https://download.pytorch.org/whl/cpu, or install the torch you want into $VENV ($VENV/bin/pip install torch==...) and rerun"
+    # Which builds pip's own configured sources offer (a find-links folder, a local index): `pip index` reads
+    # their listings only (a --dry-run resolve would download a 500 MB CUDA wheel just to look at it).
+    prep_log "$TORCH_INDEX is not reachable; looking for torch==$TORCH_VERSION+cpu in pip's configured sources"
+    local versions
+    versions="$(pip_q index versions torch 2>/dev/null | sed -n 's/^Available versions: //p' || true)"
+    if [[ ", $versions," != *", $TORCH_VERSION+cpu,"* ]]; then
+        prep_die "no CPU build of torch==$TORCH_VERSION reachable (pip's sources offer no $TORCH_VERSION+cpu, only builds that may be CUDA ones of several GB). Set PREP_TORCH_INDEX to a mirror of https://download.pytorch.org/whl/cpu, or install the torch you want into $VENV ($VENV/bin/pip install torch==...) and rerun"
     fi
-    prep_log "installing torch ${pick%% *} from ${pick#* }"
-    pip_q install -q "torch==$TORCH_VERSION"
+    prep_log "installing torch==$TORCH_VERSION+cpu from pip's configured sources"
+    pip_q install -q "torch==$TORCH_VERSION+cpu"
 }
 
 if [[ $MODE == test ]]; then
