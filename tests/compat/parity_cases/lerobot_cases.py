@@ -1,0 +1,1 @@
+"""LeRobot-written cases (placeholder)."""

@@ -1,0 +1,112 @@
+"""What a parity case is: a tiny dataset built in code, what the real reader is expected to do with it
+(read from LeRobot's source), and the ground truth the harness compares the reader's frames against.
+
+Nothing here imports torch or lerobot: the builders run inside each LeRobot venv (some call LeRobot's
+own writers), the table code runs anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("v2.1", "v3.0")
+VENV_OF = {"v2.1": "v21", "v3.0": "v30"}
+FORMAT_OF = {v: k for k, v in VENV_OF.items()}
+
+# Reader outcomes, from best to worst. `loads` = every sample of both backends read, every frame the
+# row's frame; the others say where the reader stopped or what it handed training instead.
+LOADS = "loads"
+SILENTLY_WRONG = "silently_wrong"
+RAISES = "raises_at_sample"
+REFUSES = "refuses_at_open"
+OUTCOMES = (LOADS, SILENTLY_WRONG, RAISES, REFUSES)
+
+
+@dataclass(slots=True, frozen=True)
+class Expect:
+    """What LeRobot's source says the reader does, and the function that decides it."""
+
+    outcome: str
+    where: str  # module:function (line) in the installed lerobot
+    why: str
+
+
+@dataclass(slots=True, frozen=True)
+class Truth:
+    """The frames each row of one (camera, episode) should show.
+
+    `ref` is a video (then `picks` are presentation times in seconds, matched to the decoded frame with
+    the nearest pts) or a `.npy` stack of raw RGB frames (then `picks` are indices). A pick of None
+    means no right frame exists for that row (e.g. the recorder dropped it). `exact` says the reference
+    holds the very bits the reader decodes (compare tightly) rather than the pictures before compression.
+    """
+
+    ref: str
+    picks: tuple[float | int | None, ...]
+    exact: bool = True
+
+
+@dataclass(slots=True)
+class Built:
+    """A built case: the dataset root and its truth per (camera, episode_index)."""
+
+    root: Path
+    truth: dict[tuple[str, int], Truth] = field(default_factory=dict)
+    depth_cameras: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": str(self.root),
+            "truth": [{"camera": c, "episode": e, **asdict(t)} for (c, e), t in sorted(self.truth.items())],
+            "depth_cameras": list(self.depth_cameras),
+            "notes": self.notes,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Built:
+        truth = {(t["camera"], int(t["episode"])): Truth(t["ref"], tuple(t["picks"]), bool(t["exact"]))
+                 for t in obj["truth"]}
+        return cls(Path(obj["root"]), truth, tuple(obj["depth_cameras"]), list(obj["notes"]))
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=1))
+
+
+Builder = Callable[[Path, str], Built]  # (case folder, format) -> Built
+
+
+@dataclass(slots=True, frozen=True)
+class Case:
+    name: str
+    formats: tuple[str, ...]
+    what: str
+    control: str | None  # the clean control this case differs from (None: it is a control)
+    expect: dict[str, Expect]  # per format
+    build: Builder
+    reencode_variants: tuple[tuple[str, ...], ...] = ((),)  # extra `prep reencode` options per variant
+    needs_lerobot: bool = False  # the builder calls LeRobot's own writers or tools
+
+
+CASES: dict[str, Case] = {}
+
+
+def case(name: str, formats: tuple[str, ...], what: str, control: str | None, expect: dict[str, Expect],
+         *, reencode_variants: tuple[tuple[str, ...], ...] = ((),),
+         needs_lerobot: bool = False) -> Callable[[Builder], Builder]:
+    """Register a builder as a named case."""
+
+    def register(fn: Builder) -> Builder:
+        if name in CASES:
+            raise ValueError(f"duplicate parity case {name!r}")
+        missing = [f for f in formats if f not in expect]
+        if missing:
+            raise ValueError(f"case {name!r}: no expectation for {missing}")
+        CASES[name] = Case(name, formats, what, control, expect, fn, reencode_variants, needs_lerobot)
+        return fn
+
+    return register
