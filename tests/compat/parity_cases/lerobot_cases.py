@@ -1,1 +1,242 @@
-"""LeRobot-written cases (placeholder)."""
+"""Parity cases written by LeRobot itself: `LeRobotDataset.create(...)` / `add_frame` / `save_episode` in
+each venv (lerobot 0.3.3 writes v2.1, 0.4.4 writes v3.0; default AV1 and h264), 0.4.4's streaming
+recorder (clean, and with dropped frames), 0.4.4's edit tools (`lerobot-edit-dataset` delete, split,
+merge: `lerobot.datasets.dataset_tools`) and its v2.1 -> v3.0 converter. Offline, deterministic input
+frames (`pipeline.synth.camera_frames`). lerobot is imported inside the builders only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import queue
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.synth import SynthSpec, camera_frames, write_synthetic
+
+from .meta import truth_from_clean
+from .model import LOADS, SILENTLY_WRONG, Built, Expect, Truth, case
+
+CAM = "observation.images.top"
+CAM2 = "observation.images.wrist"
+FPS = 30
+H, W, N, DIM = 72, 96, 20, 6
+V30 = ("v3.0",)
+BOTH = ("v2.1", "v3.0")
+TASK = "pick up the cup"
+
+
+def frames(camera_no: int, episode: int, seed: int = 7) -> np.ndarray:
+    return camera_frames(SynthSpec(frames=N, height=H, width=W, seed=seed), camera_no, episode)
+
+
+def features(cameras: tuple[str, ...]) -> dict[str, Any]:
+    names = [f"joint_{i}" for i in range(DIM)]
+    out: dict[str, Any] = {"observation.state": {"dtype": "float32", "shape": (DIM,), "names": names},
+                           "action": {"dtype": "float32", "shape": (DIM,), "names": names}}
+    for cam in cameras:
+        out[cam] = {"dtype": "video", "shape": (H, W, 3), "names": ["height", "width", "channels"]}
+    return out
+
+
+def rows(episode: int) -> tuple[np.ndarray, np.ndarray]:
+    t = np.arange(N)[:, None] / FPS
+    action = np.sin(2 * np.pi * 0.3 * t + np.arange(DIM)[None, :] * 0.37 + episode).astype(np.float32)
+    return np.vstack([action[:1], action[:-1]]), action
+
+
+def save_raw(d: Path, cam: str, episode: int, stack: np.ndarray) -> str:
+    p = d / "raw" / f"{cam.replace('/', '_')}-{episode}.npy"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    np.save(p, stack)
+    return str(p)
+
+
+def raw_truth(d: Path, cameras: tuple[str, ...], mapping: dict[int, tuple[int, int]]) -> dict[tuple[str, int], Truth]:
+    """Truth from the frames the writer was given: new episode -> (source seed, source episode)."""
+    out = {}
+    for new, (seed, old) in mapping.items():
+        for k, cam in enumerate(cameras):
+            out[(cam, new)] = Truth(save_raw(d, cam, new, frames(k, old, seed)), tuple(range(N)), exact=False)
+    return out
+
+
+def record(root: Path, version: str, cameras: tuple[str, ...], vcodec: str = "libsvtav1", episodes: int = 2,
+           seed: int = 7, streaming: bool = False) -> None:
+    """Record `episodes` episodes with LeRobot's own writer (create / add_frame / save_episode)."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    if version == "v2.1":
+        import lerobot.datasets.lerobot_dataset as lds
+
+        # 0.3.3 has no codec option: save_episode calls encode_video_frames(img_dir, path, fps) with its
+        # default vcodec="libsvtav1"; h264 is one of the values that function accepts.
+        with _patched(lds, "encode_video_frames", functools.partial(lds.encode_video_frames, vcodec=vcodec)):
+            ds = LeRobotDataset.create(f"parity/{root.name}", fps=FPS, features=features(cameras), root=root,
+                                       robot_type="synthetic", use_videos=True)
+            for e in range(episodes):
+                state, action = rows(e)
+                for i in range(N):
+                    frame = {"observation.state": state[i], "action": action[i]}
+                    frame.update({cam: frames(k, e, seed)[i] for k, cam in enumerate(cameras)})
+                    ds.add_frame(frame, task=TASK)
+                ds.save_episode()
+        return
+    kw: dict[str, Any] = {"vcodec": vcodec}
+    if streaming:
+        kw.update(streaming_encoding=True, encoder_queue_maxsize=30)
+    ds = LeRobotDataset.create(f"parity/{root.name}", fps=FPS, features=features(cameras), root=root,
+                               robot_type="synthetic", use_videos=True, **kw)
+    for e in range(episodes):
+        state, action = rows(e)
+        imgs = [frames(k, e, seed) for k in range(len(cameras))]
+        for i in range(N):
+            frame: dict[str, Any] = {"observation.state": state[i], "action": action[i], "task": TASK}
+            frame.update({cam: imgs[k][i] for k, cam in enumerate(cameras)})
+            ds.add_frame(frame)
+        ds.save_episode(parallel_encoding=False)
+    ds.finalize()
+
+
+@contextlib.contextmanager
+def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def _expect_written(what: str) -> dict[str, Expect]:
+    return {"v2.1": Expect(LOADS, "lerobot_dataset.py:LeRobotDataset.__init__ / __getitem__ (0.3.3)", what),
+            "v3.0": Expect(LOADS, "lerobot_dataset.py:LeRobotDataset.__init__ / __getitem__ (0.4.4)", what)}
+
+
+@case("lerobot-written-av1", BOTH, "written by LeRobot itself (0.3.3 / 0.4.4): create/add_frame/save_episode, "
+      "default libsvtav1, 2 cameras", None, _expect_written("LeRobot reads what it wrote"), needs_lerobot=True)
+def written_av1(d: Path, fmt: str) -> Built:
+    root = d / "ds"
+    record(root, fmt, (CAM, CAM2))
+    return Built(root, truth_from_clean(root, d / "ref"))
+
+
+@case("lerobot-written-h264", BOTH, "written by LeRobot itself with vcodec h264 (0.3.3: encode_video_frames' "
+      "vcodec; 0.4.4: LeRobotDataset.create(vcodec='h264'))", None,
+      _expect_written("LeRobot reads what it wrote"), needs_lerobot=True)
+def written_h264(d: Path, fmt: str) -> Built:
+    root = d / "ds"
+    record(root, fmt, (CAM,), vcodec="h264")
+    return Built(root, truth_from_clean(root, d / "ref"))
+
+
+@case("lerobot-streaming", V30, "0.4.4 streaming recorder (streaming_encoding=True), no frame dropped", None,
+      {"v3.0": Expect(LOADS, "lerobot_dataset.py:LeRobotDataset.__getitem__ (0.4.4)", "LeRobot reads what it wrote")},
+      needs_lerobot=True)
+def streaming(d: Path, fmt: str) -> Built:
+    root = d / "ds"
+    record(root, fmt, (CAM,), streaming=True)
+    return Built(root, raw_truth(d, (CAM,), {0: (7, 0), 1: (7, 1)}))
+
+
+def _drop_on_put(q: queue.Queue, drop: set[int]) -> None:  # type: ignore[type-arg]
+    """Make a frame queue report itself full for the frames numbered in `drop` (as an overloaded encoder's
+    queue does), so StreamingVideoEncoder.feed_frame takes its own `except queue.Full` path."""
+    put = q.put
+    count = {"n": 0}
+
+    def put_or_full(item: Any, block: bool = True, timeout: float | None = None) -> None:
+        if item is not None:
+            count["n"] += 1
+            if count["n"] - 1 in drop:
+                raise queue.Full
+        put(item, block, timeout)
+
+    q.put = put_or_full  # type: ignore[method-assign]
+
+
+@case("lerobot-streaming-dropped", V30, "0.4.4 streaming recorder that dropped frames 12 and 13 of episode 0 "
+      "(queue full): the video has 2 frames fewer than the parquet rows", "lerobot-streaming",
+      {"v3.0": Expect(SILENTLY_WRONG, "video_utils.py:StreamingVideoEncoder.feed_frame (L817) drops the frame, "
+                      "the parquet keeps the row; lerobot_dataset.py:_query_videos (L1061) then finds later frames "
+                      "at the rows' times", "rows 12..19 of episode 0 get the frames of rows 14..19 and of episode 1")},
+      needs_lerobot=True)
+def streaming_dropped(d: Path, fmt: str) -> Built:
+    from lerobot.datasets import video_utils
+
+    original = video_utils.StreamingVideoEncoder.start_episode
+    episode = {"n": 0}
+
+    def start_episode(self: Any, video_keys: list[str], temp_dir: Path) -> None:
+        original(self, video_keys, temp_dir)
+        if episode["n"] == 0:
+            for key in video_keys:
+                _drop_on_put(self._frame_queues[key], {12, 13})
+        episode["n"] += 1
+
+    root = d / "ds"
+    with _patched(video_utils.StreamingVideoEncoder, "start_episode", start_episode):
+        record(root, fmt, (CAM,), streaming=True)
+    return Built(root, raw_truth(d, (CAM,), {0: (7, 0), 1: (7, 1)}))
+
+
+def _source(d: Path, name: str, episodes: int, seed: int = 7) -> Any:
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    src = d / name
+    record(src, "v3.0", (CAM,), episodes=episodes, seed=seed)
+    return LeRobotDataset(f"parity/{name}", root=src)
+
+
+@case("lerobot-delete", V30, "lerobot-edit-dataset delete: episode 1 of 3 deleted by 0.4.4's delete_episodes "
+      "(the shared file re-encoded)", "lerobot-written-av1",
+      {"v3.0": Expect(LOADS, "dataset_tools.py:delete_episodes -> _copy_and_reindex_videos", "LeRobot's own edit")},
+      needs_lerobot=True)
+def delete(d: Path, fmt: str) -> Built:
+    from lerobot.datasets.dataset_tools import delete_episodes
+
+    delete_episodes(_source(d, "src", 3), [1], output_dir=d / "ds", repo_id="parity/ds")
+    return Built(d / "ds", raw_truth(d, (CAM,), {0: (7, 0), 1: (7, 2)}))
+
+
+@case("lerobot-split", V30, "lerobot-edit-dataset split: the 'train' part ([0, 1] of 3 episodes) of 0.4.4's "
+      "split_dataset", "lerobot-written-av1",
+      {"v3.0": Expect(LOADS, "dataset_tools.py:split_dataset -> _copy_and_reindex_videos", "LeRobot's own edit")},
+      needs_lerobot=True)
+def split(d: Path, fmt: str) -> Built:
+    from lerobot.datasets.dataset_tools import split_dataset
+
+    split_dataset(_source(d, "src", 3), {"train": [0, 1], "val": [2]}, output_dir=d / "split")
+    shutil.move(str(d / "split" / "train"), str(d / "ds"))
+    return Built(d / "ds", raw_truth(d, (CAM,), {0: (7, 0), 1: (7, 1)}))
+
+
+@case("lerobot-merge", V30, "lerobot-edit-dataset merge: two 2-episode datasets merged by 0.4.4's merge_datasets",
+      "lerobot-written-av1",
+      {"v3.0": Expect(LOADS, "dataset_tools.py:merge_datasets -> aggregate.py:aggregate_datasets", "LeRobot's own "
+                      "edit")}, needs_lerobot=True)
+def merge(d: Path, fmt: str) -> Built:
+    from lerobot.datasets.dataset_tools import merge_datasets
+
+    a, b = _source(d, "a", 2, seed=7), _source(d, "b", 2, seed=8)
+    merge_datasets([a, b], output_repo_id="parity/ds", output_dir=d / "ds")
+    return Built(d / "ds", raw_truth(d, (CAM,), {0: (7, 0), 1: (7, 1), 2: (8, 0), 3: (8, 1)}))
+
+
+@case("lerobot-converted", V30, "a v2.1 dataset (pipeline.synth) converted by 0.4.4's convert_dataset_v21_to_v30",
+      "clean-synth",
+      {"v3.0": Expect(LOADS, "v30/convert_dataset_v21_to_v30.py:convert_dataset", "LeRobot's own conversion")},
+      needs_lerobot=True)
+def converted(d: Path, fmt: str) -> Built:
+    from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
+
+    src = write_synthetic(d / "ds", SynthSpec(version="v2.1", episodes=2, frames=N, height=H, width=W,
+                                              cameras=(CAM,), gop=10, state_dim=DIM, seed=7))
+    v21_truth = truth_from_clean(src, d / "ref")
+    convert_dataset(repo_id="ds", root=d, push_to_hub=False)  # works on d/ds in place; the original -> ds_old
+    return Built(d / "ds", v21_truth)

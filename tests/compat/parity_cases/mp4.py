@@ -111,9 +111,18 @@ def set_rotation(path: Path, degrees: int) -> None:
 
 
 def flip_bytes(path: Path, count: int = 2000) -> tuple[int, int]:
-    """XOR `count` bytes in the middle of the file (inside mdat: the muxer writes moov at the end)."""
+    """XOR `count` bytes in the middle of the file, inside one packet's payload (the packet nearest the
+    middle that is large enough, its first 16 bytes spared): the NAL length prefixes stay intact, so
+    the decoder does not reject the packet but conceals the damaged macroblocks, as it does for bit rot."""
+    with av.open(str(path)) as c:
+        packets = [(p.pos, p.size) for p in c.demux(c.streams.video[0]) if p.size and p.pos is not None]
     b = bytearray(path.read_bytes())
-    start = len(b) // 2 - count // 2
+    middle = len(b) // 2
+    fits = [(pos, size) for pos, size in packets if size >= count + 32]
+    if not fits:
+        raise ValueError(f"{path}: no packet holds {count} bytes")
+    pos, size = min(fits, key=lambda ps: abs(ps[0] + ps[1] // 2 - middle))
+    start = max(pos + 16, min(middle - count // 2, pos + size - count - 16))
     for i in range(start, start + count):
         b[i] ^= 0xFF
     path.write_bytes(b)

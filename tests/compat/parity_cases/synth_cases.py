@@ -212,8 +212,9 @@ def episode_gap(d: Path, fmt: str) -> Built:
       "clean-synth",
       {"v2.1": Expect(REFUSES, "lerobot_dataset.py:LeRobotDataset.__init__ (L489) reads hf_dataset['timestamp']",
                       "the column is required"),
-       "v3.0": Expect(REFUSES, "utils.py:load_nested_dataset (L127) Dataset.from_parquet(features=...) with the "
-                      "features of info.json", "the parquet must hold every declared column")})
+       "v3.0": Expect(RAISES, "lerobot_dataset.py:LeRobotDataset.__getitem__ (L1099) item['timestamp'].item(): "
+                      "utils.py:load_nested_dataset (L127) fills the declared but absent column with None",
+                      "no check at open; the first sample raises")})
 def missing_timestamp(d: Path, fmt: str) -> Built:
     b = synth(d, fmt)
     for p in data_files(b.root):
@@ -456,8 +457,10 @@ def depth(d: Path, fmt: str) -> Built:
 
 @case("resolution-change", BOTH, "h264 whose picture size changes from 96x72 to 64x48 at frame 10 of the first "
       "file (new SPS in band; the header says 96x72)", "clean-synth",
-      both(SILENTLY_WRONG, NO_PIXEL_CHECK + " (0.3.3)", NO_PIXEL_CHECK + " (0.4.4)",
-           "rows after the change get frames of another size (or the decoder fails)"))
+      both(RAISES, "video_utils.py:decode_video_frames_torchcodec (L206): torchcodec's pre-allocated output "
+           "tensor has the header's size; the pyav backend returns the smaller frames (" + NO_PIXEL_CHECK + ")",
+           "video_utils.py:decode_video_frames_torchcodec (L345), as in 0.3.3; pyav: silently smaller frames",
+           "torchcodec raises at the first changed frame; pyav hands training 64x48 frames"))
 def resolution_change(d: Path, fmt: str) -> Built:
     b = synth(d, fmt)
     sp = spec(fmt)
