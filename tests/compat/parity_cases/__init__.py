@@ -13,6 +13,11 @@ from pathlib import Path
 from . import lerobot_cases, synth_cases  # noqa: F401  (register the cases)
 from .model import CASES, FORMATS, Built, Case, Expect, Truth
 
+# Table order: the pipeline.synth cases (controls first), then the LeRobot-written ones.
+_ordered = {n: CASES[n] for n in sorted(CASES, key=lambda n: CASES[n].needs_lerobot)}
+CASES.clear()
+CASES.update(_ordered)
+
 __all__ = ["CASES", "FORMATS", "Built", "Case", "Expect", "Truth", "build_case"]
 
 
