@@ -7,10 +7,17 @@
 #   COMPAT_PARALLEL=1            run the envs' suites at the same time (default 1; 0: one after the other)
 #   COMPAT_PYTEST_ARGS=...       extra pytest arguments (e.g. "-x")
 #   COMPAT_SETUP=1               run .ci/lerobot_envs.sh first (create/verify the venvs)
+#   PARITY=0                     skip the LeRobot parity table (bench/parity.py; default 1: run it after the suites)
+#   PARITY_STRICT=1              fail when any parity row disagrees (default 0: print the table, keep the JSON)
+#   PARITY_OUT=PATH              where the parity JSON goes (default REPO/bench/results/parity.json)
+#   PARITY_ARGS=...              extra bench/parity.py arguments (e.g. "--cases clean-synth,flipped-bytes")
+#   PARITY_PYTHON=python3        the interpreter prep is installed for (it runs prep and the orchestrator)
 #
 # Prints "lerobot X installed" per env, pytest's output, a report of what was read (PSNR,
-# frame comparisons, negative control), per-corpus counts and "compat v3.0: N passed, N failed".
-# Exits non-zero when a venv is missing or any test fails.
+# frame comparisons, negative control), per-corpus counts and "compat v3.0: N passed, N failed",
+# then the parity table (real reader vs prep verify / reencode on the tests/compat/parity_cases).
+# Exits non-zero when a venv is missing, any test fails, or the parity harness breaks (or, with
+# PARITY_STRICT=1, any parity row disagrees).
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -95,4 +102,22 @@ for name in "${names[@]}"; do
     if [[ $rc -ne 0 || $passed -eq 0 ]]; then status=1; fi
 done
 for msg in "${summary[@]}"; do log "$msg"; done
+
+# The parity table: every parity case through the real readers, prep verify and prep reencode. It
+# reports disagreements; only PARITY_STRICT=1 (issue 12, part 2) makes them fail the stage.
+if [[ "${PARITY:-1}" == 1 && ${#names[@]} -gt 0 ]]; then
+    formats=""
+    for name in "${names[@]}"; do formats+="${formats:+,}$(fmt_of "$name")"; done
+    log "---- parity table (bench/parity.py, formats $formats) ----"
+    t0=$SECONDS
+    strict=()
+    [[ "${PARITY_STRICT:-0}" == 1 ]] && strict=(--strict)
+    # shellcheck disable=SC2086
+    (cd "$REPO" && PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PREP_VENVS="$VENVS" \
+        "${PARITY_PYTHON:-python3}" bench/parity.py --formats "$formats" --work "$work/parity" \
+        --out "${PARITY_OUT:-$REPO/bench/results/parity.json}" "${strict[@]}" ${PARITY_ARGS:-})
+    prc=$?
+    log "parity: exit $prc ($((SECONDS - t0)) s${strict:+, strict})"
+    if [[ $prc -ne 0 ]]; then status=1; fi
+fi
 exit $status

@@ -33,6 +33,10 @@ EXACT_MEAN_DIFF = 2.0  # of 255: torchcodec and PyAV convert YUV->RGB with diffe
 EXACT_BAD_PIXELS = 0.005  # share of pixels more than 40 levels apart
 LOSSY_FLOOR_DB = 18.0  # luma PSNR against the right frame, below which the frame is not it
 LOSSY_MARGIN = 1.3  # another frame must match this much better to call the row's frame wrong
+# A frame this far below the median luma PSNR of its camera in the same read is damaged (concealed
+# corruption that survived a re-encode): clean 64x64 outputs spread within ~1 dB of their median
+# (29-35 dB), frames rebuilt from 2,000 flipped bytes sit 6-10 dB below it.
+LOSSY_DROP_DB = 4.0
 
 
 class SampleTimeout(Exception):
@@ -132,8 +136,11 @@ class TruthFrames:
         return cands, rows, t.exact and size is None
 
 
-def judge(frame: np.ndarray, cands: np.ndarray, expected: int | None, exact: bool) -> str | None:
-    """Why `frame` is not the row's frame, or None when it is."""
+def judge(frame: np.ndarray, cands: np.ndarray, expected: int | None, exact: bool,
+          margins: dict[str, float] | None = None, psnrs: list[float] | None = None) -> str | None:
+    """Why `frame` is not the row's frame, or None when it is. `margins` collects, over the frames
+    judged right, the worst exact-mode mean difference and the worst lossy-mode luma PSNR; `psnrs`
+    gets a lossy-mode frame's luma PSNR (for the relative test done after the whole read)."""
     if expected is None:
         return "no right frame exists for this row (the video lacks it)"
     if frame.shape != cands.shape[1:]:
@@ -143,6 +150,8 @@ def judge(frame: np.ndarray, cands: np.ndarray, expected: int | None, exact: boo
     if exact:
         mean, bad = float(diff.mean()), float((diff > 40).mean())
         if mean <= EXACT_MEAN_DIFF and bad <= EXACT_BAD_PIXELS:
+            if margins is not None:
+                margins["exact_worst_mean_diff"] = max(margins.get("exact_worst_mean_diff", 0.0), round(mean, 3))
             return None
         return f"differs from the row's frame (mean |diff| {mean:.1f}, {100 * bad:.1f}% pixels > 40)"
     luma = frame.astype(np.float64).mean(axis=-1)
@@ -154,6 +163,8 @@ def judge(frame: np.ndarray, cands: np.ndarray, expected: int | None, exact: boo
                 f"(luma PSNR {psnr:.1f} dB to the right one)")
     if psnr < LOSSY_FLOOR_DB:
         return f"luma PSNR {psnr:.1f} dB against the row's frame"
+    if psnrs is not None:
+        psnrs.append(float(psnr))
     return None
 
 
@@ -201,7 +212,10 @@ def read_backend(root: Path, built: Built, backend: str, size: tuple[int, int] |
         return out
     n = len(ds)
     out.update(samples=n, rows=parquet_rows(root), wrong=0)
+    margins: dict[str, float] = {}
+    out["margins"] = margins
     first_wrong: dict[str, Any] | None = None
+    lossy: dict[str, list[tuple[int, int, int, float]]] = {}  # camera -> (sample, episode, frame_index, psnr)
     reached = 0
     try:
         with time_limit(timeout_s):
@@ -216,7 +230,10 @@ def read_backend(root: Path, built: Built, backend: str, size: tuple[int, int] |
                     else:
                         cands, rows, exact = truth.get(cam, ep, size)
                         expected = rows[fi] if 0 <= fi < len(rows) else None
-                        why = judge(frame, cands, expected, exact)
+                        got: list[float] = []
+                        why = judge(frame, cands, expected, exact, margins, got)
+                        if got:
+                            lossy.setdefault(cam, []).append((i, ep, fi, got[0]))
                     if why:
                         out["wrong"] += 1
                         if first_wrong is None:
@@ -229,6 +246,18 @@ def read_backend(root: Path, built: Built, backend: str, size: tuple[int, int] |
         return out
     finally:
         clear_decoder_cache()
+    for cam, frames in lossy.items():
+        median = float(np.median([f[3] for f in frames]))
+        margins[f"lossy_median_psnr_db {cam}"] = round(median, 2)
+        ok = [f[3] for f in frames if f[3] >= median - LOSSY_DROP_DB]
+        margins[f"lossy_worst_psnr_db {cam}"] = round(min(ok), 2) if ok else 0.0
+        for i, ep, fi, psnr in frames:
+            if psnr < median - LOSSY_DROP_DB:
+                out["wrong"] += 1
+                if first_wrong is None or i < first_wrong["sample"]:
+                    first_wrong = {"sample": i, "camera": cam, "episode": ep, "frame_index": fi,
+                                   "why": f"luma PSNR {psnr:.1f} dB, {median - psnr:.1f} dB below this camera's "
+                                          f"median {median:.1f} dB (damaged)"}
     if first_wrong is not None:
         out.update(outcome=SILENTLY_WRONG, first_wrong=first_wrong)
     elif n < out["rows"]:
