@@ -301,14 +301,21 @@ def float_drift(d: Path, fmt: str) -> Built:
 def preroll(d: Path, fmt: str) -> Built:
     sp = spec(fmt)
     root = write_synthetic(d / "ds", sp)
-    rels = sorted({rel for _c, _e, rel, _s, _n in layout(root)})
-    for k, rel in enumerate(rels):
-        _t, frames = mp4.decode_all(root / rel)
+    for k, (rel, eps) in enumerate(_files(root).items()):
+        frames = [f for e in eps for f in camera_frames(sp, 0, e)]
         pre = list(camera_frames(sp, 0, 50 + k)[:5])
         full = d / "uncut" / rel
         mp4.encode_rgb(full, pre + frames, fps=FPS, gop=sp.gop)
         mp4.cut_with_preroll(full, root / rel, 5, FPS)
     return Built(root, truth_from_clean(root, d / "ref"))
+
+
+def _files(root: Path) -> dict[str, list[int]]:
+    """Each video file of a one-camera dataset and the episodes it holds, in order."""
+    out: dict[str, list[tuple[float, int]]] = {}
+    for _c, e, rel, start, _n in layout(root):
+        out.setdefault(rel, []).append((start, e))
+    return {rel: [e for _s, e in sorted(v)] for rel, v in out.items()}
 
 
 @case("flipped-bytes", BOTH, "2,000 bytes XOR-flipped in the middle of an h264 file (320x240): the decoder "
@@ -364,15 +371,14 @@ def ms_timebase(d: Path, fmt: str) -> Built:
     sp = spec(fmt)
     root = write_synthetic(d / "ds", sp)
     truth = {}
-    refs: dict[str, Path] = {}
-    for cam, e, rel, start, n in layout(root):
-        if rel not in refs:
-            times, frames = mp4.decode_all(root / rel)
-            mp4.encode_rgb(root / rel, frames, fps=FPS, pts=[round(t * 1000) for t in times],
-                           time_base=Fraction(1, 1000), gop=sp.gop)
-            refs[rel] = mp4.copy_file(root / rel, d / "ref" / rel)
-        # The right frame of row i is the file's frame i, now at round(1000 (start + i/30)) ms.
-        truth[(cam, e)] = Truth(str(refs[rel]), tuple(round((start + i / FPS) * 1000) / 1000 for i in range(n)))
+    for rel, eps in _files(root).items():
+        frames = [f for e in eps for f in camera_frames(sp, 0, e)]
+        mp4.encode_rgb(root / rel, frames, fps=FPS, pts=[round(1000 * i / FPS) for i in range(len(frames))],
+                       time_base=Fraction(1, 1000), gop=sp.gop)
+        ref = mp4.copy_file(root / rel, d / "ref" / rel)
+        for k, e in enumerate(eps):  # row i of the k-th episode of the file: the file's frame k*n + i
+            truth[(CAM, e)] = Truth(str(ref), tuple(round(1000 * (k * sp.frames + i) / FPS) / 1000
+                                                    for i in range(sp.frames)))
     return Built(root, truth)
 
 
