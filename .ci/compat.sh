@@ -11,7 +11,8 @@
 #   PARITY_STRICT=1              fail when any parity row disagrees (default 0: print the table, keep the JSON)
 #   PARITY_OUT=PATH              where the parity JSON goes (default REPO/bench/results/parity.json)
 #   PARITY_ARGS=...              extra bench/parity.py arguments (e.g. "--cases clean-synth,flipped-bytes")
-#   PARITY_PYTHON=python3        the interpreter prep is installed for (it runs prep and the orchestrator)
+#   PARITY_PYTHON=PATH           the interpreter prep is installed for, which runs prep and the orchestrator
+#                                (default REPO/.venv/bin/python as scripts/setup.sh makes it, else python3)
 #
 # Prints "lerobot X installed" per env, pytest's output, a report of what was read (PSNR,
 # frame comparisons, negative control), per-corpus counts and "compat v3.0: N passed, N failed",
@@ -112,9 +113,14 @@ if [[ "${PARITY:-1}" == 1 && ${#names[@]} -gt 0 ]]; then
     t0=$SECONDS
     strict=()
     [[ "${PARITY_STRICT:-0}" == 1 ]] && strict=(--strict)
+    parity_py="${PARITY_PYTHON:-}"
+    if [[ -z "$parity_py" ]]; then
+        parity_py=python3
+        [[ -x "$REPO/.venv/bin/python" ]] && parity_py="$REPO/.venv/bin/python"
+    fi
     # shellcheck disable=SC2086
     (cd "$REPO" && PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PREP_VENVS="$VENVS" \
-        "${PARITY_PYTHON:-python3}" bench/parity.py --formats "$formats" --work "$work/parity" \
+        "$parity_py" bench/parity.py --formats "$formats" --work "$work/parity" \
         --out "${PARITY_OUT:-$REPO/bench/results/parity.json}" "${strict[@]}" ${PARITY_ARGS:-})
     prc=$?
     log "parity: exit $prc ($((SECONDS - t0)) s${strict:+, strict})"
