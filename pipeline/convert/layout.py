@@ -313,3 +313,31 @@ def plan_v30_to_v21(
         for v, out_rel in zip(ep.videos, video_rels, strict=True):
             yield VideoCutUnit(src_root, out_root, v.rel, out_rel, v.camera, ep.index, fps,
                                v.from_timestamp, v.to_timestamp, ep.length)
+
+
+@dataclass(slots=True, frozen=True)
+class KeyframeCheckUnit:
+    """One v3.0 video file and the spans (episode, from_timestamp, to_timestamp, frames) of its episodes,
+    to be checked for starting on keyframes before a stream-copy cut."""
+
+    src_root: str
+    rel: str
+    camera: str
+    spans: tuple[tuple[int, float, float, int], ...]
+
+
+def plan_keyframe_checks(episodes: Iterable[V30Episode], src_root: str) -> Iterator[KeyframeCheckUnit]:
+    """One unit per run of consecutive episodes sharing a camera's file (LeRobot keeps a file's episodes
+    consecutive; a file that appears in two runs is checked twice, which is still correct)."""
+    open_runs: dict[str, tuple[str, list[tuple[int, float, float, int]]]] = {}
+    for ep in episodes:
+        for v in ep.videos:
+            run = open_runs.get(v.camera)
+            if run is not None and run[0] != v.rel:
+                yield KeyframeCheckUnit(src_root, run[0], v.camera, tuple(run[1]))
+                run = None
+            if run is None:
+                run = open_runs[v.camera] = (v.rel, [])
+            run[1].append((ep.index, v.from_timestamp, v.to_timestamp, ep.length))
+    for camera, (rel, spans) in open_runs.items():
+        yield KeyframeCheckUnit(src_root, rel, camera, tuple(spans))

@@ -195,7 +195,7 @@ def _write_tasks_batch(writer: pq.ParquetWriter | None, tmp: Path, idx: list[int
     if writer is None:
         schema = tasks_schema(names[0] if names else "")
         writer = pq.ParquetWriter(tmp, schema)
-    schema = writer.schema_arrow
+    schema = writer.schema
     table = pa.Table.from_arrays([pa.array(idx, type=schema.field(0).type), pa.array(names, type=schema.field(1).type)],
                                  schema=schema)
     writer.write_table(table)

@@ -1,0 +1,317 @@
+"""The convert stages: one unit = one output file (see `pipeline/convert/layout.py`).
+
+Each stage keeps an output that already exists and passes its checks (resume), and otherwise writes it
+under a temp name, checks it and renames it into place (`pipeline/atomic.py`); a failure is a result
+with a reason, never a partial file. Videos are checked with `pipeline/video/checks.py` (frame count per
+episode, pts on the i/fps grid from each episode's start, header count, no frame outside the spans);
+parquets by `data_failures` (rows per episode, `episode_index`, `frame_index` 0..n-1, `index` continuous).
+
+- `concat_video`: v2.1 episode mp4s -> one v3.0 file (stream copy, exact frame offsets);
+- `cut_video`: an episode's span of a v3.0 file -> its v2.1 mp4 (stream copy; needs a keyframe start);
+- `concat_data`: v2.1 episode parquets -> one v3.0 data file, a row group per episode, `index` continuous;
+- `split_data`: a v3.0 data file -> the v2.1 parquets of its episodes (the source is read once per group);
+- `check_keyframes`: which episodes of a v3.0 file do not start on a keyframe (decides whether v3.0 -> v2.1
+  can stream-copy at all).
+
+Rows keep their values and column types; the schema's metadata is the Hugging Face features as the
+target version's LeRobot writes them (`pipeline/convert/hf.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import atomic
+from pipeline.convert.hf import target_metadata
+from pipeline.convert.layout import (
+    DataConcatUnit,
+    DataSplitUnit,
+    KeyframeCheckUnit,
+    VideoConcatUnit,
+    VideoCutUnit,
+    fps_fraction,
+    frames_to_seconds,
+)
+from pipeline.dataset.model import resolve_inside
+from pipeline.errors import EpisodeError
+from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, CheckFailure, Span, VideoExpect, check_coverage, check_video
+from pipeline.video.remux import ConcatInput, StartProblem, concat_stream_copy, cut_stream_copy, episodes_off_keyframe
+
+
+@dataclass(slots=True)
+class ConvertResult:
+    kind: str  # "video-concat" | "video-cut" | "data-concat" | "data-split"
+    out_rel: str
+    status: str  # "written" | "kept" (already complete and correct) | "failed"
+    reason: str | None = None
+    episodes: int = 0
+    frames: int = 0
+    out_bytes: int = 0
+    seconds: float = 0.0
+    index_rewritten: int = 0  # rows whose `index` was not continuous in the source
+
+
+def _run(kind: str, out_rel: str, episodes: int, frames: int, body: Callable[[], ConvertResult]) -> ConvertResult:
+    t0 = time.perf_counter()
+    try:
+        result = body()
+    except EpisodeError as exc:
+        result = ConvertResult(kind, out_rel, "failed", exc.message if exc.episode is None
+                               else f"episode {exc.episode}: {exc.path}: {exc.message}")
+    result.episodes, result.frames = episodes, frames
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _failure_text(failures: list[CheckFailure]) -> str:
+    return "; ".join(f.line() for f in failures[:3]) + (f" (+{len(failures) - 3} more)" if len(failures) > 3 else "")
+
+
+# ---- videos ---------------------------------------------------------------------------------------
+
+
+def video_failures(path: Path, fps: float, spans: list[Span], total: int, camera: str | None) -> list[CheckFailure]:
+    """checks.py on a written file, plus: the file holds exactly `total` frames, the first at pts 0."""
+    probe, failures = check_video(path, VideoExpect(fps=fps), spans, camera=camera)
+    if probe is None:
+        return failures
+    failures += check_coverage(probe, spans, camera=camera)
+    if probe.frames_from_packets != total:
+        failures.append(CheckFailure("frames_total", f"{total} (source frames)", str(probe.frames_from_packets),
+                                     None, camera, str(path)))
+    if probe.pts_s and abs(min(probe.pts_s)) > TIMESTAMP_TOLERANCE_S:
+        failures.append(CheckFailure("first_pts", "0", f"{min(probe.pts_s):.6f}", None, camera, str(path)))
+    return failures
+
+
+def concat_spans(unit: VideoConcatUnit) -> list[Span]:
+    """Each episode's span in the output: [frames_before / fps, (frames_before + n) / fps)."""
+    spans, before = [], 0
+    for item in unit.inputs:
+        spans.append(Span(item.episode, frames_to_seconds(before, unit.fps),
+                          frames_to_seconds(before + item.frames, unit.fps), item.frames))
+        before += item.frames
+    return spans
+
+
+def concat_video(unit: VideoConcatUnit) -> ConvertResult:
+    def body() -> ConvertResult:
+        dst = Path(unit.out_root) / unit.out_rel
+        spans, total = concat_spans(unit), unit.frames
+        if dst.is_file() and not video_failures(dst, unit.fps, spans, total, unit.camera):
+            return ConvertResult("video-concat", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
+        src = Path(unit.src_root)
+        inputs = [ConcatInput(i.episode, resolve_inside(src, i.rel, episode=i.episode), i.frames) for i in unit.inputs]
+        with atomic.atomic_path(dst) as tmp:
+            concat_stream_copy(inputs, tmp, fps_fraction(unit.fps))
+            failures = video_failures(tmp, unit.fps, spans, total, unit.camera)
+            if failures:
+                raise EpisodeError(None, dst, "output failed its checks: " + _failure_text(failures))
+        return ConvertResult("video-concat", unit.out_rel, "written", out_bytes=dst.stat().st_size)
+
+    return _run("video-concat", unit.out_rel, len(unit.inputs), unit.frames, body)
+
+
+def cut_video(unit: VideoCutUnit) -> ConvertResult:
+    def body() -> ConvertResult:
+        dst = Path(unit.out_root) / unit.out_rel
+        out_span = [Span(unit.episode, 0.0, None, unit.frames)]
+        if dst.is_file() and not video_failures(dst, unit.fps, out_span, unit.frames, unit.camera):
+            return ConvertResult("video-cut", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
+        src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.episode)
+        span = Span(unit.episode, unit.from_timestamp, unit.to_timestamp, unit.frames)
+        with atomic.atomic_path(dst) as tmp:
+            cut_stream_copy(src, tmp, span, fps_fraction(unit.fps))
+            failures = video_failures(tmp, unit.fps, out_span, unit.frames, unit.camera)
+            if failures:
+                raise EpisodeError(unit.episode, dst, "output failed its checks: " + _failure_text(failures))
+        return ConvertResult("video-cut", unit.out_rel, "written", out_bytes=dst.stat().st_size)
+
+    return _run("video-cut", unit.out_rel, 1, unit.frames, body)
+
+
+# ---- data -----------------------------------------------------------------------------------------
+
+
+def _source_features(src_root: str) -> dict[str, Any]:
+    """The source's info.json features (only needed when a parquet carries no Hugging Face features)."""
+    try:
+        info = json.loads((Path(src_root) / "meta/info.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    feats = info.get("features") if isinstance(info, dict) else None
+    return feats if isinstance(feats, dict) else {}
+
+
+def _read_parquet(path: Path, episode: int | None) -> pa.Table:
+    try:
+        return pq.read_table(path)
+    except FileNotFoundError:
+        raise EpisodeError(episode, path, "missing parquet file") from None
+    except (pa.ArrowException, OSError) as exc:
+        raise EpisodeError(episode, path, f"unreadable parquet ({type(exc).__name__}: {exc})") from None
+
+
+def with_index(table: pa.Table, first: int, episode: int | None, path: Path) -> tuple[pa.Table, int]:
+    """The table with `index` = first, first+1, ...; returns it and how many rows had another value."""
+    if "index" not in table.column_names:
+        raise EpisodeError(episode, path, "no 'index' column (LeRobot reads each row's global index from it)")
+    want = np.arange(first, first + table.num_rows, dtype=np.int64)
+    col = table.column("index")
+    have = col.to_numpy(zero_copy_only=False)
+    changed = int(np.count_nonzero(have != want)) if len(have) == len(want) else table.num_rows
+    if changed == 0:
+        return table, 0
+    pos = table.column_names.index("index")
+    field = table.schema.field(pos)
+    return table.set_column(pos, field, pa.array(want, type=field.type)), changed
+
+
+def _episode_column_check(table: pa.Table, episode: int, path: Path) -> None:
+    if "episode_index" not in table.column_names:
+        return
+    values = table.column("episode_index").to_numpy(zero_copy_only=False)
+    bad = values[values != episode]
+    if len(bad):
+        raise EpisodeError(episode, path, f"{len(bad)} rows have episode_index {int(bad[0])}, not {episode}")
+
+
+def data_failures(path: Path, episodes: Sequence[tuple[int, int]], first_index: int) -> list[str]:
+    """What is wrong with a written data parquet that should hold `episodes` [(episode, rows)] in order,
+    with `index` running from `first_index` (empty list = it passes)."""
+    try:
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
+        table = pf.read(columns=[c for c in ("episode_index", "frame_index", "index") if c in names])
+    except (pa.ArrowException, OSError) as exc:
+        return [f"unreadable parquet ({type(exc).__name__}: {exc})"]
+    total = sum(n for _, n in episodes)
+    if table.num_rows != total:
+        return [f"{table.num_rows} rows, expected {total}"]
+    out = []
+    cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
+    if "index" in cols and not np.array_equal(cols["index"], np.arange(first_index, first_index + total)):
+        out.append(f"index is not continuous from {first_index}")
+    start = 0
+    for ep, n in episodes:
+        if "episode_index" in cols and not np.all(cols["episode_index"][start:start + n] == ep):
+            out.append(f"rows {start}..{start + n - 1} are not all episode {ep}")
+        if "frame_index" in cols and not np.array_equal(cols["frame_index"][start:start + n], np.arange(n)):
+            out.append(f"episode {ep}: frame_index is not 0..{n - 1}")
+        start += n
+    return out
+
+
+def concat_data(unit: DataConcatUnit) -> ConvertResult:
+    def body() -> ConvertResult:
+        dst = Path(unit.out_root) / unit.out_rel
+        expected = [(i.episode, i.frames) for i in unit.inputs]
+        if dst.is_file() and not data_failures(dst, expected, unit.first_index):
+            return ConvertResult("data-concat", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
+        rewritten = 0
+        with atomic.atomic_path(dst) as tmp:
+            writer: pq.ParquetWriter | None = None
+            out_schema: pa.Schema | None = None
+            first_episode = unit.inputs[0].episode
+            index = unit.first_index
+            try:
+                for item in unit.inputs:
+                    path = resolve_inside(Path(unit.src_root), item.rel, episode=item.episode)
+                    table = _read_parquet(path, item.episode)
+                    if table.num_rows != item.frames:
+                        raise EpisodeError(item.episode, path, f"{table.num_rows} rows (frames_in_parquet) but the "
+                                                               f"metadata length is {item.frames}")
+                    _episode_column_check(table, item.episode, path)
+                    table, changed = with_index(table, index, item.episode, path)
+                    rewritten += changed
+                    if out_schema is None:
+                        meta = target_metadata(table.schema, _source_features(unit.src_root), "v3.0")
+                        out_schema = table.schema.with_metadata(meta)
+                        writer = pq.ParquetWriter(tmp, out_schema, compression="snappy", use_dictionary=True)
+                    elif not table.schema.remove_metadata().equals(out_schema.remove_metadata()):
+                        raise EpisodeError(item.episode, path, f"columns {table.schema.remove_metadata()} differ "
+                                                               f"from episode {first_episode}'s")
+                    assert writer is not None
+                    writer.write_table(table.replace_schema_metadata(out_schema.metadata))
+                    index += item.frames
+            finally:
+                if writer is not None:
+                    writer.close()
+            problems = data_failures(tmp, expected, unit.first_index)
+            if problems:
+                raise EpisodeError(None, dst, "output failed its checks: " + "; ".join(problems[:3]))
+        return ConvertResult("data-concat", unit.out_rel, "written", out_bytes=dst.stat().st_size,
+                             index_rewritten=rewritten)
+
+    return _run("data-concat", unit.out_rel, len(unit.inputs), unit.frames, body)
+
+
+def split_data(units: Sequence[DataSplitUnit]) -> list[ConvertResult]:
+    """The episode parquets of `units`; each source file is read once for all its units (pass the units of
+    one source file together: that is how they batch into one task)."""
+    results: list[ConvertResult] = []
+    for _src, group in groupby(units, key=lambda u: (u.src_root, u.src_rel)):
+        results.extend(_split_one_source(list(group)))
+    return results
+
+
+def _split_one_source(units: list[DataSplitUnit]) -> Iterator[ConvertResult]:
+    cache: dict[str, Any] = {}
+
+    def source() -> tuple[pa.Table, np.ndarray, Path]:
+        if "table" not in cache:
+            u = units[0]
+            path = resolve_inside(Path(u.src_root), u.src_rel, episode=u.episode)
+            table = _read_parquet(path, None)
+            if "episode_index" not in table.column_names:
+                raise EpisodeError(None, path, "no 'episode_index' column")
+            cache.update(table=table, episodes=table.column("episode_index").to_numpy(zero_copy_only=False),
+                         path=path)
+        return cache["table"], cache["episodes"], cache["path"]
+
+    for unit in units:
+        def body(unit: DataSplitUnit = unit) -> ConvertResult:
+            dst = Path(unit.out_root) / unit.out_rel
+            expected = [(unit.episode, unit.frames)]
+            if dst.is_file() and not data_failures(dst, expected, unit.dataset_from_index):
+                return ConvertResult("data-split", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
+            table, episodes, path = source()
+            rows = np.flatnonzero(episodes == unit.episode)
+            if len(rows) != unit.frames:
+                raise EpisodeError(unit.episode, path, f"{len(rows)} rows (frames_in_parquet) but the metadata "
+                                                       f"length is {unit.frames}")
+            if rows[-1] - rows[0] + 1 != len(rows):
+                raise EpisodeError(unit.episode, path, "the episode's rows are not consecutive")
+            part = table.slice(int(rows[0]), len(rows))
+            part, changed = with_index(part, unit.dataset_from_index, unit.episode, path)
+            meta = target_metadata(part.schema, _source_features(unit.src_root), "v2.1")
+            with atomic.atomic_path(dst) as tmp:
+                pq.write_table(part.replace_schema_metadata(meta), tmp, compression="snappy")
+                problems = data_failures(tmp, expected, unit.dataset_from_index)
+                if problems:
+                    raise EpisodeError(unit.episode, dst, "output failed its checks: " + "; ".join(problems[:3]))
+            return ConvertResult("data-split", unit.out_rel, "written", out_bytes=dst.stat().st_size,
+                                 index_rewritten=changed)
+
+        yield _run("data-split", unit.out_rel, 1, unit.frames, body)
+
+
+def check_keyframes(unit: KeyframeCheckUnit) -> list[StartProblem]:
+    """The episodes of one v3.0 file that a stream-copy cut could not copy exactly (one demux, no decode)."""
+    path = Path(unit.src_root) / unit.rel
+    spans = [Span(ep, t0, t1, n) for ep, t0, t1, n in unit.spans]
+    try:
+        path = resolve_inside(Path(unit.src_root), unit.rel, episode=spans[0].episode if spans else None)
+        return episodes_off_keyframe(path, spans, unit.camera)
+    except EpisodeError as exc:
+        return [StartProblem(s.episode, unit.camera, str(path), exc.message) for s in spans]
