@@ -230,8 +230,10 @@ def flat_stats(stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 class StatsAggregator:
-    """LeRobot's `aggregate_stats` over episodes fed one at a time (Chan's pairwise update of the pooled
-    variance, which is the same formula as LeRobot's two-pass one, numerically stable)."""
+    """LeRobot's `aggregate_stats` over episodes fed one at a time. Sums are kept shifted by the first
+    episode's mean (the shifted-data form of the same pooled-variance formula), so that a feature with a
+    large mean and a small spread (a global `index`) loses no digits to cancellation: the result agrees with
+    LeRobot's two-pass numpy version to ~1e-15."""
 
     def __init__(self) -> None:
         self.features: dict[str, dict[str, Any]] = {}
@@ -243,38 +245,42 @@ class StatsAggregator:
             except (KeyError, ValueError) as exc:
                 raise DatasetError(f"episode {episode} stats of {feat!r}", f"cannot aggregate: {exc}") from None
 
+    @staticmethod
+    def _weights(n: np.ndarray, like: np.ndarray) -> np.ndarray:
+        return n.reshape(n.shape + (1,) * (like.ndim - n.ndim)) if like.ndim > n.ndim else n
+
     def _add(self, feat: str, st: dict[str, np.ndarray]) -> None:
         n = st["count"]
         if n.shape != (1,):
             raise ValueError(f"count has shape {n.shape}, expected (1,)")
         mean, var = st["mean"], st["std"] ** 2
-        w = n.reshape(n.shape + (1,) * (mean.ndim - n.ndim)) if mean.ndim > n.ndim else n
+        w = self._weights(n, mean)
         quantiles = {k: v for k, v in st.items() if k.startswith("q") and k[1:].isdigit()}
         acc = self.features.get(feat)
         if acc is None:
-            self.features[feat] = {"n": n.copy(), "mean": mean.copy(), "m2": var * w, "min": st["min"].copy(),
-                                   "max": st["max"].copy(), "q": {k: v * w for k, v in quantiles.items()}}
-            return
-        if mean.shape != acc["mean"].shape:
-            raise ValueError(f"mean has shape {mean.shape}, other episodes {acc['mean'].shape}")
-        n_a = acc["n"]
-        w_a = n_a.reshape(w.shape) if w.ndim else n_a
-        total = w_a + w
-        delta = mean - acc["mean"]
-        acc["mean"] = acc["mean"] + delta * (w / total)
-        acc["m2"] = acc["m2"] + var * w + delta * delta * (w_a * w / total)
-        acc["n"] = n_a + n
-        acc["min"] = np.minimum(acc["min"], st["min"])
-        acc["max"] = np.maximum(acc["max"], st["max"])
+            acc = self.features[feat] = {"n": np.zeros_like(n), "shift": mean.copy(), "s1": np.zeros_like(mean),
+                                         "s2": np.zeros_like(mean), "min": st["min"].copy(), "max": st["max"].copy(),
+                                         "q": {k: np.zeros_like(v) for k, v in quantiles.items()}}
+        elif mean.shape != acc["shift"].shape:
+            raise ValueError(f"mean has shape {mean.shape}, other episodes {acc['shift'].shape}")
+        else:
+            acc["min"] = np.minimum(acc["min"], st["min"])
+            acc["max"] = np.maximum(acc["max"], st["max"])
+        d = mean - acc["shift"]
+        acc["n"] = acc["n"] + n
+        acc["s1"] = acc["s1"] + d * w
+        acc["s2"] = acc["s2"] + (var + d * d) * w
         acc["q"] = {k: q + quantiles[k] * w for k, q in acc["q"].items() if k in quantiles}
 
     def result(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for feat, acc in self.features.items():
             n = acc["n"]
-            w = n.reshape(n.shape + (1,) * (acc["mean"].ndim - n.ndim)) if acc["mean"].ndim > n.ndim else n
-            res = {"min": acc["min"].tolist(), "max": acc["max"].tolist(), "mean": acc["mean"].tolist(),
-                   "std": np.sqrt(acc["m2"] / w).tolist(), "count": [int(c) for c in n.tolist()]}
+            w = self._weights(n, acc["shift"])
+            m1 = acc["s1"] / w
+            var = np.maximum(acc["s2"] / w - m1 * m1, 0.0)
+            res = {"min": acc["min"].tolist(), "max": acc["max"].tolist(), "mean": (acc["shift"] + m1).tolist(),
+                   "std": np.sqrt(var).tolist(), "count": [int(c) for c in n.tolist()]}
             res.update({k: (q / w).tolist() for k, q in acc["q"].items()})
             out[feat] = res
         return out
