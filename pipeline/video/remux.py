@@ -32,6 +32,13 @@ from pipeline.video.probe import FAST_OPEN_OPTIONS
 REORDER_MARGIN_FRAMES = 32  # decode-order lookahead past a span's end (B-frame reordering is far shorter)
 
 
+def mp4_options(tb: Fraction) -> dict[str, str]:
+    """moov first (as LeRobot writes), and the movie timescale = the track's, so that the edit list FFmpeg
+    writes for B-frame delay (first dts < 0) is exact: with the default 1/1000 s the header duration, which
+    torchcodec divides the frame count by, is rounded to the millisecond."""
+    return {"movflags": "faststart", "movie_timescale": str(tb.denominator)}
+
+
 @dataclass(slots=True, frozen=True)
 class StreamSignature:
     """What must be equal for packets of two files to be decodable as one stream."""
@@ -117,7 +124,7 @@ def concat_stream_copy(inputs: Sequence[ConcatInput], out: Path, fps_rate: Fract
     frames_before = 0
     last_dts: int | None = None
     try:
-        with av.open(str(out), mode="w", format="mp4", options={"movflags": "faststart"}) as oc:
+        with av.open(str(out), mode="w", format="mp4", options=mp4_options(tb)) as oc:
             ost = None
             for item in inputs:
                 with _open(item.path, item.episode) as ic:
@@ -189,7 +196,7 @@ def cut_stream_copy(src: Path, out: Path, span: Span, fps_rate: Fraction) -> Cut
         try:
             if seek > 0:
                 ic.seek(seek, stream=ist, backward=True, any_frame=False)
-            with av.open(str(out), mode="w", format="mp4", options={"movflags": "faststart"}) as oc:
+            with av.open(str(out), mode="w", format="mp4", options=mp4_options(tb)) as oc:
                 ost = oc.add_stream_from_template(ist)
                 ost.time_base = tb
                 for pkt in ic.demux(ist):
@@ -209,16 +216,16 @@ def cut_stream_copy(src: Path, out: Path, span: Span, fps_rate: Fraction) -> Cut
                         state, base = "inside", int(pkt.pts)
                     elif state == "inside" and not inside:
                         if t < span.from_timestamp - tol:
-                            raise EpisodeError(episode, src, f"a frame of the previous episode ({t:.6f} s) follows "
-                                                             "this episode's keyframe in decode order (open GOP)")
+                            raise EpisodeError(episode, src, f"a frame of the previous episode ({t:.6f} s) is decoded "
+                                                             "after this episode's keyframe (open GOP)")
                         state = "after"
                         if float(pkt.dts * tb) >= hi + margin:
                             break
                         continue
                     elif state == "after":
                         if inside:
-                            raise EpisodeError(episode, src, f"a frame of this episode ({t:.6f} s) follows the next "
-                                                             "episode's first frame in decode order (open GOP)")
+                            raise EpisodeError(episode, src, f"a frame of this episode ({t:.6f} s) is decoded after "
+                                                             "the next episode's first frame (it depends on it)")
                         if float(pkt.dts * tb) >= hi + margin:
                             break
                         continue
@@ -289,8 +296,8 @@ def episodes_off_keyframe(path: Path, spans: Sequence[Span], camera: str | None 
             first[k] = (pts, key)
         min_pts[k] = min(min_pts.get(k, pts), pts)
         if k < highest and k not in problems:
-            problems[k] = (f"a frame at {t:.6f} s comes after episode {ordered[highest].episode}'s first frame in "
-                           "decode order (open GOP across the boundary)")
+            problems[k] = (f"a frame at {t:.6f} s is decoded after episode {ordered[highest].episode}'s first frame "
+                           "(frames reordered across the boundary: it depends on the next episode)")
         highest = max(highest, k)
     out = []
     for k, span in enumerate(ordered):
