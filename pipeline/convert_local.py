@@ -11,6 +11,7 @@ only when every output file succeeded. The source is only read.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -124,6 +125,11 @@ def convert_inline(src: Path | str, dst: Path | str, to: str, *, limits: Limits 
     return report
 
 
+def write_lerobot_json(path: Path, obj: object) -> None:
+    """As LeRobot's `write_json` (indent 4, UTF-8 as is, no final newline), atomically."""
+    atomic.write_text(path, json.dumps(obj, indent=4, ensure_ascii=False))
+
+
 def copy_root_files(src: Path, dst: Path) -> None:
     """Files at the top of the source (README.md, LICENSE, ...) byte for byte."""
     for entry in sorted(src.iterdir()):
@@ -168,12 +174,12 @@ def _to_v30(src: Path, dst: Path, info: dict, limits: Limits, data_size: str, re
         writer.abort()
         raise
     if stats is not None:
-        atomic.write_json(dst / "meta/stats.json", agg.result())
+        write_lerobot_json(dst / "meta/stats.json", agg.result())
     elif (src / "meta/stats.json").is_file():
         with atomic.atomic_path(dst / "meta/stats.json") as tmp:
             shutil.copyfile(src / "meta/stats.json", tmp)
     copy_root_files(src, dst)
-    atomic.write_json(dst / "meta/info.json", info_to_v30(info, limits, episodes=report.episodes,
+    write_lerobot_json(dst / "meta/info.json", info_to_v30(info, limits, episodes=report.episodes,
                                                           frames=report.frames, tasks=report.tasks))
     report.complete = True
 
@@ -222,7 +228,7 @@ def _to_v21(src: Path, dst: Path, info: dict, chunks_size: int, report: ConvertR
             report.episodes += 1
             report.frames += ep.length
     copy_root_files(src, dst)
-    atomic.write_json(dst / "meta/info.json", info_to_v21(info, chunks_size, episodes=report.episodes,
+    write_lerobot_json(dst / "meta/info.json", info_to_v21(info, chunks_size, episodes=report.episodes,
                                                           frames=report.frames, tasks=report.tasks,
                                                           cameras=len(cameras)))
     report.complete = True

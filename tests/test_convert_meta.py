@@ -162,8 +162,9 @@ def placement(ep: int, length: int, before: int) -> Placement:
 
 
 def test_episode_rows_and_writer_rotation(tmp_path: Path) -> None:
-    stats = {"action": {"min": [0, 1], "max": [2.0, 3.0], "mean": [1.0, 2.0], "std": [0.5, 0.5], "count": [9]},
-             "observation.images.cam": {"min": [[[0.0]], [[0.0]], [[0.1]]], "max": [[[1]], [[1]], [[1]]],
+    stats = {"action": {"min": [0.5, 1.0], "max": [2.0, 3.0], "mean": [1.0, 2.0], "std": [0.5, 0.5], "count": [9]},
+             "frame_index": {"min": [0], "max": [8], "mean": [4.0], "std": [2.6], "count": [9]},
+             "observation.images.cam": {"min": [[[0.0]], [[0.0]], [[0.1]]], "max": [[[1.0]], [[1.0]], [[1.0]]],
                                         "mean": [[[0.5]], [[0.5]], [[0.5]]], "std": [[[0.2]], [[0.2]], [[0.2]]],
                                         "count": [3]}}
     writer = V30EpisodesWriter(tmp_path, file_size_in_mb=0.0005, chunks_size=2, group_rows=4)
@@ -186,6 +187,8 @@ def test_episode_rows_and_writer_rotation(tmp_path: Path) -> None:
     assert table["videos/cam/to_timestamp"].to_pylist()[-1] == 117 / 30
     assert table.schema.field("stats/action/min").type == pa.list_(pa.float64())
     assert table.schema.field("stats/action/count").type == pa.list_(pa.int64())
+    assert table.schema.field("stats/frame_index/max").type == pa.list_(pa.int64())  # as the JSON had it
+    assert table.schema.field("stats/frame_index/mean").type == pa.list_(pa.float64())
     assert table.schema.field("stats/observation.images.cam/max").type == pa.list_(pa.list_(pa.list_(pa.float64())))
     assert table.schema.field("tasks").type == pa.list_(pa.string())
     row = table.slice(0, 1).to_pylist()[0]

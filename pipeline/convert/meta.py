@@ -215,10 +215,11 @@ def write_tasks_v21(path: Path, tasks: Iterable[tuple[int, str]]) -> int:
 
 
 def normalized_stat(name: str, value: Any) -> Any:
-    """A stat value as LeRobot stores it: `count` integers, everything else floats (nesting kept)."""
+    """A stat value as LeRobot's converter stores it (`np.array` of the JSON value): `count` integers,
+    integers kept as integers (the min/max of an integer feature), floats as floats; nesting kept."""
     if isinstance(value, list):
         return [normalized_stat(name, v) for v in value]
-    if name == "count":
+    if name == "count" or (isinstance(value, int) and not isinstance(value, bool)):
         return int(value)
     return float(value)
 
@@ -348,7 +349,12 @@ class V30EpisodesWriter:
     def _flush(self) -> None:
         if not self.rows:
             return
-        table = pa.Table.from_pylist(self.rows, schema=self.schema)
+        try:
+            table = pa.Table.from_pylist(self.rows, schema=self.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            eps = f"{self.rows[0].get('episode_index')}..{self.rows[-1].get('episode_index')}"
+            raise DatasetError(f"episodes {eps}", f"episode metadata does not fit the first episodes' column "
+                                                  f"types: {exc}") from None
         self.rows = []
         if self.writer is None:
             if self.schema is None:

@@ -140,7 +140,7 @@ def concat_stream_copy(inputs: Sequence[ConcatInput], out: Path, fps_rate: Fract
                         raise EpisodeError(item.episode, item.path,
                                            f"time base {sig.time_base} is finer than the output's {tb}")
                     if ost is None:
-                        ost = oc.add_stream_from_template(ist)
+                        ost = oc.add_stream_from_template(ist, opaque=True)
                         ost.time_base = tb
                     offset = frames_before * tpf
                     n = 0
@@ -164,7 +164,7 @@ def concat_stream_copy(inputs: Sequence[ConcatInput], out: Path, fps_rate: Fract
                         raise EpisodeError(item.episode, item.path,
                                            f"{n} frames (frames_from_packets) but the metadata length is {item.frames}")
                     frames_before += n
-    except (av.FFmpegError, OSError) as exc:
+    except (av.FFmpegError, OSError, ValueError) as exc:
         raise EpisodeError(None, out, f"stream copy failed ({type(exc).__name__}: {exc})") from None
     return ConcatResult(frames_before, tb, tpf)
 
@@ -197,7 +197,7 @@ def cut_stream_copy(src: Path, out: Path, span: Span, fps_rate: Fraction) -> Cut
             if seek > 0:
                 ic.seek(seek, stream=ist, backward=True, any_frame=False)
             with av.open(str(out), mode="w", format="mp4", options=mp4_options(tb)) as oc:
-                ost = oc.add_stream_from_template(ist)
+                ost = oc.add_stream_from_template(ist, opaque=True)
                 ost.time_base = tb
                 for pkt in ic.demux(ist):
                     if pkt.dts is None or pkt.size == 0:
@@ -240,7 +240,7 @@ def cut_stream_copy(src: Path, out: Path, span: Span, fps_rate: Fraction) -> Cut
                     n += 1
         except EpisodeError:
             raise
-        except (av.FFmpegError, OSError) as exc:
+        except (av.FFmpegError, OSError, ValueError) as exc:
             raise EpisodeError(episode, src, f"stream copy failed ({type(exc).__name__}: {exc})") from None
     if span.frames_expected is not None and n != span.frames_expected:
         raise EpisodeError(episode, src, f"{n} frames in the episode's span (frames_from_packets) but the "
