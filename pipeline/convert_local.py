@@ -203,8 +203,8 @@ def _to_v21(src: Path, dst: Path, info: dict, chunks_size: int, report: ConvertR
     if problems:
         episodes = sorted({p.episode for p in problems if p.episode is not None})
         shown = ", ".join(str(e) for e in episodes[:20]) + (" ..." if len(episodes) > 20 else "")
-        raise ConvertRefused(f"{len(episodes)} episode(s) do not start on a keyframe, so a stream copy cannot cut "
-                             f"them out exactly: {shown}; use `prep reencode --format v2.1` instead", problems)
+        raise ConvertRefused(f"{len(episodes)} episode(s) cannot be cut out exactly by a stream copy: {shown} "
+                             f"(first: {problems[0].line()}); use `prep reencode --format v2.1` instead", problems)
     batch: list[DataSplitUnit] = []
     source = (ep for ep, _row in iter_v30_episodes(src, info, cameras))
     for unit in plan_v30_to_v21(source, fps, str(src), str(dst), chunks_size):
