@@ -221,3 +221,31 @@ def test_hf_features_retargeted_per_version(real_v21: Path) -> None:
     assert from_info == json.loads(schema.metadata[b"huggingface"])["info"]["features"]
     assert retarget({"a": {"_type": "Sequence", "feature": {"_type": "List"}}}, "v3.0") == {
         "a": {"_type": "List", "feature": {"_type": "List"}}}
+
+
+def _stream_episodes(tmp_path: Path, n: int) -> int:
+    """Feed n episodes (rows with stats) through the episodes writer and the stats aggregator; peak bytes."""
+    import tracemalloc
+
+    stats = {"action": {"min": [0.5] * 14, "max": [2.0] * 14, "mean": [1.0] * 14, "std": [0.5] * 14, "count": [90]},
+             "observation.images.cam": {k: [[[0.5]], [[0.5]], [[0.5]]] for k in ("min", "max", "mean", "std")}
+             | {"count": [9]}}
+    tracemalloc.start()
+    writer = V30EpisodesWriter(tmp_path / str(n), 100, 1000)
+    agg = StatsAggregator()
+    peak_arrow = 0
+    for ep in range(n):
+        writer.add(v30_episode_row(placement(ep, 90, 90 * ep), 30.0, stats))
+        agg.add(stats)
+        if ep % 500 == 0:
+            peak_arrow = max(peak_arrow, pa.total_allocated_bytes())
+    writer.close()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert pq.read_metadata(tmp_path / str(n) / "meta/episodes/chunk-000/file-000.parquet").num_rows == n
+    return peak + peak_arrow
+
+
+def test_metadata_memory_does_not_grow_with_episodes(tmp_path: Path) -> None:
+    small, large = _stream_episodes(tmp_path, 2_000), _stream_episodes(tmp_path, 16_000)
+    assert large < 1.5 * small + 2_000_000, (small, large)  # 8x the episodes, (nearly) the same peak
