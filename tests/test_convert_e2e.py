@@ -208,3 +208,18 @@ def test_v30_written_in_files_to_v21(synth_v30: Path, tmp_path: Path) -> None:
     assert [x["stats"] for x in lines] == [stats_of_row(r) for r in rows]
     assert set(lines[0]["stats"]) == {*src.camera_keys, "observation.state", "action", "timestamp", "frame_index",
                                       "episode_index", "index", "task_index"}
+
+
+def test_v21_output_resumes_per_episode_file(synth_v30: Path, tmp_path: Path) -> None:
+    out = tmp_path / "v21"
+    convert_inline(synth_v30, out, "v2.1")
+    first = tree(out)
+    gone = [out / "videos/chunk-000/observation.images.cam_left_wrist/episode_000001.mp4",
+            out / "data/chunk-000/episode_000002.parquet"]
+    for p in gone:
+        p.unlink()
+    (out / "meta/info.json").unlink()
+    report = convert_inline(synth_v30, out, "v2.1")
+    assert sorted(r.out_rel for r in report.results if r.status == "written") == sorted(
+        p.relative_to(out).as_posix() for p in gone)
+    assert tree(out) == first
