@@ -37,8 +37,8 @@ from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402
 
 pytestmark = pytest.mark.lerobot
 KINDS = ("real", "synthetic")
-# 20-frame h264 episodes with B-frames: each mp4's edit list rounds its duration to the millisecond, which
-# LeRobot's converter adds up into its offsets (prep counts frames instead).
+# Short h264 episodes with B-frames (dts < pts, an edit list in each mp4); the report shows how far each
+# converter's from_timestamp is from frames_before / fps.
 SYNTH = SynthSpec(version="v2.1", episodes=6, frames=20, height=96, width=128, gop=10,
                   cameras=("observation.images.top", "observation.images.wrist"))
 
