@@ -1,21 +1,44 @@
-"""The one module that knows Dask: map a stage over units on a LocalCluster or a remote scheduler.
+"""The engine session: the one module that knows Dask.
 
-Stages are plain functions `unit -> result`; the runner batches units into tasks, retries tasks
-whose worker died, shows a progress bar, and turns any exception that escapes a stage into a
-failure result (via the stage's `on_error`) so that one bad unit never stops the others.
+A command opens ONE engine for its whole run (`with open_engine(RunConfig(...)) as engine:`) and
+every job of that command maps its stage through it:
+
+    for batch in engine.map(stage, units, on_error=failed, desc="scan", total=n):
+        ...  # batch.results, in plan order
+
+Backends are chosen by name (`BACKENDS`, the keys are `RunConfig.backend`'s values):
+
+- `inline`: in this process, one batch after another (tests, tiny inputs, debugging, callers that
+  already run inside a worker);
+- `local`: an embedded `distributed.LocalCluster` of single-threaded worker processes (the default),
+  started lazily on the first map that needs it and reused by every later map of the session;
+- `remote`: an existing scheduler (`--scheduler ADDRESS`: `dask scheduler` + `dask worker` on many
+  nodes, or dask-jobqueue).
+
+`map` streams: units are pulled lazily from an iterator and grouped into tasks sized so that a task
+runs about `task_seconds` (from a cost hint, then from the measured cost of finished tasks); at most
+`window` tasks are in flight (a sliding `distributed.as_completed`), and finished tasks wait in a
+bounded reorder buffer so that batches come out in plan order (deterministic outputs) while client
+and scheduler memory stay independent of the number of units. A stage exception becomes a failure
+result through `on_error`; a task whose worker died is retried (`retries`), and one that still
+fails becomes failure results for its units (`Batch.failed`) -- nothing is raised mid-graph.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
+import resource
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from tqdm import tqdm
 
@@ -24,16 +47,43 @@ from pipeline.errors import PrepError
 U = TypeVar("U")
 R = TypeVar("R")
 
+MAX_BATCH = 4096  # units per task at most (bounds one task's argument and result payload)
+BALANCE_TASKS_PER_WORKER = 4  # a short map is split into at least this many tasks per worker
+
 
 @dataclass(slots=True, frozen=True)
 class RunConfig:
-    """How to execute: `scheduler=None` starts an embedded LocalCluster of `workers` processes."""
+    """How to execute.
+
+    `backend`: "inline" | "local" | "remote"; None picks "remote" when `scheduler` is set, else "local".
+    `workers`: LocalCluster worker processes (default: the machine's cores).
+    `batch`: units per task (None: sized so that a task runs about `task_seconds`).
+    `window`: tasks in flight at most (None: 2 per worker, at least 4).
+    `inline_max`: with the local backend, a map of at most this many units runs in-process
+    (no cluster is started for it).
+    `worker_env` / `memory_limit`: settings of LocalCluster workers (environment variables such as
+    MALLOC_TRIM_THRESHOLD_, and Dask's per-worker memory limit; 0 = none).
+    """
 
     scheduler: str | None = None
     workers: int | None = None
     retries: int = 2
     progress: bool = True
     batch: int | None = None
+    backend: str | None = None
+    window: int | None = None
+    task_seconds: float = 1.0
+    inline_max: int = 1
+    worker_env: tuple[tuple[str, str], ...] = ()
+    memory_limit: str | int = 0
+
+    def backend_name(self) -> str:
+        name = self.backend or ("remote" if self.scheduler else "local")
+        if name not in BACKENDS:
+            raise PrepError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+        if name == "remote" and not self.scheduler:
+            raise PrepError("the remote backend needs a scheduler address (--scheduler ADDRESS)")
+        return name
 
 
 def machine_cores() -> int:
@@ -43,35 +93,311 @@ def machine_cores() -> int:
         return os.cpu_count() or 1
 
 
+@dataclass(slots=True)
+class Batch(Generic[U, R]):
+    """One task's units and their results. `first` is the position of its first unit in the map's input."""
+
+    seq: int
+    first: int
+    units: list[U]
+    results: list[R]
+    seconds: float = 0.0  # stage time on the worker
+    failed: bool = False  # the task itself failed (worker died beyond retries): results are on_error's
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """What the session did, for logs, tests and benchmarks."""
+
+    clusters_started: int = 0
+    maps: int = 0
+    tasks_submitted: int = 0
+    units: int = 0
+    max_in_flight: int = 0
+    max_outstanding: int = 0  # submitted but not yet handed to the caller (in flight + reorder buffer)
+    batch_sizes: list[int] = field(default_factory=list)  # last few, for logs
+
+
+def _run_batch(units: Sequence[Any], fn: Callable[[Any], Any],
+               on_error: Callable[[Any, BaseException], Any]) -> tuple[list[Any], float]:
+    t0 = time.perf_counter()
+    out = []
+    for unit in units:
+        try:
+            out.append(fn(unit))
+        except Exception as exc:  # a stage bug or unexpected input: record it, keep going
+            out.append(on_error(unit, exc))
+    return out, time.perf_counter() - t0
+
+
+def _peak_rss_bytes() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class _Sizer:
+    """Units per task: fixed, or about `task_seconds` of measured (else hinted) stage time per task,
+    capped so that a short map still spreads over every worker."""
+
+    def __init__(self, config: RunConfig, workers: int, cost_s: float | None) -> None:
+        self.fixed = config.batch
+        self.target = config.task_seconds
+        self.workers = max(1, workers)
+        self.hint = cost_s
+        self.units = 0
+        self.seconds = 0.0
+
+    def observe(self, units: int, seconds: float) -> None:
+        self.units += units
+        self.seconds += seconds
+
+    def size(self, remaining: int | None) -> int:
+        if self.fixed:
+            return self.fixed
+        per_unit = self.seconds / self.units if self.units else self.hint
+        n = MAX_BATCH if not per_unit or per_unit <= 0 else math.ceil(self.target / per_unit)
+        if not self.units and not self.hint:
+            n = 1  # nothing known yet: small probes first
+        if remaining is not None:
+            n = min(n, max(1, remaining // (self.workers * BALANCE_TASKS_PER_WORKER)))
+        return max(1, min(n, MAX_BATCH))
+
+
+def _take(it: Iterator[U], n: int) -> list[U]:
+    out: list[U] = []
+    for unit in it:
+        out.append(unit)
+        if len(out) >= n:
+            break
+    return out
+
+
+class Engine:
+    """One execution session. Use `open_engine`; `map` may be called any number of times."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.backend = config.backend_name()
+        self.stats = EngineStats()
+        self._stack = contextlib.ExitStack()
+        self._client: Any = None
+
+    # ---- session -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._stack.close()
+        self._client = None
+
+    @property
+    def started(self) -> bool:
+        return self._client is not None
+
+    def client(self) -> Any:
+        """The `distributed.Client` of the session, connecting (or starting the cluster) on first use."""
+        if self.backend == "inline":
+            raise PrepError("the inline backend has no Dask client")
+        if self._client is None:
+            self._client = self._stack.enter_context(BACKENDS[self.backend](self.config))
+            self.stats.clusters_started += 1
+            _log_start(self.backend, self._client)
+        return self._client
+
+    @property
+    def workers(self) -> int:
+        """Workers of the session's cluster (the configured count before it starts; 1 inline)."""
+        if self.backend == "inline":
+            return 1
+        if self._client is not None:
+            n = len(self._client.scheduler_info().get("workers", {}))
+            if n:
+                return n
+        return self.config.workers or (machine_cores() if self.backend == "local" else 1)
+
+    def worker_peak_rss(self) -> dict[str, int]:
+        """Peak resident memory (bytes) of each worker process so far; {} inline or before a cluster started."""
+        if self._client is None:
+            return {}
+        return {str(k): int(v) for k, v in self._client.run(_peak_rss_bytes).items()}
+
+    # ---- map -----------------------------------------------------------------------------------
+
+    def map(self, fn: Callable[[U], R], units: Iterable[U], *, on_error: Callable[[U, BaseException], R],
+            desc: str, unit_name: str = "unit", total: int | None = None, cost_s: float | None = None,
+            measure: Callable[[R], dict[str, float]] | None = None) -> Iterator[Batch[U, R]]:
+        """Batches of `fn` over `units`, in the order of `units` (see the module docstring).
+
+        `total` (units, when known) sizes the progress bar and lets short maps spread over the workers
+        (and run inline when tiny); `cost_s` is a hint of one unit's stage time in seconds;
+        `measure` maps a result to counters shown as rates in the progress bar.
+        """
+        self.stats.maps += 1
+        inline = self.backend == "inline" or (
+            self.backend == "local" and total is not None and total <= self.config.inline_max
+            and self._client is None)
+        bar = tqdm(total=total, desc=desc, unit=unit_name, disable=not self.config.progress, dynamic_ncols=True,
+                   file=sys.stderr)
+        rates = _Rates(bar, measure)
+        try:
+            stream = self._inline(fn, units, on_error, total, cost_s) if inline else \
+                self._distributed(fn, units, on_error, desc, total, cost_s)
+            for batch in stream:
+                rates.add(batch)
+                yield batch
+        finally:
+            bar.close()
+
+    def results(self, fn: Callable[[U], R], units: Iterable[U], **kwargs: Any) -> Iterator[R]:
+        """`map`, flattened to the results (in the order of `units`)."""
+        for batch in self.map(fn, units, **kwargs):
+            yield from batch.results
+
+    def _inline(self, fn: Callable[[U], R], units: Iterable[U], on_error: Callable[[U, BaseException], R],
+                total: int | None, cost_s: float | None) -> Iterator[Batch[U, R]]:
+        sizer = _Sizer(self.config, 1, cost_s)
+        it = iter(units)
+        seq = first = 0
+        while True:
+            chunk = _take(it, sizer.size(None if total is None else total - first))
+            if not chunk:
+                return
+            results, seconds = _run_batch(chunk, fn, on_error)
+            sizer.observe(len(chunk), seconds)
+            self._count_submit(len(chunk), 1, 1)
+            yield Batch(seq, first, chunk, results, seconds)
+            seq += 1
+            first += len(chunk)
+
+    def _count_submit(self, units: int, in_flight: int, outstanding: int) -> None:
+        s = self.stats
+        s.tasks_submitted += 1
+        s.units += units
+        s.max_in_flight = max(s.max_in_flight, in_flight)
+        s.max_outstanding = max(s.max_outstanding, outstanding)
+        s.batch_sizes = [*s.batch_sizes[-15:], units]
+
+    def _distributed(self, fn: Callable[[U], R], units: Iterable[U], on_error: Callable[[U, BaseException], R],
+                     desc: str, total: int | None, cost_s: float | None) -> Iterator[Batch[U, R]]:
+        from distributed import as_completed
+
+        client = self.client()
+        workers = self.workers
+        window = self.config.window or max(4, 2 * workers)
+        cap = 4 * window  # in flight + finished but waiting for an earlier batch
+        sizer = _Sizer(self.config, workers, cost_s)
+        it = iter(units)
+        token = uuid.uuid4().hex[:8]
+        meta: dict[str, tuple[int, int, list[U]]] = {}
+        pending: dict[int, Batch[U, R]] = {}
+        ac = as_completed()
+        seq = emitted = first = in_flight = 0
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and in_flight < window and seq - emitted < cap:
+                    chunk = _take(it, sizer.size(None if total is None else total - first))
+                    if not chunk:
+                        exhausted = True
+                        break
+                    fut = client.submit(_run_batch, chunk, fn, on_error, key=f"{desc}-{token}-{seq}",
+                                        retries=self.config.retries, pure=False)
+                    meta[fut.key] = (seq, first, chunk)
+                    ac.add(fut)
+                    in_flight += 1
+                    seq += 1
+                    first += len(chunk)
+                    self._count_submit(len(chunk), in_flight, seq - emitted)
+                if in_flight == 0:
+                    return
+                fut = next(ac)
+                in_flight -= 1
+                bseq, bfirst, chunk = meta.pop(fut.key)
+                try:
+                    results, seconds = fut.result()
+                    batch = Batch(bseq, bfirst, chunk, results, seconds)
+                    sizer.observe(len(chunk), seconds)
+                except Exception as exc:  # the task failed (its worker died beyond the retries, ...)
+                    batch = Batch(bseq, bfirst, chunk, [on_error(u, exc) for u in chunk], 0.0, failed=True)
+                fut.release()
+                pending[bseq] = batch
+                while emitted in pending:
+                    yield pending.pop(emitted)
+                    emitted += 1
+        finally:
+            if meta:  # stopped early (an error or Ctrl-C in the caller): cancel what is still queued
+                with contextlib.suppress(Exception):
+                    client.cancel(list(ac.futures))
+
+
+class _Rates:
+    """Progress bar updates: units done and, with `measure`, counters per second."""
+
+    def __init__(self, bar: Any, measure: Callable[[Any], dict[str, float]] | None) -> None:
+        self.bar, self.measure = bar, measure
+        self.totals: dict[str, float] = {}
+        self.t0 = time.monotonic()
+
+    def add(self, batch: Batch[Any, Any]) -> None:
+        if self.measure is not None:
+            for r in batch.results:
+                for k, v in self.measure(r).items():
+                    self.totals[k] = self.totals.get(k, 0.0) + v
+            elapsed = max(time.monotonic() - self.t0, 1e-9)
+            self.bar.set_postfix({f"{k}/s": f"{v / elapsed:,.0f}" for k, v in self.totals.items()}, refresh=False)
+        self.bar.update(len(batch.units))
+
+
+def _log_start(backend: str, client: Any) -> None:
+    workers = len(client.scheduler_info().get("workers", {}))
+    where = "LocalCluster" if backend == "local" else client.scheduler.address
+    link = getattr(client, "dashboard_link", None)
+    print(f"[engine] {backend}: {where}, {workers} workers, dashboard {link or 'off'}", file=sys.stderr, flush=True)
+
+
+# ---- backends ------------------------------------------------------------------------------------
+
+
 @contextlib.contextmanager
-def dask_client(config: RunConfig) -> Iterator[Any]:
-    """A `distributed.Client`: to `config.scheduler`, or to a LocalCluster sized to the machine."""
+def remote_client(config: RunConfig) -> Iterator[Any]:
+    """A `distributed.Client` to `config.scheduler`."""
+    from distributed import Client
+
+    try:
+        client = Client(config.scheduler, timeout="10s")
+    except (OSError, TimeoutError) as exc:
+        raise PrepError(f"cannot reach Dask scheduler {config.scheduler}: {exc}") from None
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def local_cluster_kwargs(config: RunConfig) -> dict[str, Any]:
+    """Keyword arguments of the embedded LocalCluster: the one place for worker settings.
+
+    Workers start with the nanny's environment (`distributed.nanny.pre-spawn-environ`, which sets
+    MALLOC_TRIM_THRESHOLD_=65536; see /work/shared/docs/lerobot-reader-notes.md) plus `worker_env`.
+    """
+    return {
+        "n_workers": config.workers or machine_cores(),
+        "threads_per_worker": 1,
+        "processes": True,
+        "dashboard_address": ":0",  # a free port: never collides with another cluster's :8787
+        "silence_logs": logging.ERROR,
+        "memory_limit": config.memory_limit,
+        "env": dict(config.worker_env),
+    }
+
+
+@contextlib.contextmanager
+def local_client(config: RunConfig) -> Iterator[Any]:
+    """A `distributed.Client` to an embedded LocalCluster sized to the machine."""
     from distributed import Client, LocalCluster
 
-    if config.scheduler:
-        try:
-            client = Client(config.scheduler, timeout="10s")
-        except (OSError, TimeoutError) as exc:
-            raise PrepError(f"cannot reach Dask scheduler {config.scheduler}: {exc}") from None
-        try:
-            yield client
-        finally:
-            client.close()
-        return
-    workers = config.workers or machine_cores()
     # Worker processes inherit SIGINT ignored: a Ctrl-C reaches the whole process group, and only the
     # client should act on it (closing the cluster), not every worker printing its own traceback.
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
     try:
-        cluster = LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",  # a free port: never collides with another cluster's :8787
-            silence_logs=logging.ERROR,
-            memory_limit=0,
-        )
+        cluster = LocalCluster(**local_cluster_kwargs(config))
     finally:
         if in_main:
             signal.signal(signal.SIGINT, previous)
@@ -83,78 +409,24 @@ def dask_client(config: RunConfig) -> Iterator[Any]:
         cluster.close()
 
 
-def _run_batch(
-    units: Sequence[Any], fn: Callable[[Any], Any], on_error: Callable[[Any, BaseException], Any]
-) -> list[Any]:
-    out = []
-    for unit in units:
-        try:
-            out.append(fn(unit))
-        except Exception as exc:  # a stage bug or unexpected input: record it, keep going
-            out.append(on_error(unit, exc))
-    return out
+@contextlib.contextmanager
+def _no_client(config: RunConfig) -> Iterator[Any]:  # pragma: no cover - the inline backend never asks
+    raise PrepError("the inline backend has no Dask client")
+    yield None
 
 
-def run_map(
-    fn: Callable[[U], R],
-    units: Sequence[U],
-    *,
-    on_error: Callable[[U, BaseException], R],
-    config: RunConfig,
-    desc: str,
-    measure: Callable[[R], dict[str, float]] | None = None,
-    unit_name: str = "unit",
-) -> list[R]:
-    """Results of `fn` over `units`, in the order of `units`."""
-    if not units:
-        return []
-    with dask_client(config) as client:
-        n_workers = max(1, len(client.scheduler_info().get("workers", {})) or config.workers or 1)
-        batch = config.batch or max(1, min(64, len(units) // (n_workers * 4) or 1))
-        batches = [list(units[i : i + batch]) for i in range(0, len(units), batch)]
-        return _gather(client, fn, batches, on_error, config, desc, measure, unit_name)
+BACKENDS: dict[str, Callable[[RunConfig], contextlib.AbstractContextManager[Any]]] = {
+    "inline": _no_client,
+    "local": local_client,
+    "remote": remote_client,
+}
 
 
-def _gather(
-    client: Any,
-    fn: Callable[[U], R],
-    batches: list[list[U]],
-    on_error: Callable[[U, BaseException], R],
-    config: RunConfig,
-    desc: str,
-    measure: Callable[[R], dict[str, float]] | None,
-    unit_name: str,
-) -> list[R]:
-    from distributed import as_completed
-
-    futures = client.map(
-        _run_batch,
-        batches,
-        fn=fn,
-        on_error=on_error,
-        retries=config.retries,
-        pure=False,
-        key=[f"{desc}-{i}-{time.monotonic_ns()}" for i in range(len(batches))],
-    )
-    index = {f.key: i for i, f in enumerate(futures)}
-    results: list[list[R] | None] = [None] * len(batches)
-    totals: dict[str, float] = {}
-    t0 = time.monotonic()
-    total_units = sum(len(b) for b in batches)
-    with tqdm(total=total_units, desc=desc, unit=unit_name, disable=not config.progress, dynamic_ncols=True) as bar:
-        for fut in as_completed(futures):
-            i = index[fut.key]
-            try:
-                res = fut.result()
-            except Exception as exc:  # the task itself failed (worker died beyond retries, ...)
-                res = [on_error(u, exc) for u in batches[i]]
-            results[i] = res
-            if measure is not None:
-                for r in res:
-                    for k, v in measure(r).items():
-                        totals[k] = totals.get(k, 0.0) + v
-                elapsed = max(time.monotonic() - t0, 1e-9)
-                bar.set_postfix({f"{k}/s": f"{v / elapsed:,.0f}" for k, v in totals.items()}, refresh=False)
-            bar.update(len(res))
-            fut.release()
-    return [r for batch in results for r in (batch or [])]
+@contextlib.contextmanager
+def open_engine(config: RunConfig | None = None) -> Iterator[Engine]:
+    """An engine session: a cluster (if any) is started on first need and closed on exit."""
+    engine = Engine(config or RunConfig())
+    try:
+        yield engine
+    finally:
+        engine.close()

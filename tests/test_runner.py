@@ -1,8 +1,15 @@
-"""The Dask runner on a real LocalCluster: order, failures recorded per unit, progress counters."""
+"""The engine session on a real LocalCluster and inline: order, failures recorded per unit, batching,
+one cluster per session, and the bound on tasks in flight (measured on the scheduler itself)."""
 
 from __future__ import annotations
 
-from pipeline.runner import RunConfig, run_map
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pipeline.runner import MAX_BATCH, RunConfig, _Sizer, open_engine
 
 
 def square_or_fail(x: int) -> int:
@@ -15,12 +22,101 @@ def as_failure(x: int, exc: BaseException) -> int:
     return -1000 - x if isinstance(exc, ValueError) else -1
 
 
-def test_run_map_keeps_order_and_records_failures() -> None:
+def slow_square(x: int) -> int:
+    time.sleep(0.02)
+    return x * x
+
+
+DONE = frozenset({"memory", "released", "forgotten", "erred"})
+
+
+def counted(n: int, pulled: list[int]) -> Iterator[int]:
+    for i in range(n):
+        pulled.append(i)
+        yield i
+
+
+def test_map_keeps_order_and_records_failures() -> None:
     cfg = RunConfig(workers=2, progress=False, batch=2)
-    out = run_map(square_or_fail, list(range(7)), on_error=as_failure, config=cfg, desc="t",
-                  measure=lambda r: {"items": 1.0})
+    with open_engine(cfg) as engine:
+        out = list(engine.results(square_or_fail, list(range(7)), on_error=as_failure, desc="t",
+                                  measure=lambda r: {"items": 1.0}))
+        assert engine.stats.clusters_started == 1 and engine.stats.tasks_submitted == 4
     assert out == [0, 1, 4, -1003, 16, 25, 36]
 
 
-def test_run_map_empty() -> None:
-    assert run_map(square_or_fail, [], on_error=as_failure, config=RunConfig(progress=False), desc="t") == []
+def test_inline_backend_same_results_no_cluster() -> None:
+    with open_engine(RunConfig(backend="inline", progress=False, batch=3)) as engine:
+        batches = list(engine.map(square_or_fail, range(7), on_error=as_failure, desc="t"))
+        assert not engine.started and engine.stats.clusters_started == 0
+    assert [b.first for b in batches] == [0, 3, 6]
+    assert [r for b in batches for r in b.results] == [0, 1, 4, -1003, 16, 25, 36]
+
+
+def test_map_empty() -> None:
+    with open_engine(RunConfig(progress=False, workers=1)) as engine:
+        assert list(engine.results(square_or_fail, [], on_error=as_failure, desc="t", total=0)) == []
+        assert not engine.started  # nothing to do: no cluster
+
+
+def test_one_cluster_for_every_map_of_a_session(capfd: pytest.CaptureFixture[str]) -> None:
+    with open_engine(RunConfig(workers=2, progress=False)) as engine:
+        for _ in range(3):
+            assert list(engine.results(slow_square, range(10), on_error=as_failure, desc="t")) == \
+                [i * i for i in range(10)]
+        assert engine.stats.clusters_started == 1
+    err = capfd.readouterr().err
+    assert err.count("[engine] local: LocalCluster, 2 workers, dashboard http://127.0.0.1:") == 1
+
+
+def test_window_bounds_tasks_in_flight_on_the_scheduler() -> None:
+    """The scheduler never has more of the map's tasks queued or running than the window, however many
+    units there are, and the input is pulled lazily (never far ahead of what is done)."""
+    window = 3
+    pulled: list[int] = []
+    cfg = RunConfig(workers=2, progress=False, batch=1, window=window)
+    with open_engine(cfg) as engine:
+        client = engine.client()
+
+        def install(dask_scheduler: Any) -> None:
+            from distributed.diagnostics.plugin import SchedulerPlugin
+
+            class Peak(SchedulerPlugin):
+                name = "peak-tasks"
+
+                def __init__(self) -> None:
+                    self.peak = 0
+
+                def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+                    held = sum(1 for k, ts in dask_scheduler.tasks.items()
+                               if str(k).startswith("w-") and ts.state not in DONE)
+                    self.peak = max(self.peak, held)
+
+            dask_scheduler.add_plugin(Peak())
+
+        client.run_on_scheduler(install)
+        seen = []
+        for batch in engine.map(slow_square, counted(60, pulled), on_error=as_failure, desc="w"):
+            seen.extend(batch.results)
+            assert len(pulled) <= batch.first + len(batch.units) + 4 * window  # lazy input
+        peak = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins["peak-tasks"].peak)
+        assert engine.stats.max_in_flight == window
+        assert engine.stats.tasks_submitted == 60
+    assert seen == [i * i for i in range(60)]
+    assert 1 <= peak <= window
+
+
+def test_task_size_follows_the_measured_cost() -> None:
+    sizer = _Sizer(RunConfig(task_seconds=1.0), workers=2, cost_s=None)
+    assert sizer.size(None) == 1  # nothing known yet
+    sizer.observe(10, 0.05)  # 5 ms per unit -> 200 units per 1 s task
+    assert sizer.size(None) == 200
+    assert sizer.size(1000) == 125  # a short map still spreads over 2 workers x 4 tasks
+    assert _Sizer(RunConfig(), 2, cost_s=1e-9).size(None) == MAX_BATCH
+    assert _Sizer(RunConfig(batch=7), 2, None).size(3) == 7
+
+
+def test_tiny_map_runs_inline_without_a_cluster() -> None:
+    with open_engine(RunConfig(workers=2, progress=False, inline_max=2)) as engine:
+        assert list(engine.results(square_or_fail, [1, 2], on_error=as_failure, desc="t", total=2)) == [1, 4]
+        assert not engine.started

@@ -28,7 +28,7 @@ from pipeline.dataset.write import PREP_DIR, EpisodeVideo, VideoFeatureUpdate, c
 from pipeline.errors import EpisodeError, PrepError
 from pipeline.lock import exclusive_lock
 from pipeline.manifest import bytes_on_disk
-from pipeline.runner import RunConfig, run_map
+from pipeline.runner import RunConfig, open_engine
 from pipeline.schemas import validate
 from pipeline.stages.reencode import ReencodeOptions, ReencodeResult, reencode_failed, reencode_unit, reencode_units
 from pipeline.video.encode import DEFAULT_ENGINE, DEFAULT_PROFILE, ENGINES, PROFILES
@@ -233,8 +233,10 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, config: Run
         atomic.remove_stale_temps(out)
         units = reencode_units(ds, out, options)
         t0 = time.perf_counter()
-        results = run_map(reencode_unit, units, on_error=reencode_failed, config=config, desc="reencode",
-                          measure=lambda r: {"frames": float(r.frames)}, unit_name="file")
+        with open_engine(config) as engine:
+            results = list(engine.results(reencode_unit, units, on_error=reencode_failed, desc="reencode",
+                                          measure=lambda r: {"frames": float(r.frames)}, unit_name="file",
+                                          total=len(units), cost_s=0.3))
         report.seconds = time.perf_counter() - t0
         atomic.remove_stale_temps(out)  # temp files of workers killed mid-task (their task was retried)
         try:

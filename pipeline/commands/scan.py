@@ -9,7 +9,7 @@ from typing import Any
 from pipeline.commands.common import add_run_options, run_config
 from pipeline.dataset import open_dataset
 from pipeline.manifest import build_manifest, episodes_table, write_manifest
-from pipeline.runner import RunConfig, run_map
+from pipeline.runner import RunConfig, open_engine
 from pipeline.stages.scan import EpisodeScan, scan_unit, scan_unit_failed, scan_units
 
 
@@ -27,7 +27,9 @@ def scan_dataset(src: Path, out: Path, config: RunConfig) -> tuple[dict[str, Any
     """Scan `src` and write its manifest to `out`; returns (manifest, per-episode table path)."""
     ds, rejected = open_dataset(src)
     units = scan_units(ds)
-    nested = run_map(scan_unit, units, on_error=scan_unit_failed, config=config, desc="scan", unit_name="file-set")
+    with open_engine(config) as engine:
+        nested = list(engine.results(scan_unit, units, on_error=scan_unit_failed, desc="scan", unit_name="file-set",
+                                     total=len(units)))
     scans: list[EpisodeScan] = [s for group in nested for s in group]
     scans.sort(key=lambda s: (s.episode is None, s.episode or 0))
     manifest = build_manifest(ds, scans, rejected)

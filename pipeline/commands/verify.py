@@ -20,7 +20,7 @@ from pipeline.commands.argtypes import positive_int
 from pipeline.commands.common import add_run_options, run_config
 from pipeline.dataset import Dataset, open_dataset
 from pipeline.errors import EpisodeError
-from pipeline.runner import RunConfig, run_map
+from pipeline.runner import RunConfig, open_engine
 from pipeline.schemas import validate
 from pipeline.stages.verify import (
     FILE_CHECKS,
@@ -161,8 +161,9 @@ def verify_dataset(src: Path, options: VerifyOptions, config: RunConfig) -> Veri
     t0 = time.monotonic()
     ds, rejected = open_dataset(src)
     units = verify_units(ds, options, contiguous_index=not rejected)
-    nested = run_map(verify_unit, units, on_error=verify_unit_failed, config=config, desc="verify",
-                     unit_name="file-set")
+    with open_engine(config) as engine:
+        nested = list(engine.results(verify_unit, units, on_error=verify_unit_failed, desc="verify",
+                                     unit_name="file-set", total=len(units)))
     return build_report(ds, rejected, options, nested, time.monotonic() - t0)
 
 
