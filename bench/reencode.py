@@ -58,7 +58,7 @@ def jobs(src: Path, out: Path) -> list[EncodeJob]:
     ds, _ = open_dataset(src)
     prof = PROFILES["h264-intra"]
     geom = RESIZE_MODES["pad"](640, 480, 224, 224)
-    return [EncodeJob(src / rel, out / rel, ds.fps, geom, prof, prof.default_crf) for rel in ds.video_files()]
+    return [EncodeJob(src / rel, out / rel, ds.fps, geom, prof, prof.default_crf) for rel, _ in ds.iter_video_files()]
 
 
 def run_cli(src: Path, out: Path, workers: int) -> float:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import string
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +29,29 @@ from pipeline.video.probe import UNKNOWN_PIX_FMT, probe_video
 MANIFEST_SCHEMA = "manifest"
 
 
+def camera_matcher(ds: Dataset) -> Callable[[str], str | None]:
+    """The camera a video file belongs to, from its path: info.json's video_path with the camera's key
+    filled in (any number for the other fields), else the first camera named as a folder of the path."""
+    template = ds.info.get("video_path")
+    patterns: list[tuple[str, re.Pattern[str]]] = []
+    if isinstance(template, str):
+        for cam in ds.camera_keys:
+            rx = "".join(re.escape(lit) + ("" if name is None else re.escape(cam) if name == "video_key" else r"-?\d+")
+                         for lit, name, _spec, _conv in string.Formatter().parse(template))
+            patterns.append((cam, re.compile(rx)))
+
+    def camera(rel: str) -> str | None:
+        for cam, rx in patterns:
+            if rx.fullmatch(rel):
+                return cam
+        return next((c for c in ds.camera_keys if f"/{c}/" in f"/{rel}"), None)
+
+    return camera
+
+
 def bytes_on_disk(ds: Dataset) -> dict[str, Any]:
-    """Sizes of every regular file under the root, by kind and by camera."""
-    camera_of: dict[str, str] = {ref.rel: ref.camera for ep in ds.episodes for ref in ep.videos}
+    """Sizes of every regular file under the root, by kind and by camera (one streaming walk: running sums)."""
+    camera_of = camera_matcher(ds)
     kinds = {"video": 0, "data": 0, "meta": 0, "other": 0}
     per_camera: dict[str, int] = {cam: 0 for cam in ds.camera_keys}
     files = 0
@@ -44,7 +67,7 @@ def bytes_on_disk(ds: Dataset) -> dict[str, Any]:
             kind = {"videos": "video", "data": "data", "meta": "meta"}.get(top, "other")
             kinds[kind] += st.st_size
             if kind == "video":
-                cam = camera_of.get(rel) or next((c for c in ds.camera_keys if f"/{c}/" in f"/{rel}"), None)
+                cam = camera_of(rel)
                 if cam is not None:
                     per_camera[cam] += st.st_size
     return {"total": sum(kinds.values()), **kinds, "per_camera": per_camera, "files": files}
@@ -55,7 +78,8 @@ def _pix_fmt(ds: Dataset, ok: list[EpisodeScan], camera: str) -> str | None:
     scan = next(s for s in ok if camera in s.cameras)
     if scan.cameras[camera].pix_fmt != UNKNOWN_PIX_FMT:
         return scan.cameras[camera].pix_fmt
-    episode = next(e for e in ds.episodes if e.index == scan.episode)
+    assert scan.episode is not None
+    episode = ds.episodes.by_index(scan.episode)
     try:
         return probe_video(resolve_inside(ds.root, episode.video(camera).rel), pix_fmt=True).pix_fmt
     except EpisodeError:

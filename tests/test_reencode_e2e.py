@@ -39,7 +39,7 @@ def assert_prepared(src: Path, out: Path, version: str) -> None:
     assert not rejected and not out_rejected
     assert out_ds.codebase_version == ds.codebase_version == version
     assert [e.index for e in out_ds.episodes] == [e.index for e in ds.episodes]
-    for rel, eps in ds.video_files().items():
+    for rel, eps in ds.iter_video_files():
         sp, op = probe_video(src / rel), probe_video(out / rel)
         assert (op.width, op.height) == (224, 224), rel
         assert op.frames_from_packets == op.frames_from_header == sp.frames_from_packets, rel
@@ -51,7 +51,7 @@ def assert_prepared(src: Path, out: Path, version: str) -> None:
                                       strict=True)]
         _, failures = check_video(out / rel, VideoExpect(ds.fps, (224, 224), all_intra=True), spans)
         assert not failures, [f.line() for f in failures]
-    for rel in ds.data_files():
+    for rel, _eps in ds.iter_data_files():
         assert (src / rel).read_bytes() == (out / rel).read_bytes(), rel
     for tasks in ("meta/tasks.jsonl", "meta/tasks.parquet"):
         if (src / tasks).exists():

@@ -19,7 +19,7 @@ def unit(tmp_path: Path) -> stage.ReencodeUnit:
     src = write_synthetic(tmp_path / "src", SynthSpec(episodes=1, height=240, width=320,
                                                       cameras=("observation.images.cam",)))
     ds, _ = open_dataset(src)
-    return reencode_units(ds, tmp_path / "out", ReencodeOptions())[0]
+    return next(iter(reencode_units(ds, tmp_path / "out", ReencodeOptions())))
 
 
 def test_kept_file_reuses_saved_stats(unit: stage.ReencodeUnit, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -81,7 +81,7 @@ def test_synthetic_v21_per_episode_counts_and_bytes(synth_v21: Path) -> None:
 
 def test_synthetic_v30_spans_within_shared_files(synth_v30: Path) -> None:
     ds, _ = open_dataset(synth_v30)
-    assert len(ds.video_files()) == 6  # 3 cameras x 2 files (2 + 1 episodes)
+    assert len(list(ds.iter_video_files())) == 6  # 3 cameras x 2 files (2 + 1 episodes)
     scans = [s for u in scan_units(ds) for s in scan_unit(u)]
     assert sorted(s.episode or 0 for s in scans) == [0, 1, 2]
     for s in scans:
@@ -89,7 +89,7 @@ def test_synthetic_v30_spans_within_shared_files(synth_v30: Path) -> None:
         assert s.frames_in_parquet == 90
         for c in s.cameras.values():
             assert c.frames_from_packets == 90  # frames in this episode's span, not the file
-    for rel, eps in ds.video_files().items():
+    for rel, eps in ds.iter_video_files():
         cam = eps[0].videos[[v.rel for v in eps[0].videos].index(rel)].camera
         attributed = sum(next(s for s in scans if s.episode == e.index).cameras[cam].bytes for e in eps)
         assert abs(attributed - (synth_v30 / rel).stat().st_size) <= len(eps)

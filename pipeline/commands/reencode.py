@@ -231,7 +231,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, config: Run
     with exclusive_lock(out / LOCK_REL, f"output {out}"):
         _claim_output(src, out, options)
         atomic.remove_stale_temps(out)
-        units = reencode_units(ds, out, options)
+        units = list(reencode_units(ds, out, options))
         t0 = time.perf_counter()
         with open_engine(config) as engine:
             results = list(engine.results(reencode_unit, units, on_error=reencode_failed, desc="reencode",
@@ -285,7 +285,7 @@ def _write_error(out: Path, what: str, exc: OSError) -> str:
 def missing_data_files(ds: Dataset) -> list[dict[str, Any]]:
     """A failure per episode whose parquet file is missing (the output would not load without it)."""
     failures: list[dict[str, Any]] = []
-    for rel, episodes in ds.data_files().items():
+    for rel, episodes in ds.iter_data_files():
         try:
             path = resolve_inside(ds.root, rel, episode=episodes[0].index)
         except EpisodeError as exc:

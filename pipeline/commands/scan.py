@@ -26,7 +26,7 @@ def add_parser(sub: Any) -> None:
 def scan_dataset(src: Path, out: Path, config: RunConfig) -> tuple[dict[str, Any], Path]:
     """Scan `src` and write its manifest to `out`; returns (manifest, per-episode table path)."""
     ds, rejected = open_dataset(src)
-    units = scan_units(ds)
+    units = list(scan_units(ds))
     with open_engine(config) as engine:
         nested = list(engine.results(scan_unit, units, on_error=scan_unit_failed, desc="scan", unit_name="file-set",
                                      total=len(units)))

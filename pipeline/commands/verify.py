@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pipeline import __version__, atomic
 from pipeline.clock import utc_now
 from pipeline.commands.argtypes import positive_int
@@ -119,24 +121,27 @@ def _episode_json(e: EpisodeVerify) -> dict[str, Any]:
 
 
 def dataset_failures(ds: Dataset, rejected: list[EpisodeError]) -> list[CheckFailure]:
-    """Cheap dataset-level consistency: info.json totals and episode numbering vs what was found."""
+    """Cheap dataset-level consistency: info.json totals and episode numbering vs what was found
+    (array operations over the episode columns)."""
     out: list[CheckFailure] = []
     info_path = str(ds.root / "meta/info.json")
     for r in rejected:
         out.append(CheckFailure("metadata", "a valid episode record", r.message, r.episode, None, r.path))
-    found = len(ds.episodes) + len(rejected)
+    n_rejected = max(ds.rejected_count, len(rejected))
+    found = len(ds.episodes) + n_rejected
     declared = ds.info.get("total_episodes")
     if declared is not None and declared != found:
         out.append(CheckFailure("total_episodes", f"{declared} (info.json)", f"{found} episode records",
                                 None, None, info_path))
     declared_frames = ds.info.get("total_frames")
-    if declared_frames is not None and not rejected and declared_frames != ds.total_frames_expected:
+    if declared_frames is not None and not n_rejected and declared_frames != ds.total_frames_expected:
         out.append(CheckFailure("total_frames", f"{declared_frames} (info.json)",
                                 f"{ds.total_frames_expected} (sum of episode lengths)", None, None, info_path))
-    indices = [e.index for e in ds.episodes]
-    if not rejected and indices != list(range(len(indices))):
-        gap = next(i for i, e in enumerate(indices) if e != i)
-        out.append(CheckFailure("episode_indices", f"0..{len(indices) - 1}", f"episode {indices[gap]} at "
+    indices = ds.episodes.episode_index
+    off = np.flatnonzero(indices != np.arange(len(indices)))
+    if not n_rejected and len(off):
+        gap = int(off[0])
+        out.append(CheckFailure("episode_indices", f"0..{len(indices) - 1}", f"episode {int(indices[gap])} at "
                                 f"position {gap}", None, None, info_path))
     return out
 
@@ -160,7 +165,7 @@ def verify_dataset(src: Path, options: VerifyOptions, config: RunConfig) -> Veri
     `config.scheduler`); raises PrepError when the dataset's metadata as a whole is unreadable."""
     t0 = time.monotonic()
     ds, rejected = open_dataset(src)
-    units = verify_units(ds, options, contiguous_index=not rejected)
+    units = list(verify_units(ds, options, contiguous_index=not rejected))
     with open_engine(config) as engine:
         nested = list(engine.results(verify_unit, units, on_error=verify_unit_failed, desc="verify",
                                      unit_name="file-set", total=len(units)))

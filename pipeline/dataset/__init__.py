@@ -11,9 +11,11 @@ from pipeline.dataset.model import (
     DataRef,
     Dataset,
     Episode,
+    Rejected,
     VideoRef,
     resolve_inside,
 )
+from pipeline.dataset.table import EpisodeTable, Groups
 from pipeline.dataset.v21 import open_v21
 from pipeline.dataset.v30 import open_v30
 from pipeline.errors import EpisodeError
@@ -21,8 +23,9 @@ from pipeline.errors import EpisodeError
 OPENERS = {"v2.1": open_v21, "v3.0": open_v30}
 
 
-def open_dataset(root: Path | str) -> tuple[Dataset, list[EpisodeError]]:
-    """Open a dataset root read-only: the dataset and the episodes whose metadata was rejected.
+def open_dataset(root: Path | str) -> tuple[Dataset, Rejected]:
+    """Open a dataset root read-only: the dataset and the episode records its metadata rejected
+    (the first MAX_REJECTED_KEPT of them in file order; `rejected.total` counts them all).
 
     Raises `DatasetError` (one line naming the path) when the dataset as a whole is unreadable.
     """
@@ -38,6 +41,9 @@ __all__ = [
     "Dataset",
     "Episode",
     "EpisodeError",
+    "EpisodeTable",
+    "Groups",
+    "Rejected",
     "VideoRef",
     "open_dataset",
     "resolve_inside",

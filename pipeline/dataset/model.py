@@ -1,20 +1,34 @@
-"""The dataset model: one slotted record per episode, shared by every stage.
+"""The dataset model: columnar episode metadata, and slotted `Episode` records made on demand.
 
-A `Dataset` is what `open_dataset` reads from a LeRobot root (format v2.1 or v3.0).
-Paths inside records are POSIX paths relative to the dataset root; `resolve_inside`
-turns them into absolute paths and refuses anything that leaves the root.
+A `Dataset` is what `open_dataset` reads from a LeRobot root (format v2.1 or v3.0). `ds.episodes`
+is a sequence of `Episode` records over numpy columns (`pipeline.dataset.table`): millions of
+episodes cost tens of bytes each, and a record (with its paths) exists only while a unit uses it.
+Paths inside records are POSIX paths relative to the dataset root; `resolve_inside` turns them into
+absolute paths and refuses anything that leaves the root.
+
+The files episodes share are found by `file_groups` ("data" or a camera): the plan of every job
+iterates them (`iter_file_sets`, `iter_camera_files`, `iter_data_files`) instead of building a
+dict over the corpus.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from pipeline.errors import EpisodeError
 
+if TYPE_CHECKING:
+    from pipeline.dataset.table import EpisodeTable, Groups
+
 SUPPORTED_VERSIONS = ("v2.1", "v3.0")
+MAX_REJECTED_KEPT = 10_000  # rejected metadata records kept with their reason (all are counted)
 
 
 @dataclass(slots=True, frozen=True)
@@ -75,6 +89,36 @@ class CameraInfo:
     fps: float | None
 
 
+class Rejected(list[EpisodeError]):
+    """Episode records the metadata reader refused, in the order they were found: the first
+    `MAX_REJECTED_KEPT` with their reason, and `total`, the number of them all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+        self._pairs: list[tuple[int, EpisodeError, int | None]] = []
+
+    def add(self, key: int, error: EpisodeError, index: int | None = None, *, counted: bool = False) -> None:
+        if not counted:
+            self.total += 1
+        self._pairs.append((key, error, index))
+        if len(self._pairs) > 2 * MAX_REJECTED_KEPT:
+            self._pairs.sort(key=lambda p: p[0])
+            del self._pairs[MAX_REJECTED_KEPT:]
+
+    def settle(self, taken: Callable[[int, int], bool]) -> None:
+        """Order and bound the records; a bad record whose index an earlier accepted record holds is a duplicate."""
+        self._pairs.sort(key=lambda p: p[0])
+        del self._pairs[MAX_REJECTED_KEPT:]
+        out = []
+        for key, err, index in self._pairs:
+            if index is not None and taken(index, key):
+                err = EpisodeError(index, err.path, "duplicate episode_index")
+            out.append(err)
+        self[:] = out
+        self._pairs = []
+
+
 @dataclass(slots=True)
 class Dataset:
     """A LeRobot dataset opened read-only."""
@@ -84,8 +128,12 @@ class Dataset:
     fps: float
     info: dict[str, Any]
     cameras: tuple[CameraInfo, ...]
-    episodes: list[Episode]
+    episodes: EpisodeTable
     tasks: dict[int, str] = field(default_factory=dict)
+    file_keys: Callable[[str], list[np.ndarray]] | None = None  # "data" | camera -> columns naming the file
+    rejected_count: int = 0  # metadata records refused (see the `Rejected` list open_dataset returns)
+    metadata_digest: str = ""  # of meta/info.json and the episode metadata as read (plans key on it)
+    _groups: dict[str, Groups] = field(default_factory=dict)
 
     @property
     def camera_keys(self) -> tuple[str, ...]:
@@ -93,21 +141,51 @@ class Dataset:
 
     @property
     def total_frames_expected(self) -> int:
-        return sum(e.frames_expected for e in self.episodes)
+        return int(self.episodes.length.sum())
 
-    def video_files(self) -> dict[str, list[Episode]]:
-        """Each distinct video file (relative path) with the episodes that live in it, in order."""
-        files: dict[str, list[Episode]] = {}
-        for ep in self.episodes:
-            for ref in ep.videos:
-                files.setdefault(ref.rel, []).append(ep)
-        return files
+    # ---- the files episodes share ------------------------------------------------------------
 
-    def data_files(self) -> dict[str, list[Episode]]:
-        files: dict[str, list[Episode]] = {}
-        for ep in self.episodes:
-            files.setdefault(ep.data.rel, []).append(ep)
-        return files
+    def file_groups(self, kind: str) -> Groups:
+        """Episode positions per file of `kind` ("data", a camera key, or "set": all of an episode's files)."""
+        from pipeline.dataset.table import Groups
+
+        if kind not in self._groups:
+            assert self.file_keys is not None
+            kinds = ["data", *self.camera_keys] if kind == "set" else [kind]
+            keys = [k for name in kinds for k in self.file_keys(name)]
+            unique = any(k is self.episodes.episode_index for k in keys)  # the episode index names the file
+            self._groups[kind] = Groups.singletons(len(self.episodes)) if unique else Groups(*keys)
+        return self._groups[kind]
+
+    def iter_file_sets(self) -> Iterator[np.ndarray]:
+        """Positions of the episodes that share all their files (v2.1: one episode each), in plan order."""
+        yield from self.file_groups("set")
+
+    def iter_camera_files(self) -> Iterator[tuple[str, str, list[Episode]]]:
+        """(camera, video file, its episodes in order) for each distinct video file, ordered by first
+        episode then camera (the order of a walk over episodes and their cameras)."""
+        groups = [self.file_groups(cam) for cam in self.camera_keys]
+
+        def firsts(c: int) -> Iterator[tuple[int, int, int]]:
+            g = groups[c]
+            for k in range(len(g)):
+                yield g.first(k), c, k
+
+        for _first, c, k in heapq.merge(*(firsts(c) for c in range(len(groups)))):
+            eps = [self.episodes[int(p)] for p in groups[c].positions(k)]
+            cam = self.camera_keys[c]
+            yield cam, eps[0].video(cam).rel, eps
+
+    def iter_video_files(self) -> Iterator[tuple[str, list[Episode]]]:
+        """(video file, its episodes) for each distinct video file (see `iter_camera_files`)."""
+        for _cam, rel, eps in self.iter_camera_files():
+            yield rel, eps
+
+    def iter_data_files(self) -> Iterator[tuple[str, list[Episode]]]:
+        """(data parquet file, its episodes in order) for each distinct data file."""
+        for positions in self.file_groups("data"):
+            eps = [self.episodes[int(p)] for p in positions]
+            yield eps[0].data.rel, eps
 
 
 def resolve_inside(root: Path, rel: str, *, episode: int | None = None) -> Path:

@@ -1,14 +1,25 @@
-"""LeRobot format v2.1: one parquet and one mp4 per camera per episode, metadata in JSON Lines."""
+"""LeRobot format v2.1: one parquet and one mp4 per camera per episode, metadata in JSON Lines.
+
+`meta/episodes.jsonl` is read as a stream (a few MB at a time) into columnar arrays: a bad line is
+recorded with its line number and the episode it names (when readable), the others load.
+"""
 
 from __future__ import annotations
 
+import codecs
+import hashlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.dataset.info import cameras_from_info, format_template
-from pipeline.dataset.model import DataRef, Dataset, Episode, VideoRef
+import numpy as np
+
+from pipeline.dataset.info import cameras_from_info
+from pipeline.dataset.model import DataRef, Dataset, Episode, Rejected, VideoRef
+from pipeline.dataset.rows import RowBuilder
+from pipeline.dataset.table import EpisodeTable, PathTemplate
 from pipeline.errors import DatasetError, EpisodeError
 
 EPISODES_REL = "meta/episodes.jsonl"
@@ -17,6 +28,7 @@ EPISODES_STATS_REL = "meta/episodes_stats.jsonl"
 DATA_FIELDS = {"episode_chunk", "episode_index"}
 VIDEO_FIELDS = {"episode_chunk", "episode_index", "video_key"}
 EPISODE_INDEX_RE = re.compile(r'"episode_index"\s*:\s*(\d+)')
+READ_BLOCK = 1 << 22  # bytes read at a time from episodes.jsonl
 
 
 class BadJsonLine(ValueError):
@@ -32,16 +44,47 @@ class BadJsonLine(ValueError):
         return int(match.group(1)) if match else None
 
 
-def read_jsonl(path: Path) -> list[tuple[int, Any]]:
-    """(line number, parsed object) for each non-empty line; a bad line is kept as an exception."""
+def iter_lines(path: Path, digest: Any = None) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line, as `str.splitlines` numbers them, reading a block at a time.
+
+    Raises DatasetError for a missing or unreadable file (not UTF-8). `digest` (a hashlib object) is
+    fed the file's bytes.
+    """
     if not path.is_file():
         raise DatasetError(path, "missing file")
-    rows: list[tuple[int, Any]] = []
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    carry = ""
+    lineno = 0
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        with open(path, "rb") as fh:
+            while True:
+                block = fh.read(READ_BLOCK)
+                if digest is not None and block:
+                    digest.update(block)
+                text = carry + decoder.decode(block, final=not block)
+                parts = text.splitlines(keepends=True)
+                # The last piece may be a partial line (or a "\r" whose "\n" is in the next block): keep it.
+                carry = parts.pop() if parts and block else ""
+                for part in parts:
+                    lineno += 1
+                    yield lineno, part.splitlines()[0]
+                if not block:
+                    return
+    except UnicodeDecodeError:
+        try:  # the message of a whole-file decode, as it names the byte offset in the file
+            path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DatasetError(path, f"cannot read: {exc}") from None
+        raise
+    except OSError as exc:
         raise DatasetError(path, f"cannot read: {exc}") from None
-    for lineno, line in enumerate(lines, start=1):
+
+
+def read_jsonl(path: Path) -> list[tuple[int, Any]]:
+    """(line number, parsed object) for each non-empty line; a bad line is kept as an exception.
+    For small files (tasks); episodes are streamed by `open_v21`."""
+    rows: list[tuple[int, Any]] = []
+    for lineno, line in iter_lines(path):
         if not line.strip():
             continue
         try:
@@ -66,7 +109,38 @@ def read_tasks(root: Path) -> dict[int, str]:
     return tasks
 
 
-def open_v21(root: Path, info: dict[str, Any]) -> tuple[Dataset, list[EpisodeError]]:
+def _parse(ep_path: Path, rows: RowBuilder, digest: Any) -> None:
+    """Every line of episodes.jsonl into `rows` (key = line number), by the rules of one record at a time."""
+    for lineno, line in iter_lines(ep_path, digest):
+        if not line.strip():
+            continue
+        where = f"{ep_path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            rows.reject(lineno, EpisodeError(BadJsonLine(exc, line).episode_hint(), where,
+                                             f"line is not JSON ({exc})"))
+            continue
+        if not isinstance(obj, dict):
+            rows.reject(lineno, EpisodeError(None, where, f"expected a JSON object, found {obj!r}"))
+            continue
+        index = obj.get("episode_index")
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0 or index >= 2**63:
+            rows.reject(lineno, EpisodeError(None, where, f"invalid episode_index {index!r}"))
+            continue
+        length = obj.get("length")
+        if not isinstance(length, int) or isinstance(length, bool) or length <= 0 or length >= 2**63:
+            rows.reject(lineno, EpisodeError(index, where, f"invalid length {length!r}: expected a positive integer"),
+                        index=index)
+            continue
+        tasks = obj.get("tasks", [])
+        if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+            rows.reject(lineno, EpisodeError(index, where, f"invalid tasks {tasks!r}"), index=index)
+            continue
+        rows.add_row(lineno, index, length, tasks)
+
+
+def open_v21(root: Path, info: dict[str, Any]) -> tuple[Dataset, Rejected]:
     info_path = root / "meta/info.json"
     cameras = cameras_from_info(info, info_path)
     chunks_size = info.get("chunks_size", 1000)
@@ -76,68 +150,49 @@ def open_v21(root: Path, info: dict[str, Any]) -> tuple[Dataset, list[EpisodeErr
     if not isinstance(data_tpl, str):
         raise DatasetError(info_path, f"invalid data_path {data_tpl!r}")
     # Check the templates once with a sample so a bad template is one dataset-level error.
-    format_template(data_tpl, info_path, DATA_FIELDS, episode_chunk=0, episode_index=0)
-    for cam in cameras:
-        format_template(video_tpl, info_path, VIDEO_FIELDS, episode_chunk=0, episode_index=0, video_key=cam.key)
+    data = PathTemplate(data_tpl, info_path, DATA_FIELDS, {"episode_chunk": 0, "episode_index": 0})
+    videos = [(cam.key, PathTemplate(video_tpl, info_path, VIDEO_FIELDS,
+                                     {"episode_chunk": 0, "episode_index": 0, "video_key": cam.key}))
+              for cam in cameras]
 
     ep_path = root / EPISODES_REL
-    episodes: list[Episode] = []
-    rejected: list[EpisodeError] = []
-    seen: set[int] = set()
-    for lineno, obj in read_jsonl(ep_path):
-        where = f"{ep_path}:{lineno}"
-        if isinstance(obj, BadJsonLine):
-            rejected.append(EpisodeError(obj.episode_hint(), where, f"line is not JSON ({obj})"))
-            continue
-        if not isinstance(obj, dict):
-            rejected.append(EpisodeError(None, where, f"expected a JSON object, found {obj!r}"))
-            continue
-        index = obj.get("episode_index")
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            rejected.append(EpisodeError(None, where, f"invalid episode_index {index!r}"))
-            continue
-        if index in seen:
-            rejected.append(EpisodeError(index, where, "duplicate episode_index"))
-            continue
-        length = obj.get("length")
-        if not isinstance(length, int) or isinstance(length, bool) or length <= 0:
-            rejected.append(EpisodeError(index, where, f"invalid length {length!r}: expected a positive integer"))
-            continue
-        tasks = obj.get("tasks", [])
-        if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
-            rejected.append(EpisodeError(index, where, f"invalid tasks {tasks!r}"))
-            continue
-        seen.add(index)
+    digest = hashlib.blake2b(digest_size=16)
+    rows = RowBuilder()
+    _parse(ep_path, rows, digest)
+    cols, rejected = rows.finish(lambda lineno: f"{ep_path}:{lineno}")
+
+    def make(table: EpisodeTable, k: int) -> Episode:
+        index = int(table.columns.index[k])
         chunk = index // chunks_size
-        data_rel = format_template(data_tpl, info_path, DATA_FIELDS, episode_chunk=chunk, episode_index=index)
-        videos = tuple(
-            VideoRef(
-                camera=cam.key,
-                rel=format_template(
-                    video_tpl, info_path, VIDEO_FIELDS, episode_chunk=chunk, episode_index=index, video_key=cam.key
-                ),
-                chunk_index=chunk,
-                file_index=index,
-            )
-            for cam in cameras
+        return Episode(
+            index=index,
+            frames_expected=int(table.columns.length[k]),
+            tasks=table.tasks(k),
+            data=DataRef(rel=data.fill(episode_chunk=chunk, episode_index=index), chunk_index=chunk,
+                         file_index=index),
+            videos=tuple(VideoRef(camera=key, rel=tpl.fill(episode_chunk=chunk, episode_index=index, video_key=key),
+                                  chunk_index=chunk, file_index=index) for key, tpl in videos),
         )
-        episodes.append(
-            Episode(
-                index=index,
-                frames_expected=length,
-                tasks=tuple(tasks),
-                data=DataRef(rel=data_rel, chunk_index=chunk, file_index=index),
-                videos=videos,
-            )
-        )
-    episodes.sort(key=lambda e: e.index)
+
+    def keys(kind: str) -> list[np.ndarray]:
+        """What identifies the file of `kind` ("data" or a camera) from the episode index."""
+        fields = data.fields if kind == "data" else dict(videos)[kind].fields
+        if "episode_index" in fields:
+            return [cols.index]
+        if "episode_chunk" in fields:
+            return [cols.index // chunks_size]
+        return [np.zeros(len(cols), dtype=np.int64)]
+
     ds = Dataset(
         root=root,
         codebase_version="v2.1",
         fps=float(info["fps"]),
         info=info,
         cameras=cameras,
-        episodes=episodes,
+        episodes=EpisodeTable(cols, make),
         tasks=read_tasks(root),
+        file_keys=keys,
+        rejected_count=rejected.total,
+        metadata_digest=digest.hexdigest(),
     )
     return ds, rejected

@@ -130,13 +130,14 @@ class SpanImageStats:
 
 def files_to_copy(ds: Dataset) -> list[str]:
     """Relative paths of the source files copied unchanged: all but videos we re-encode and rewritten meta."""
-    skip = set(ds.video_files())
+    videos = [rel for rel, _eps in ds.iter_video_files()]
+    skip = set(videos)
     rewritten = REWRITTEN_V21 if ds.codebase_version == "v2.1" else REWRITTEN_V30
     skip.update(rewritten)
     if ds.codebase_version == "v3.0":
         skip.update(p.relative_to(ds.root).as_posix() for p in episode_meta_files(ds.root))
     # Files that are only the targets of symlinked videos we re-encode (e.g. a blobs/ store) stay behind.
-    video_targets = {os.path.realpath(ds.root / rel) for rel in ds.video_files()}
+    video_targets = {os.path.realpath(ds.root / rel) for rel in videos}
     out: list[str] = []
     for dirpath, dirs, names in os.walk(ds.root):
         rel_dir = Path(dirpath).relative_to(ds.root)

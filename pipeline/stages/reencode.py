@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,18 +101,16 @@ def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
     return None
 
 
-def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> list[ReencodeUnit]:
+def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator[ReencodeUnit]:
+    """One unit per source video file (v3.0: with every episode it holds), lazily, in plan order."""
     cameras = {cam.key: cam for cam in ds.cameras}
-    units = []
-    for rel, episodes in ds.video_files().items():
-        camera = next(ref.camera for ref in episodes[0].videos if ref.rel == rel)
+    for camera, rel, episodes in ds.iter_camera_files():
         spans = tuple(
             Span(ep.index, ep.video(camera).from_timestamp, ep.video(camera).to_timestamp, ep.frames_expected)
             for ep in episodes
         )
-        units.append(ReencodeUnit(str(ds.root), str(out), rel, camera, ds.fps, spans, options,
-                                  declared_size(cameras[camera])))
-    return units
+        yield ReencodeUnit(str(ds.root), str(out), rel, camera, ds.fps, spans, options,
+                           declared_size(cameras[camera]))
 
 
 def mean_fps(probe: VideoProbe) -> float:
@@ -151,7 +150,7 @@ def new_spans(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> list[Sp
     out: list[Span] = []
     for span in sorted(spans, key=lambda s: s.from_timestamp):
         n = probe.frames_in_span(span.from_timestamp, span.to_timestamp, tol)
-        start = sum(1 for t in probe.pts_s if t < span.from_timestamp - tol)
+        start = probe.frames_before(span.from_timestamp, tol)
         if span.frames_expected is not None and n != span.frames_expected:
             raise EpisodeError(span.episode, probe.path,
                                f"source holds {n} frames for this episode but the metadata says "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,12 +48,11 @@ class ScanUnit:
     episodes: tuple[Episode, ...]
 
 
-def scan_units(ds: Dataset) -> list[ScanUnit]:
-    groups: dict[tuple[str, ...], list[Episode]] = {}
-    for ep in ds.episodes:
-        key = (ep.data.rel, *(v.rel for v in ep.videos))
-        groups.setdefault(key, []).append(ep)
-    return [ScanUnit(str(ds.root), tuple(eps)) for eps in groups.values()]
+def scan_units(ds: Dataset) -> Iterator[ScanUnit]:
+    """One unit per set of files (v2.1: per episode), lazily, in plan order."""
+    root = str(ds.root)
+    for positions in ds.iter_file_sets():
+        yield ScanUnit(root, tuple(ds.episodes[int(p)] for p in positions))
 
 
 def failed(ep: Episode | None, exc: BaseException, frames_expected: int = 0) -> EpisodeScan:

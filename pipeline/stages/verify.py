@@ -8,6 +8,7 @@ the v3.0 span coverage and the comparison with the metadata.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,34 +87,41 @@ class VerifyUnit:
     file_spans: tuple[tuple[str, tuple[Span, ...]], ...] = ()
 
 
-def verify_units(ds: Dataset, options: VerifyOptions, *, contiguous_index: bool = True) -> list[VerifyUnit]:
-    """One unit per set of files (v2.1: per episode). With `contiguous_index`, v2.1 episodes are
-    expected to number their global `index` consecutively in episode order (LeRobot's layout)."""
-    starts: dict[int, int | None] = {}
-    running: int | None = 0 if contiguous_index else None
-    for ep in ds.episodes:
-        if ep.data.from_index is not None:
-            starts[ep.index] = ep.data.from_index
-        else:
-            starts[ep.index] = running
-            running = None if running is None else running + ep.frames_expected
-    spans: dict[str, list[Span]] = {}
-    for ep in ds.episodes:
-        for ref in ep.videos:
-            spans.setdefault(ref.rel, []).append(
-                Span(ep.index, ref.from_timestamp, ref.to_timestamp, ep.frames_expected))
-    groups: dict[tuple[str, ...], list[Episode]] = {}
-    for ep in ds.episodes:
-        groups.setdefault((ep.data.rel, *(v.rel for v in ep.videos)), []).append(ep)
-    units = []
-    for eps in groups.values():
-        shared = tuple((ref.rel, tuple(spans[ref.rel])) for ref in eps[0].videos if ref.to_timestamp is not None)
-        units.append(VerifyUnit(
-            root=str(ds.root), codebase_version=ds.codebase_version, fps=ds.fps, cameras=ds.cameras,
-            episodes=tuple(eps), options=options, index_from=tuple(starts[e.index] for e in eps),
+def verify_units(ds: Dataset, options: VerifyOptions, *, contiguous_index: bool = True) -> Iterator[VerifyUnit]:
+    """One unit per set of files (v2.1: per episode), lazily, in plan order. With `contiguous_index`,
+    v2.1 episodes are expected to number their global `index` consecutively in episode order
+    (LeRobot's layout)."""
+    cols = ds.episodes.columns
+    if cols.from_index is not None:  # v3.0: each episode's span of the global index
+        starts: np.ndarray | None = cols.from_index
+    elif contiguous_index:
+        starts = np.zeros(len(cols), dtype=np.int64)
+        np.cumsum(cols.length[:-1], out=starts[1:])
+    else:
+        starts = None
+    cached: dict[str, tuple[int, tuple[Span, ...]]] = {}  # camera -> (file group, all its spans)
+
+    def file_spans(camera: str, position: int) -> tuple[Span, ...]:
+        groups = ds.file_groups(camera)
+        g = groups.of(position)
+        if camera not in cached or cached[camera][0] != g:
+            assert cols.cameras is not None
+            c = cols.cameras[camera]
+            cached[camera] = (g, tuple(Span(int(cols.index[p]), float(c.t0[p]), float(c.t1[p]), int(cols.length[p]))
+                                       for p in groups.positions(g)))
+        return cached[camera][1]
+
+    root = str(ds.root)
+    for positions in ds.iter_file_sets():
+        eps = tuple(ds.episodes[int(p)] for p in positions)
+        first = int(positions[0])
+        shared = tuple((ref.rel, file_spans(ref.camera, first)) for ref in eps[0].videos
+                       if ref.to_timestamp is not None)
+        yield VerifyUnit(
+            root=root, codebase_version=ds.codebase_version, fps=ds.fps, cameras=ds.cameras, episodes=eps,
+            options=options, index_from=tuple(None if starts is None else int(starts[p]) for p in positions),
             file_spans=shared,
-        ))
-    return units
+        )
 
 
 def verify_unit_failed(unit: VerifyUnit, exc: BaseException) -> list[EpisodeVerify]:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 
 import av
+import numpy as np
 
 from pipeline.errors import EpisodeError
 from pipeline.video.probe import VideoProbe, probe_video
@@ -84,11 +84,11 @@ def nominal_fps(probe: VideoProbe) -> float:
     """The frame rate from the median interval between presentation times (the header's average rate
     when there are fewer than two frames). A dropped or added frame changes the average rate of the
     whole file but not this: the gap itself is a `pts_grid` failure of the episode that holds it."""
-    pts = sorted(probe.pts_s)
-    steps = sorted(b - a for a, b in pairwise(pts) if b > a)
-    if not steps:
+    steps = np.diff(probe.pts)
+    steps = np.sort(steps[steps > 0])
+    if not len(steps):
         return probe.fps
-    return 1.0 / steps[len(steps) // 2]
+    return 1.0 / float(steps[len(steps) // 2])
 
 
 def in_span(t: float, span: Span, tolerance: float = TIMESTAMP_TOLERANCE_S) -> bool:
@@ -155,15 +155,15 @@ def inspect_probe(
     counts: list[SpanCounts] = []
     for span in spans:
         t1 = span.to_timestamp
-        pts = [t for t in probe.pts_s if in_span(t, span)]
+        lo, hi = probe.span_slice(span.from_timestamp, t1, TIMESTAMP_TOLERANCE_S)
+        pts = probe.pts[lo:hi]
         if span.frames_expected is not None and len(pts) != span.frames_expected:
             fail("frames_from_packets", f"{span.frames_expected} (frames_expected)", len(pts), span.episode)
-        bad = [(i, t) for i, t in enumerate(pts)
-               if abs(t - (span.from_timestamp + i * step)) > TIMESTAMP_TOLERANCE_S]
-        if bad:
-            i, t = bad[0]
+        off = np.flatnonzero(np.abs(pts - (span.from_timestamp + np.arange(len(pts)) * step)) > TIMESTAMP_TOLERANCE_S)
+        if len(off):
+            i, t = int(off[0]), float(pts[off[0]])
             fail("pts_grid", f"frame {i} at {span.from_timestamp + i * step:.6f} s",
-                 f"{t:.6f} s ({len(bad)} frames off the 1/fps grid)", span.episode)
+                 f"{t:.6f} s ({len(off)} frames off the 1/fps grid)", span.episode)
         keys = probe.keyframes_in_span(span.from_timestamp, t1, TIMESTAMP_TOLERANCE_S)
         if expect.all_intra and keys != len(pts):
             fail("keyframes", f"{len(pts)} (every frame)", keys, span.episode)
@@ -187,8 +187,12 @@ def _check_decode(
         return [SpanCounts(c.episode, c.frames_from_packets, c.keyframes, len(times)) for c in counts]
     out: list[SpanCounts] = []
     short = False
+    decoded = np.sort(np.asarray(times, dtype=np.float64))  # NaN (no timestamp) sorts last, as in_span counts it
     for span, c in zip(spans, counts, strict=True):
-        n = sum(1 for t in times if in_span(t, span))
+        lo = int(np.searchsorted(decoded, span.from_timestamp - TIMESTAMP_TOLERANCE_S, side="left"))
+        hi = len(decoded) if span.to_timestamp is None else \
+            int(np.searchsorted(decoded, span.to_timestamp - TIMESTAMP_TOLERANCE_S, side="left"))
+        n = max(0, hi - lo)
         if n != c.frames_from_packets:
             short = True
             fail("frames_decoded", f"{c.frames_from_packets} (frames_from_packets)",
@@ -205,15 +209,23 @@ def check_coverage(
     """Frames of a file that no span claims (v3.0: an extra frame after the last episode, or in a gap).
 
     Pass every span of the file. Each orphan run is blamed on the episode whose span precedes it.
+    Cost: O(packets + spans x log packets).
     """
-    orphans = [t for t in probe.pts_s if not any(in_span(t, s) for s in spans)]
-    if not orphans:
+    claims = np.zeros(len(probe.pts) + 1, dtype=np.int64)
+    for s in spans:
+        lo, hi = probe.span_slice(s.from_timestamp, s.to_timestamp, TIMESTAMP_TOLERANCE_S)
+        claims[lo] += 1
+        claims[hi] -= 1
+    orphans = probe.pts[np.cumsum(claims[:-1]) <= 0]
+    if not len(orphans):
         return []
+    first = float(orphans[0])
     ordered = sorted(spans, key=lambda s: s.from_timestamp)
-    before = [s for s in ordered if s.from_timestamp <= orphans[0] + TIMESTAMP_TOLERANCE_S]
-    episode = (before[-1] if before else ordered[0]).episode if ordered else None
+    starts = np.array([s.from_timestamp for s in ordered], dtype=np.float64)
+    k = int(np.searchsorted(starts, first + TIMESTAMP_TOLERANCE_S, side="right")) - 1
+    episode = (ordered[k] if k >= 0 else ordered[0]).episode if ordered else None
     return [CheckFailure("frames_outside_spans", "0 (every frame in an episode's span)",
-                         f"{len(orphans)} (first at {orphans[0]:.6f} s)", episode, camera, probe.path)]
+                         f"{len(orphans)} (first at {first:.6f} s)", episode, camera, probe.path)]
 
 
 def check_video(

@@ -7,17 +7,21 @@ Counts are named by where they came from: `frames_from_header` is what the conta
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
 import av
+import numpy as np
 
 from pipeline.errors import EpisodeError
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, frozen=True, eq=False)
 class VideoProbe:
+    """A probed file. Span queries use sorted arrays (binary search), so a file of thousands of
+    episodes costs O(log packets) per episode, not a pass over every packet."""
+
     path: str
     bytes: int
     codec: str
@@ -32,26 +36,54 @@ class VideoProbe:
     pts_s: tuple[float, ...]
     keyframe_pts_s: tuple[float, ...]
     packet_bytes: tuple[int, ...]
+    pts: np.ndarray = field(init=False, repr=False)  # pts_s as a sorted float64 array
+    keyframe_pts: np.ndarray = field(init=False, repr=False)
+    cum_bytes: np.ndarray = field(init=False, repr=False)  # cum_bytes[i] = payload of the first i packets (by pts)
+
+    def __post_init__(self) -> None:
+        pts = np.asarray(self.pts_s, dtype=np.float64)
+        sizes = np.asarray(self.packet_bytes, dtype=np.int64)
+        if len(pts) > 1 and not bool(np.all(pts[1:] >= pts[:-1])):
+            order = np.argsort(pts, kind="stable")
+            pts, sizes = pts[order], sizes[order]
+        cum = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=cum[1:])
+        object.__setattr__(self, "pts", pts)
+        object.__setattr__(self, "keyframe_pts", np.sort(np.asarray(self.keyframe_pts_s, dtype=np.float64)))
+        object.__setattr__(self, "cum_bytes", cum)
 
     @property
     def payload_bytes(self) -> int:
-        return sum(self.packet_bytes)
+        return int(self.cum_bytes[-1])
+
+    def span_slice(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> tuple[int, int]:
+        """(lo, hi): the packets (sorted by pts) whose pts falls in [t0, t1) are pts[lo:hi]."""
+        return _span(self.pts, t0, t1, tolerance)
 
     def bytes_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
         """Packet payload bytes whose pts falls in [t0, t1)."""
-        hi = float("inf") if t1 is None else t1 - tolerance
-        return sum(b for t, b in zip(self.pts_s, self.packet_bytes, strict=True) if t0 - tolerance <= t < hi)
+        lo, hi = self.span_slice(t0, t1, tolerance)
+        return int(self.cum_bytes[hi] - self.cum_bytes[lo])
 
     def frames_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
         """Packets whose pts falls in [t0, t1) (the whole file when t1 is None)."""
-        if t1 is None:
-            return sum(1 for t in self.pts_s if t >= t0 - tolerance)
-        return sum(1 for t in self.pts_s if t0 - tolerance <= t < t1 - tolerance)
+        lo, hi = self.span_slice(t0, t1, tolerance)
+        return hi - lo
 
     def keyframes_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
-        if t1 is None:
-            return sum(1 for t in self.keyframe_pts_s if t >= t0 - tolerance)
-        return sum(1 for t in self.keyframe_pts_s if t0 - tolerance <= t < t1 - tolerance)
+        lo, hi = _span(self.keyframe_pts, t0, t1, tolerance)
+        return hi - lo
+
+    def frames_before(self, t: float, tolerance: float = 1e-4) -> int:
+        """Packets whose pts is before t (less the tolerance)."""
+        return int(np.searchsorted(self.pts, t - tolerance, side="left"))
+
+
+def _span(sorted_times: np.ndarray, t0: float, t1: float | None, tolerance: float) -> tuple[int, int]:
+    """Indices [lo, hi) of the sorted times t with t0 - tolerance <= t < t1 - tolerance (t1 None: no upper end)."""
+    lo = int(np.searchsorted(sorted_times, t0 - tolerance, side="left"))
+    hi = len(sorted_times) if t1 is None else int(np.searchsorted(sorted_times, t1 - tolerance, side="left"))
+    return lo, max(lo, hi)
 
 
 # Opening a container runs FFmpeg's stream-info probe, which decodes a frame of some codecs (h264) just
