@@ -35,9 +35,9 @@ import av
 import numpy as np
 
 from pipeline import __version__, atomic
-from pipeline.commands.reencode import reencode_dataset
 from pipeline.dataset import open_dataset
-from pipeline.runner import RunConfig, machine_cores
+from pipeline.jobs.reencode import reencode_dataset
+from pipeline.runner import RunConfig, machine_cores, open_engine
 from pipeline.stages.reencode import ReencodeOptions
 from pipeline.synth import SynthSpec, write_synthetic
 from pipeline.video.encode import PROFILES, EncodeJob, encode_pyav, ffmpeg_command, h264_intra_options
@@ -77,7 +77,8 @@ def run_cli(src: Path, out: Path, workers: int) -> float:
 
 
 def run_prep(src: Path, out: Path, engine: str, scheduler: str) -> float:
-    report = reencode_dataset(src, out, ReencodeOptions(engine=engine), RunConfig(scheduler=scheduler, progress=False))
+    with open_engine(RunConfig(scheduler=scheduler, progress=False)) as session:
+        report = reencode_dataset(src, out, ReencodeOptions(engine=engine), session)
     if not report.ok:
         raise SystemExit(f"prep reencode failed: {report.failures[:3]}")
     return report.seconds

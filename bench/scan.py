@@ -21,9 +21,9 @@ from pathlib import Path
 
 from distributed import Client, LocalCluster
 
-from pipeline.commands.scan import scan_dataset
 from pipeline.dataset import open_dataset
-from pipeline.runner import RunConfig
+from pipeline.jobs.scan import scan_dataset
+from pipeline.runner import RunConfig, open_engine
 from pipeline.stages.scan import scan_unit, scan_units
 from pipeline.synth import SynthSpec, write_synthetic
 
@@ -59,10 +59,11 @@ def main() -> None:
             client = Client(cluster)
             startup = time.perf_counter() - t0
             cfg = RunConfig(scheduler=cluster.scheduler_address, progress=False)
-            scan_dataset(root, Path(tmp) / f"m{w}.json", cfg)  # warm the workers' imports
-            t0 = time.perf_counter()
-            manifest, _ = scan_dataset(root, Path(tmp) / f"m{w}.json", cfg)
-            wall = time.perf_counter() - t0
+            with open_engine(cfg) as engine:
+                scan_dataset(root, Path(tmp) / f"m{w}.json", engine)  # warm the workers' imports
+                t0 = time.perf_counter()
+                manifest, _ = scan_dataset(root, Path(tmp) / f"m{w}.json", engine)
+                wall = time.perf_counter() - t0
             client.close()
             cluster.close()
             eps = manifest["totals"]["episodes"]

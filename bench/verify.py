@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
-from pipeline.commands.verify import VerifyReport, verify_dataset, verify_in_process
-from pipeline.runner import RunConfig, machine_cores
+from pipeline.jobs.verify import VerifyReport, verify_dataset, verify_in_process
+from pipeline.runner import RunConfig, machine_cores, open_engine
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import SynthSpec, write_synthetic
 
@@ -54,7 +54,11 @@ def timed(fn: Callable[[], VerifyReport]) -> tuple[VerifyReport, float]:
 def run_case(root: Path, name: str, decode: bool, workers: int) -> dict[str, Any]:
     _, base = CORPORA[name]
     opts = VerifyOptions(base.expect_frames, base.size, base.all_intra, decode)
-    cluster, t_cluster = timed(lambda: verify_dataset(root, opts, RunConfig(workers=workers, progress=False)))
+    def on_cluster() -> VerifyReport:
+        with open_engine(RunConfig(workers=workers, progress=False)) as engine:
+            return verify_dataset(root, opts, engine)
+
+    cluster, t_cluster = timed(on_cluster)
     serial, t_serial = timed(lambda: verify_in_process(root, opts))
     for report in (cluster, serial):
         if not report.passed:

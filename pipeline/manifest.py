@@ -1,118 +1,165 @@
 """Storage/hours manifests: what a dataset holds (episodes, frames, hours) and weighs (bytes by kind).
 
-Bytes come from the files on disk (regular files under the root, symlinks not followed), so
-`totals.bytes.total` is the dataset's size to the byte; frames come from the metadata lengths
-of the episodes that scanned cleanly. GB = 1e9 bytes, kB = 1e3 bytes.
+Frames come from the metadata lengths of the episodes that scanned cleanly. Bytes come from the
+files on disk (regular files under the root, symlinks not followed): `prep scan` walks the root once
+(a streaming `os.walk`, running sums only) so `totals.bytes.total` is the dataset's size to the byte,
+including files no episode references; `prep reencode` sums the files it wrote and copied (no walk).
+GB = 1e9 bytes, kB = 1e3 bytes.
+
+The manifest is reduced incrementally (`ScanTotals.add` per episode result) and its per-episode rows
+are streamed to Parquet row groups, so neither grows in memory with the corpus; `failures` lists the
+first `FAILURES_LISTED` failures (the per-episode table holds them all, `failures_omitted` counts the rest).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import string
-from collections.abc import Callable
+import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline import __version__, atomic
 from pipeline.clock import utc_now
+from pipeline.dataset.files import FileIndex
 from pipeline.dataset.model import Dataset, resolve_inside
 from pipeline.errors import EpisodeError, PrepError
 from pipeline.schemas import validate
-from pipeline.stages.scan import EpisodeScan
+from pipeline.stages.scan import CameraScan, EpisodeScan
 from pipeline.video.probe import UNKNOWN_PIX_FMT, probe_video
 
 MANIFEST_SCHEMA = "manifest"
+FAILURES_LISTED = 10_000
+KINDS = {"videos": "video", "data": "data", "meta": "meta"}
 
 
-def camera_matcher(ds: Dataset) -> Callable[[str], str | None]:
-    """The camera a video file belongs to, from its path: info.json's video_path with the camera's key
-    filled in (any number for the other fields), else the first camera named as a folder of the path."""
-    template = ds.info.get("video_path")
-    patterns: list[tuple[str, re.Pattern[str]]] = []
-    if isinstance(template, str):
-        for cam in ds.camera_keys:
-            rx = "".join(re.escape(lit) + ("" if name is None else re.escape(cam) if name == "video_key" else r"-?\d+")
-                         for lit, name, _spec, _conv in string.Formatter().parse(template))
-            patterns.append((cam, re.compile(rx)))
-
-    def camera(rel: str) -> str | None:
-        for cam, rx in patterns:
-            if rx.fullmatch(rel):
-                return cam
-        return next((c for c in ds.camera_keys if f"/{c}/" in f"/{rel}"), None)
-
-    return camera
+def table_path_for(out: Path) -> Path:
+    """The per-episode table beside a manifest: m.json -> m.episodes.parquet."""
+    return out.with_name(out.stem + ".episodes.parquet")
 
 
-def bytes_on_disk(ds: Dataset) -> dict[str, Any]:
-    """Sizes of every regular file under the root, by kind and by camera (one streaming walk: running sums)."""
-    camera_of = camera_matcher(ds)
-    kinds = {"video": 0, "data": 0, "meta": 0, "other": 0}
-    per_camera: dict[str, int] = {cam: 0 for cam in ds.camera_keys}
-    files = 0
-    for dirpath, _dirs, names in os.walk(ds.root):
+# ---- bytes -------------------------------------------------------------------------------------
+
+
+class ByteCounter:
+    """Running sums of file sizes by kind (top folder) and camera."""
+
+    def __init__(self, ds: Dataset) -> None:
+        self.files = FileIndex(ds)
+        self.kinds = {"video": 0, "data": 0, "meta": 0, "other": 0}
+        self.per_camera: dict[str, int] = {cam: 0 for cam in ds.camera_keys}
+        self.count = 0
+
+    def add(self, rel: str, size: int, camera: str | None = None) -> None:
+        self.count += 1
+        kind = KINDS.get(rel.split("/", 1)[0], "other")
+        self.kinds[kind] += size
+        if kind == "video":
+            cam = camera or self.files.camera(rel)
+            if cam is not None:
+                self.per_camera[cam] += size
+
+    def result(self) -> dict[str, Any]:
+        return {"total": sum(self.kinds.values()), **self.kinds, "per_camera": self.per_camera, "files": self.count}
+
+
+def walk_files(root: Path, skip: Iterable[Path] = ()) -> Iterable[tuple[str, int]]:
+    """(relative path, size) of every regular file under `root` (symlinks not followed), streaming;
+    `skip`: folders and files (absolute paths) left out."""
+    skipped = {str(p) for p in skip}
+    for dirpath, dirs, names in os.walk(root):
+        if skipped:
+            dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in skipped]
         for name in names:
             full = Path(dirpath) / name
+            if skipped and str(full) in skipped:
+                continue
             st = full.lstat()
             if not full.is_file() or full.is_symlink():
                 continue
-            files += 1
-            rel = full.relative_to(ds.root).as_posix()
-            top = rel.split("/", 1)[0]
-            kind = {"videos": "video", "data": "data", "meta": "meta"}.get(top, "other")
-            kinds[kind] += st.st_size
-            if kind == "video":
-                cam = camera_of(rel)
-                if cam is not None:
-                    per_camera[cam] += st.st_size
-    return {"total": sum(kinds.values()), **kinds, "per_camera": per_camera, "files": files}
+            yield full.relative_to(root).as_posix(), st.st_size
 
 
-def _pix_fmt(ds: Dataset, ok: list[EpisodeScan], camera: str) -> str | None:
-    """The camera's pixel format: the scan's fast probe may not know it, so one full probe settles it."""
-    scan = next(s for s in ok if camera in s.cameras)
-    if scan.cameras[camera].pix_fmt != UNKNOWN_PIX_FMT:
-        return scan.cameras[camera].pix_fmt
-    assert scan.episode is not None
-    episode = ds.episodes.by_index(scan.episode)
+def bytes_on_disk(ds: Dataset, skip: Iterable[Path] = ()) -> dict[str, Any]:
+    """Sizes of every regular file under the root, by kind and by camera (one walk, running sums)."""
+    counter = ByteCounter(ds)
+    for rel, size in walk_files(ds.root, skip):
+        counter.add(rel, size)
+    return counter.result()
+
+
+# ---- the reduce ------------------------------------------------------------------------------
+
+
+class ScanTotals:
+    """The manifest's totals, reduced one episode result at a time."""
+
+    def __init__(self, cameras: tuple[str, ...]) -> None:
+        self.cameras = cameras
+        self.ok = 0
+        self.failed = 0
+        self.frames = 0
+        self.min_len: int | None = None
+        self.max_len = 0
+        self.failures: list[dict[str, Any]] = []
+        self.seen: dict[str, tuple[int | None, CameraScan]] = {}  # camera -> first clean episode's probe
+
+    def add(self, s: EpisodeScan) -> None:
+        if s.status != "ok":
+            self.failed += 1
+            if len(self.failures) < FAILURES_LISTED:
+                self.failures.append({"episode": s.episode, "path": s.path, "reason": s.reason or "failed"})
+            return
+        self.ok += 1
+        n = s.frames_expected
+        self.frames += n
+        self.min_len = n if self.min_len is None else min(self.min_len, n)
+        self.max_len = max(self.max_len, n)
+        for cam, c in s.cameras.items():
+            if cam not in self.seen:
+                self.seen[cam] = (s.episode, c)
+
+
+def _pix_fmt(ds: Dataset, episode: int | None, seen: CameraScan, camera: str) -> str | None:
+    """The camera's pixel format: the first unit's full probe gives it; else one probe of the first clean file."""
+    if seen.pix_fmt != UNKNOWN_PIX_FMT or episode is None:
+        return seen.pix_fmt
     try:
-        return probe_video(resolve_inside(ds.root, episode.video(camera).rel), pix_fmt=True).pix_fmt
-    except EpisodeError:
+        rel = ds.episodes.by_index(episode).video(camera).rel
+        return probe_video(resolve_inside(ds.root, rel), pix_fmt=True).pix_fmt
+    except (EpisodeError, KeyError):
         return None
 
 
-def build_manifest(ds: Dataset, scans: list[EpisodeScan], rejected: list[EpisodeError]) -> dict[str, Any]:
-    ok = [s for s in scans if s.status == "ok"]
-    failed = [s for s in scans if s.status != "ok"]
-    frames = sum(s.frames_expected for s in ok)
+def build_manifest(ds: Dataset, totals: ScanTotals, rejected: list[EpisodeError], disk: dict[str, Any],
+                   *, rejected_count: int | None = None) -> dict[str, Any]:
+    frames = totals.frames
     seconds = frames / ds.fps
     hours = seconds / 3600
-    disk = bytes_on_disk(ds)
     total = disk["total"]
-    lengths = [s.frames_expected for s in ok]
     cams: list[dict[str, Any]] = []
     for cam in ds.cameras:
-        seen = next((s.cameras[cam.key] for s in ok if cam.key in s.cameras), None)
+        first = totals.seen.get(cam.key)
+        seen = first[1] if first else None
         cams.append(
             {
                 "key": cam.key,
                 "codec": seen.codec if seen else cam.codec,
                 "width": seen.width if seen else cam.width,
                 "height": seen.height if seen else cam.height,
-                "pix_fmt": _pix_fmt(ds, ok, cam.key) if seen else cam.pix_fmt,
+                "pix_fmt": _pix_fmt(ds, first[0], seen, cam.key) if first and seen else cam.pix_fmt,
                 "fps": seen.fps if seen else cam.fps,
                 "declared": {"codec": cam.codec, "width": cam.width, "height": cam.height, "pix_fmt": cam.pix_fmt},
             }
         )
-    failures = [
-        {"episode": s.episode, "path": s.path, "reason": s.reason or "failed"} for s in failed
-    ] + [{"episode": e.episode, "path": e.path, "reason": e.message} for e in rejected]
-    return {
+    n_rejected = max(rejected_count or 0, len(rejected))
+    listed = totals.failures + [{"episode": e.episode, "path": e.path, "reason": e.message}
+                                for e in rejected[: max(0, FAILURES_LISTED - len(totals.failures))]]
+    n_failures = totals.failed + n_rejected
+    doc: dict[str, Any] = {
         "schema": "prep.manifest/1",
         "prep_version": __version__,
         "created_utc": utc_now(),
@@ -126,13 +173,13 @@ def build_manifest(ds: Dataset, scans: list[EpisodeScan], rejected: list[Episode
             "declared_total_frames": ds.info.get("total_frames"),
         },
         "totals": {
-            "episodes": len(ok),
-            "episodes_failed": len(failures),
+            "episodes": totals.ok,
+            "episodes_failed": n_failures,
             "frames": frames,
             "frames_per_episode": {
-                "mean": (frames / len(ok)) if ok else 0.0,
-                "min": min(lengths, default=0),
-                "max": max(lengths, default=0),
+                "mean": (frames / totals.ok) if totals.ok else 0.0,
+                "min": totals.min_len or 0,
+                "max": totals.max_len,
             },
             "seconds": seconds,
             "hours": hours,
@@ -142,44 +189,61 @@ def build_manifest(ds: Dataset, scans: list[EpisodeScan], rejected: list[Episode
             "kb_per_frame": (total / 1e3 / frames) if frames else 0.0,
             "video_share": (disk["video"] / total) if total else 0.0,
         },
-        "failures": failures,
+        "failures": listed,
     }
+    if n_failures > len(listed):
+        doc["failures_omitted"] = n_failures - len(listed)
+    return doc
 
 
-def episodes_table(ds: Dataset, scans: list[EpisodeScan]) -> pa.Table:
-    cols: dict[str, list[Any]] = {
-        "episode_index": [s.episode for s in scans],
-        "status": [s.status for s in scans],
-        "reason": [s.reason for s in scans],
-        "frames_expected": [s.frames_expected for s in scans],
-        "frames_in_parquet": [s.frames_in_parquet for s in scans],
-        "parquet_bytes": [s.parquet_bytes for s in scans],
-    }
-    for cam in ds.camera_keys:
-        cams = [s.cameras.get(cam) for s in scans]
-        cols[f"{cam}/frames_from_header"] = [c.frames_from_header if c else None for c in cams]
-        cols[f"{cam}/frames"] = [c.frames_from_packets if c else None for c in cams]
-        cols[f"{cam}/keyframes"] = [c.keyframes if c else None for c in cams]
-        cols[f"{cam}/bytes"] = [c.bytes if c else None for c in cams]
-    schema = pa.schema(
-        [
-            ("episode_index", pa.int64()), ("status", pa.string()), ("reason", pa.string()),
-            ("frames_expected", pa.int64()), ("frames_in_parquet", pa.int64()), ("parquet_bytes", pa.int64()),
-        ]
-        + [(k, pa.int64()) for k in cols if "/" in k]
-    )
-    return pa.Table.from_pydict(cols, schema=schema)
+# ---- the per-episode table --------------------------------------------------------------------
 
 
-def write_manifest(manifest: dict[str, Any], table: pa.Table, out: Path) -> Path:
-    """Validate and write the manifest JSON and its per-episode Parquet table beside it."""
-    table_path = out.with_name(out.stem + ".episodes.parquet")
-    manifest = {**manifest, "episodes_table": table_path.name}
+def episodes_schema(cameras: Iterable[str]) -> pa.Schema:
+    fields = [("episode_index", pa.int64()), ("status", pa.string()), ("reason", pa.string()),
+              ("frames_expected", pa.int64()), ("frames_in_parquet", pa.int64()), ("parquet_bytes", pa.int64())]
+    for cam in cameras:
+        fields += [(f"{cam}/frames_from_header", pa.int64()), (f"{cam}/frames", pa.int64()),
+                   (f"{cam}/keyframes", pa.int64()), (f"{cam}/bytes", pa.int64())]
+    return pa.schema(fields)
+
+
+def episode_row(s: EpisodeScan, cameras: Iterable[str]) -> dict[str, Any]:
+    row: dict[str, Any] = {"episode_index": s.episode, "status": s.status, "reason": s.reason,
+                           "frames_expected": s.frames_expected, "frames_in_parquet": s.frames_in_parquet,
+                           "parquet_bytes": s.parquet_bytes}
+    for cam in cameras:
+        c = s.cameras.get(cam)
+        if c is not None:
+            row |= {f"{cam}/frames_from_header": c.frames_from_header, f"{cam}/frames": c.frames_from_packets,
+                    f"{cam}/keyframes": c.keyframes, f"{cam}/bytes": c.bytes}
+    return row
+
+
+# ---- publish ---------------------------------------------------------------------------------
+
+
+def publish_manifest(manifest: dict[str, Any], table: Path, out: Path) -> Path:
+    """Validate the manifest, move its finished per-episode table beside it, then write the JSON (last)."""
+    table_path = table_path_for(out)
+    manifest["episodes_table"] = table_path.name
     validate(manifest, MANIFEST_SCHEMA, source=str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(table_path) as tmp:
-        pq.write_table(table, tmp)
+        os.replace(table, tmp)
     atomic.write_json(out, manifest, indent=2)
     return table_path
+
+
+def copy_manifest(src: Path, dst: Path) -> dict[str, Any]:
+    """Copy a manifest and its per-episode table (byte for byte, streaming) to `dst`."""
+    manifest = load_manifest(src)
+    table = src.with_name(manifest["episodes_table"])
+    with atomic.atomic_path(table_path_for(dst)) as tmp:
+        shutil.copyfile(table, tmp)
+    manifest["episodes_table"] = table_path_for(dst).name
+    atomic.write_json(dst, manifest, indent=2)
+    return manifest
 
 
 def load_manifest(path: Path | str) -> dict[str, Any]:

@@ -40,8 +40,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from tqdm import tqdm
-
 from pipeline.errors import PrepError
 
 U = TypeVar("U")
@@ -229,6 +227,8 @@ class Engine:
         (and run inline when tiny); `cost_s` is a hint of one unit's stage time in seconds;
         `measure` maps a result to counters shown as rates in the progress bar.
         """
+        from tqdm import tqdm
+
         self.stats.maps += 1
         inline = self.backend == "inline" or (
             self.backend == "local" and total is not None and total <= self.config.inline_max

@@ -13,11 +13,10 @@ import pytest
 
 from pipeline.budget import BudgetConfig, write_report
 from pipeline.cli import main
-from pipeline.dataset import open_dataset
 from pipeline.errors import PrepError
-from pipeline.manifest import build_manifest, episodes_table, write_manifest
+from pipeline.jobs.scan import scan_dataset
+from pipeline.runner import RunConfig, open_engine
 from pipeline.schemas import validate
-from pipeline.stages.scan import scan_unit, scan_units
 from pipeline.synth import SynthSpec, write_synthetic
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -25,9 +24,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def scan_to(root: Path, out: Path) -> Path:
     """A real `prep scan` manifest of `root`, scanned in-process (no cluster)."""
-    ds, rejected = open_dataset(root)
-    scans = [s for u in scan_units(ds) for s in scan_unit(u)]
-    write_manifest(build_manifest(ds, scans, rejected), episodes_table(ds, scans), out)
+    with open_engine(RunConfig(backend="inline", progress=False)) as engine:
+        scan_dataset(root, out, engine)
     return out
 
 

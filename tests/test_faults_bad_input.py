@@ -250,7 +250,7 @@ def test_bad_input(case: Case, tmp_path: Path) -> None:
 def test_symlink_inside_dataset_is_followed(tmp_path: Path) -> None:
     """A deduplicated layout: episode 1's parquet and one video are symlinks to files elsewhere
     inside the dataset (allowed: they do not leave the root). The output must hold both, as files."""
-    from pipeline.commands.verify import verify_in_process
+    from pipeline.jobs.verify import verify_in_process
     from pipeline.stages.verify import VerifyOptions
 
     src = copy_tree(corpus("v21"), tmp_path / "src")

@@ -48,7 +48,7 @@ from faults_support import (
     wait_until,
 )
 
-from pipeline.commands.verify import verify_in_process
+from pipeline.jobs.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 
 pytestmark = pytest.mark.faults

@@ -23,7 +23,7 @@ from faults_support import (
     temp_files,
 )
 
-from pipeline.commands.verify import verify_in_process
+from pipeline.jobs.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 
 pytestmark = pytest.mark.faults

@@ -12,8 +12,8 @@ import pytest
 from inject import drop_frame, truncate_video
 
 from pipeline.cli import main
-from pipeline.commands.verify import verify_in_process, write_report
 from pipeline.errors import PrepError
+from pipeline.jobs.verify import verify_in_process, write_report
 from pipeline.schemas import validate
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import SynthSpec, write_synthetic

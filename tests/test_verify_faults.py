@@ -17,7 +17,7 @@ from inject import (
     truncate_video,
 )
 
-from pipeline.commands.verify import VerifyReport, verify_in_process
+from pipeline.jobs.verify import VerifyReport, verify_in_process
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import SynthSpec, write_synthetic
 

@@ -10,19 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
-from pipeline.budget import headline_text
-from pipeline.budget import write_report as write_budget
-from pipeline.commands import reencode as reencode_cmd
-from pipeline.commands import verify as verify_cmd
 from pipeline.commands.argtypes import positive_int
 from pipeline.commands.common import add_run_options, run_config
-from pipeline.commands.scan import scan_dataset, summary
-from pipeline.manifest import load_manifest, write_manifest
-from pipeline.stages.reencode import ReencodeOptions
-from pipeline.stages.verify import VerifyOptions
-from pipeline.synth import SynthSpec, write_synthetic
 
 
 def add_parser(sub: Any) -> None:
@@ -40,7 +29,27 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = run_config(args)
+    """Every step runs through one engine session: one cluster for the whole demo."""
+    from pipeline.runner import open_engine
+
+    with open_engine(run_config(args)) as engine:
+        return _demo(args, engine)
+
+
+def _demo(args: argparse.Namespace, engine: Any) -> int:
+    from pipeline.budget import headline_text
+    from pipeline.budget import write_report as write_budget
+    from pipeline.commands import reencode as reencode_cmd
+    from pipeline.commands import verify as verify_cmd
+    from pipeline.commands.scan import summary
+    from pipeline.jobs.reencode import reencode_dataset
+    from pipeline.jobs.scan import scan_dataset
+    from pipeline.jobs.verify import verify_dataset
+    from pipeline.manifest import copy_manifest
+    from pipeline.stages.reencode import ReencodeOptions
+    from pipeline.stages.verify import VerifyOptions
+    from pipeline.synth import SynthSpec, write_synthetic
+
     keep = args.work is not None
     work = args.work or Path(tempfile.mkdtemp(prefix="prep-demo-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -57,29 +66,24 @@ def run(args: argparse.Namespace) -> int:
 
         print("\n[demo] step 1/4: prep scan (native corpus)")
         native_path = out / "native.manifest.json"
-        native, _ = scan_dataset(src, native_path, config)
+        native, _ = scan_dataset(src, native_path, engine)
         print(summary(native, native_path))
 
         print("\n[demo] step 2/4: prep reencode --src merged --dst 224")
         prepared_root = work / "merged_224"
-        report = reencode_cmd.reencode_dataset(src, prepared_root, ReencodeOptions(size=(224, 224)), config)
+        report = reencode_dataset(src, prepared_root, ReencodeOptions(size=(224, 224)), engine)
         print(reencode_cmd.summary(report))
-        if not report.ok:
+        if not report.ok or report.manifest is None:
             return 1
+        # reencode wrote its output's manifest from its own results: copied, not rescanned
         prepared_path = out / "prepared.manifest.json"
-        if report.manifest is not None:  # reencode scanned its output already: keep a copy, do not rescan
-            prepared = load_manifest(report.manifest)
-            table = pq.read_table(Path(report.manifest).with_name(prepared["episodes_table"]))
-            write_manifest(prepared, table, prepared_path)
-        else:
-            prepared, _ = scan_dataset(prepared_root, prepared_path, config)
+        prepared = copy_manifest(Path(report.manifest), prepared_path)
         if report.comparison is not None:
             (out / "comparison.json").write_text(json.dumps(report.comparison, indent=2) + "\n")
 
         print("\n[demo] step 3/4: prep verify merged_224 --expect-frames 90 --size 224x224 --all-intra --decode")
         options = VerifyOptions(expect_frames=90, size=(224, 224), all_intra=True, decode=True)
-        verified = verify_cmd.verify_dataset(prepared_root, options, config)
-        verify_cmd.write_report(verified, out / "verify.json")
+        verified = verify_dataset(prepared_root, options, engine, json_path=out / "verify.json")
         print(verify_cmd.summary(verified))
 
         print("\n[demo] step 4/4: prep budget --native native.manifest.json --prepared prepared.manifest.json")

@@ -1,4 +1,4 @@
-"""`prep scan SRC [--out PATH]`: the storage/hours manifest of a dataset."""
+"""`prep scan SRC [--out PATH]`: the storage/hours manifest of a dataset (the job: pipeline.jobs.scan)."""
 
 from __future__ import annotations
 
@@ -7,35 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.commands.common import add_run_options, run_config
-from pipeline.dataset import open_dataset
-from pipeline.manifest import build_manifest, episodes_table, write_manifest
-from pipeline.runner import RunConfig, open_engine
-from pipeline.stages.scan import EpisodeScan, scan_unit, scan_unit_failed, scan_units
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("scan", help="write a storage/hours manifest of a dataset",
                        description="Scan a LeRobot dataset (v2.1 or v3.0) without decoding pixels and write "
-                       "a JSON manifest plus a per-episode Parquet table.")
+                       "a JSON manifest plus a per-episode Parquet table. A killed scan rerun with the same "
+                       "arguments resumes from its finished batches (<manifest>.parts/).")
     p.add_argument("src", type=Path, help="dataset root (the folder holding meta/info.json)")
     p.add_argument("--out", type=Path, help="manifest path (default: manifests/<name>.manifest.json)")
+    p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
     add_run_options(p)
     p.set_defaults(func=run)
-
-
-def scan_dataset(src: Path, out: Path, config: RunConfig) -> tuple[dict[str, Any], Path]:
-    """Scan `src` and write its manifest to `out`; returns (manifest, per-episode table path)."""
-    ds, rejected = open_dataset(src)
-    units = list(scan_units(ds))
-    with open_engine(config) as engine:
-        nested = list(engine.results(scan_unit, units, on_error=scan_unit_failed, desc="scan", unit_name="file-set",
-                                     total=len(units)))
-    scans: list[EpisodeScan] = [s for group in nested for s in group]
-    scans.sort(key=lambda s: (s.episode is None, s.episode or 0))
-    manifest = build_manifest(ds, scans, rejected)
-    table_path = write_manifest(manifest, episodes_table(ds, scans), out)
-    manifest["episodes_table"] = table_path.name
-    return manifest, table_path
 
 
 def default_out(src: Path) -> Path:
@@ -57,14 +40,18 @@ def summary(m: dict[str, Any], out: Path) -> str:
     ]
     for f in m["failures"][:10]:
         lines.append(f"FAILED    episode {f['episode']}: {f.get('path') or ''}: {f['reason']}")
-    if len(m["failures"]) > 10:
-        lines.append(f"FAILED    ... and {len(m['failures']) - 10} more (see the manifest)")
+    if t["episodes_failed"] > 10:
+        lines.append(f"FAILED    ... and {t['episodes_failed'] - 10:,} more (see the manifest)")
     lines.append(f"manifest  {out}")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipeline.jobs.scan import scan_dataset
+    from pipeline.runner import open_engine
+
     out = args.out or default_out(args.src)
-    manifest, _ = scan_dataset(args.src, out, run_config(args))
+    with open_engine(run_config(args)) as engine:
+        manifest, _ = scan_dataset(args.src, out, engine, resume=not args.fresh)
     print(summary(manifest, out))
     return 1 if manifest["failures"] else 0

@@ -21,10 +21,9 @@ import filecmp
 import json
 import os
 import shutil
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import av
 import numpy as np
@@ -34,7 +33,6 @@ from av.video.reformatter import VideoReformatter
 
 from pipeline import atomic
 from pipeline.dataset.model import Dataset, resolve_inside
-from pipeline.dataset.stats import aggregate
 from pipeline.dataset.v30 import episode_meta_files
 from pipeline.errors import EpisodeError
 
@@ -128,48 +126,86 @@ class SpanImageStats:
 # ---- copying what does not change ----------------------------------------------------------------
 
 
-def files_to_copy(ds: Dataset) -> list[str]:
-    """Relative paths of the source files copied unchanged: all but videos we re-encode and rewritten meta."""
-    videos = [rel for rel, _eps in ds.iter_video_files()]
-    skip = set(videos)
-    rewritten = REWRITTEN_V21 if ds.codebase_version == "v2.1" else REWRITTEN_V30
-    skip.update(rewritten)
-    if ds.codebase_version == "v3.0":
-        skip.update(p.relative_to(ds.root).as_posix() for p in episode_meta_files(ds.root))
-    # Files that are only the targets of symlinked videos we re-encode (e.g. a blobs/ store) stay behind.
-    video_targets = {os.path.realpath(ds.root / rel) for rel in videos}
-    out: list[str] = []
-    for dirpath, dirs, names in os.walk(ds.root):
+@dataclass(slots=True)
+class CopyTotals:
+    """What the walk of the source saw: every file's bytes (the source's size, prep/ left out), and the
+    files copied or found already in place (their bytes are the output's meta and other bytes)."""
+
+    source: dict[str, int] = field(default_factory=lambda: {"video": 0, "data": 0, "meta": 0, "other": 0})
+    source_files: int = 0
+    prep_folder: int = 0
+    output: dict[str, int] = field(default_factory=lambda: {"video": 0, "data": 0, "meta": 0, "other": 0})
+    output_files: int = 0  # files copied or already in place
+    copied: int = 0
+
+
+def copy_unchanged(ds: Dataset, out: Path) -> CopyTotals:
+    """One walk of the source: copy (byte for byte, atomically) every file that is neither a video we
+    re-encode, an episode data parquet (the data-copy stage copies those), nor rewritten metadata, unless the
+    output already holds the same bytes; and add up the source's bytes on the way.
+
+    Streaming: nothing per dataset file is kept, but the files outside videos/, data/ and meta/ (normally a
+    README or LICENSE) wait until the walk ends, in case they are the targets of symlinked videos (a
+    blobs/ store), which stay behind.
+    """
+    from pipeline.dataset.files import FileIndex
+
+    index = FileIndex(ds)
+    rewritten = set(REWRITTEN_V21 if ds.codebase_version == "v2.1" else REWRITTEN_V30)
+    totals = CopyTotals()
+    video_targets: set[str] = set()  # realpaths of symlinked videos we re-encode
+    deferred: list[str] = []
+    for dirpath, _dirs, names in os.walk(ds.root):
         rel_dir = Path(dirpath).relative_to(ds.root)
-        if rel_dir == Path("."):
-            dirs[:] = [d for d in dirs if d != PREP_DIR]
         for name in names:
             full = Path(dirpath) / name
             rel = full.relative_to(ds.root).as_posix()
-            if rel in skip or atomic.TEMP_MARK in name or not full.is_file():
+            top = rel.split("/", 1)[0]
+            is_link = full.is_symlink()
+            if not is_link and full.is_file():
+                size = full.lstat().st_size
+                if top == PREP_DIR and rel_dir != Path("."):
+                    totals.prep_folder += size
+                else:
+                    totals.source[_KINDS.get(top, "other")] += size
+                    totals.source_files += 1
+            if (top == PREP_DIR and rel_dir != Path(".")) or atomic.TEMP_MARK in name or not full.is_file():
                 continue
-            if full.is_symlink():
+            kind = index.kind(rel)
+            if kind is not None:
+                if kind[0] == "video" and is_link:
+                    video_targets.add(os.path.realpath(full))
+                continue
+            if rel in rewritten or (ds.codebase_version == "v3.0" and rel.startswith("meta/episodes/")
+                                    and rel.endswith(".parquet")):
+                continue
+            if is_link:
                 try:  # a link inside the dataset is copied as its target's bytes; one leaving it is not followed
                     resolve_inside(ds.root, rel)
                 except EpisodeError:
                     continue
-            elif os.path.realpath(full) in video_targets:
-                continue
-            out.append(rel)
-    return sorted(out)
+            if top in ("videos", "data", "meta"):
+                _copy_one(ds.root, out, rel, totals)
+            else:
+                deferred.append(rel)
+    for rel in deferred:
+        if (ds.root / rel).is_symlink() or os.path.realpath(ds.root / rel) not in video_targets:
+            _copy_one(ds.root, out, rel, totals)
+    return totals
 
 
-def copy_unchanged(ds: Dataset, out: Path) -> int:
-    """Copy (byte for byte, atomically) what is not there yet or differs; returns files copied."""
-    copied = 0
-    for rel in files_to_copy(ds):
-        src, dst = ds.root / rel, out / rel
-        if dst.is_file() and dst.stat().st_size == src.stat().st_size and filecmp.cmp(src, dst, shallow=False):
-            continue
+_KINDS = {"videos": "video", "data": "data", "meta": "meta"}
+
+
+def _copy_one(root: Path, out: Path, rel: str, totals: CopyTotals) -> None:
+    src, dst = root / rel, out / rel
+    size = src.stat().st_size
+    if not (dst.is_file() and dst.stat().st_size == size and filecmp.cmp(src, dst, shallow=False)):
         with atomic.atomic_path(dst) as tmp:
             shutil.copyfile(src, tmp)
-        copied += 1
-    return copied
+        totals.copied += 1
+    totals.output[_KINDS.get(rel.split("/", 1)[0], "other")] += size
+    totals.output_files += 1
 
 
 # ---- info.json -----------------------------------------------------------------------------------
@@ -210,29 +246,65 @@ def updated_info(info: dict[str, Any], updates: dict[str, VideoFeatureUpdate]) -
 # ---- stats ---------------------------------------------------------------------------------------
 
 
-def _episode_camera_stats(results: Iterable[tuple[str, list[EpisodeVideo]]]) -> dict[int, dict[str, Any]]:
-    per_ep: dict[int, dict[str, Any]] = {}
-    for camera, eps in results:
-        for ev in eps:
-            per_ep.setdefault(ev.episode, {})[camera] = ev.stats
-    return per_ep
+class EpisodeVideos(Protocol):
+    """The new span and image stats of one episode's re-encoded video of one camera (None: not re-encoded)."""
+
+    def get(self, episode: int, camera: str) -> EpisodeVideo | None: ...
 
 
-def _write_v21_stats(ds: Dataset, out: Path, per_ep: dict[int, dict[str, Any]]) -> None:
+class StatsAggregate:
+    """Dataset image stats of each camera, combined one episode at a time (count-weighted mean, pooled
+    variance by Chan's parallel formula, min, max), as `pipeline.dataset.stats.aggregate` does over all."""
+
+    def __init__(self) -> None:
+        self._acc: dict[str, list[Any]] = {}
+
+    def add(self, camera: str, stats: dict[str, Any]) -> None:
+        n_b = float(stats["count"][0])
+        if n_b <= 0:
+            return
+        mean_b = np.asarray(stats["mean"], dtype=np.float64)
+        m2_b = np.asarray(stats["std"], dtype=np.float64) ** 2 * n_b
+        lo, hi = np.asarray(stats["min"], dtype=np.float64), np.asarray(stats["max"], dtype=np.float64)
+        acc = self._acc.get(camera)
+        if acc is None:
+            self._acc[camera] = [n_b, mean_b, m2_b, lo, hi]
+            return
+        n_a, mean_a, m2_a, lo_a, hi_a = acc
+        n = n_a + n_b
+        delta = mean_b - mean_a
+        acc[:] = [n, mean_a + delta * (n_b / n), m2_a + m2_b + delta * delta * (n_a * n_b / n),
+                  np.minimum(lo_a, lo), np.maximum(hi_a, hi)]
+
+    def result(self) -> dict[str, dict[str, Any]]:
+        return {cam: {"min": lo.tolist(), "max": hi.tolist(), "mean": mean.tolist(),
+                      "std": np.sqrt(np.maximum(m2 / n, 0.0)).tolist(), "count": [int(n)]}
+                for cam, (n, mean, m2, lo, hi) in sorted(self._acc.items())}
+
+
+def _write_v21_stats(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str]) -> None:
+    """meta/episodes_stats.jsonl line by line (streaming), each re-encoded camera's stats replaced."""
+    from pipeline.dataset.v21 import iter_lines
+
     path = ds.root / "meta/episodes_stats.jsonl"
     if not path.is_file():
         return
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        new = per_ep.get(row.get("episode_index"), {})
-        if isinstance(row.get("stats"), dict):
-            row["stats"] = {k: new.get(k, v) for k, v in row["stats"].items()} | {
-                k: v for k, v in new.items() if k not in row["stats"]}
-        rows.append(row)
-    atomic.write_jsonl(out / "meta/episodes_stats.jsonl", rows)
+    with atomic.atomic_path(out / "meta/episodes_stats.jsonl") as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for _lineno, line in iter_lines(path):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            ep = row.get("episode_index")
+            new: dict[str, Any] = {}
+            if isinstance(ep, int) and not isinstance(ep, bool):
+                for cam in cameras:
+                    ev = videos.get(ep, cam)
+                    if ev is not None:
+                        new[cam] = ev.stats
+            if isinstance(row.get("stats"), dict):
+                row["stats"] = {k: new.get(k, v) for k, v in row["stats"].items()} | {
+                    k: v for k, v in new.items() if k not in row["stats"]}
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def _shaped(value: list[Any], typ: pa.DataType) -> Any:
@@ -250,11 +322,13 @@ def _shaped(value: list[Any], typ: pa.DataType) -> Any:
     return arr.tolist()
 
 
-def _write_v30_episodes(ds: Dataset, out: Path, eps_by_cam: dict[str, dict[int, EpisodeVideo]]) -> None:
+def _write_v30_episodes(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str]) -> None:
+    """Each meta/episodes parquet (one file at a time): new spans and stats of the re-encoded cameras."""
     for path in episode_meta_files(ds.root):
         table = pq.read_table(path)
         index = table["episode_index"].to_pylist()
-        for cam, by_ep in eps_by_cam.items():
+        for cam in cameras:
+            by_ep = {e: ev for e in index if isinstance(e, int) and (ev := videos.get(e, cam)) is not None}
             for col, attr in ((f"videos/{cam}/from_timestamp", "from_timestamp"),
                               (f"videos/{cam}/to_timestamp", "to_timestamp")):
                 if col in table.column_names:
@@ -279,12 +353,11 @@ def _write_v30_episodes(ds: Dataset, out: Path, eps_by_cam: dict[str, dict[int, 
             pq.write_table(table, tmp)
 
 
-def _write_stats_json(ds: Dataset, out: Path, per_ep: dict[int, dict[str, Any]], cameras: list[str]) -> None:
+def _write_stats_json(ds: Dataset, out: Path, agg: dict[str, dict[str, Any]], cameras: list[str]) -> None:
     path = ds.root / "meta/stats.json"
     if not path.is_file():
         return
     stats = json.loads(path.read_text(encoding="utf-8"))
-    agg = aggregate([{c: s[c] for c in cameras if c in s} for s in per_ep.values()]) if per_ep else {}
     for cam in cameras:
         if cam in agg and isinstance(stats, dict):
             old = stats.get(cam, {})
@@ -298,18 +371,22 @@ def _write_stats_json(ds: Dataset, out: Path, per_ep: dict[int, dict[str, Any]],
 def write_output_metadata(
     ds: Dataset,
     out: Path,
-    files: list[tuple[str, list[EpisodeVideo]]],
+    videos: EpisodeVideos,
+    aggregate: dict[str, dict[str, Any]],
     updates: dict[str, VideoFeatureUpdate],
-) -> None:
-    """Write the output's metadata from the per-file results `(camera, episodes)`; info.json last."""
-    per_ep = _episode_camera_stats(files)
+) -> list[Path]:
+    """Write the output's metadata from each episode's new videos (`videos`) and the dataset stats of the
+    re-encoded cameras (`aggregate`); info.json last. Returns the files written."""
+    cameras = list(updates)
+    written = []
     if ds.codebase_version == "v2.1":
-        _write_v21_stats(ds, out, per_ep)
+        _write_v21_stats(ds, out, videos, cameras)
+        written.append(out / "meta/episodes_stats.jsonl")
     else:
-        eps_by_cam: dict[str, dict[int, EpisodeVideo]] = {}
-        for camera, eps in files:
-            for ev in eps:
-                eps_by_cam.setdefault(camera, {})[ev.episode] = ev
-        _write_v30_episodes(ds, out, eps_by_cam)
-    _write_stats_json(ds, out, per_ep, list(updates))
+        _write_v30_episodes(ds, out, videos, cameras)
+        written += [out / p.relative_to(ds.root) for p in episode_meta_files(ds.root)]
+    _write_stats_json(ds, out, aggregate, cameras)
+    written.append(out / "meta/stats.json")
     atomic.write_json(out / "meta/info.json", updated_info(ds.info, updates))
+    written.append(out / "meta/info.json")
+    return [p for p in written if p.is_file()]

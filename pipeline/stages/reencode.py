@@ -76,6 +76,20 @@ class ReencodeUnit:
 
 
 @dataclass(slots=True)
+class OutputCounts:
+    """What the checks measured of a finished output file, as `prep scan` would count it: the header,
+    and per episode span (in the order of `ReencodeResult.episodes`) frames, keyframes and bytes."""
+
+    frames_from_header: int
+    codec: str
+    width: int
+    height: int
+    pix_fmt: str
+    fps: float
+    spans: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class ReencodeResult:
     rel: str
     camera: str
@@ -89,6 +103,7 @@ class ReencodeResult:
     src_width: int = 0
     src_height: int = 0
     src_codec: str = ""
+    output: OutputCounts | None = None
 
 
 def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
@@ -161,6 +176,26 @@ def new_spans(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> list[Sp
 
 
 def check_output(path: Path, unit: ReencodeUnit, spans: list[Span], total_frames: int) -> list[CheckFailure]:
+    return inspect_output(path, unit, spans, total_frames)[1]
+
+
+def output_counts(probe: VideoProbe, spans: list[Span]) -> OutputCounts:
+    """Per-span counts of a checked output (bytes shared by packet payload, as the scan shares them)."""
+    payload = probe.payload_bytes or 1
+    counts = []
+    for s in spans:
+        frames = probe.frames_in_span(s.from_timestamp, s.to_timestamp)
+        keys = probe.keyframes_in_span(s.from_timestamp, s.to_timestamp)
+        nbytes = probe.bytes if s.to_timestamp is None else \
+            round(probe.bytes * probe.bytes_in_span(s.from_timestamp, s.to_timestamp) / payload)
+        counts.append((frames, keys, nbytes))
+    return OutputCounts(probe.frames_from_header, probe.codec, probe.width, probe.height, probe.pix_fmt, probe.fps,
+                        counts)
+
+
+def inspect_output(path: Path, unit: ReencodeUnit, spans: list[Span],
+                   total_frames: int) -> tuple[VideoProbe | None, list[CheckFailure]]:
+    """`check_output` and the probe it made (None if unreadable)."""
     expect = VideoExpect(fps=unit.fps, size=unit.options.size, all_intra=True)
     probe, failures = check_video(path, expect, spans, camera=unit.camera)
     if probe is not None and probe.frames_from_packets != total_frames:
@@ -168,7 +203,7 @@ def check_output(path: Path, unit: ReencodeUnit, spans: list[Span], total_frames
                                      str(probe.frames_from_packets), None, unit.camera, str(path)))
     if probe is not None and probe.pts_s and abs(probe.pts_s[0]) > TIMESTAMP_TOLERANCE_S:
         failures.append(CheckFailure("first_pts", "0", f"{probe.pts_s[0]:.6f}", None, unit.camera, str(path)))
-    return failures
+    return probe, failures
 
 
 def stats_sidecar(unit: ReencodeUnit) -> Path:
@@ -213,14 +248,15 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         stats = SpanImageStats([(round(s.from_timestamp * unit.fps), s.frames_expected or 0) for s in spans])
         sidecar, key = stats_sidecar(unit), stats_key(unit, probe, spans)
         kept_stats: list[dict[str, Any]] | None = None
-        if dst.is_file() and not check_output(dst, unit, spans, total):
+        out_probe, out_failures = inspect_output(dst, unit, spans, total) if dst.is_file() else (None, [])
+        if out_probe is not None and not out_failures:
             result.status = "kept"
             kept_stats = load_stats(sidecar, key)  # a resumed file's stats, without decoding it again
             if kept_stats is None:
                 filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
         else:
             hooked = unit.options.engine in ENGINES_WITH_HOOK
-            _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None)
+            out_probe = _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None)
             if not hooked:
                 filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
             result.status = "encoded"
@@ -232,6 +268,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
             for s, st in zip(spans, span_stats, strict=True)
         ]
         result.frames, result.out_bytes = total, dst.stat().st_size
+        result.output = output_counts(out_probe, spans)
     except EpisodeError as exc:
         result.status, result.reason = "failed", exc.message
     result.seconds = time.perf_counter() - t0
@@ -239,12 +276,13 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
 
 
 def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry, spans: list[Span],
-                    total: int, hook: FrameHook | None) -> None:
+                    total: int, hook: FrameHook | None) -> VideoProbe:
     opts = unit.options
     with atomic.atomic_path(dst) as tmp:
         job = EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality, hook)
         ENGINES[opts.engine](job)
-        failures = check_output(tmp, unit, spans, total)
-        if failures:  # atomic_path removes the temp file
+        probe, failures = inspect_output(tmp, unit, spans, total)
+        if failures or probe is None:  # atomic_path removes the temp file
             raise EpisodeError(None, src, "output failed its checks: " + "; ".join(
                 f"{f.check}: expected {f.expected}, found {f.found}" for f in failures[:3]))
+    return probe

@@ -46,13 +46,14 @@ class ScanUnit:
 
     root: str
     episodes: tuple[Episode, ...]
+    pix_fmt: bool = False  # probe the pixel format too (a full open; the plan asks it of its first unit only)
 
 
 def scan_units(ds: Dataset) -> Iterator[ScanUnit]:
-    """One unit per set of files (v2.1: per episode), lazily, in plan order."""
+    """One unit per set of files (v2.1: per episode), lazily, in plan order; the first also probes pix_fmt."""
     root = str(ds.root)
-    for positions in ds.iter_file_sets():
-        yield ScanUnit(root, tuple(ds.episodes[int(p)] for p in positions))
+    for k, positions in enumerate(ds.iter_file_sets()):
+        yield ScanUnit(root, tuple(ds.episodes[int(p)] for p in positions), pix_fmt=k == 0)
 
 
 def failed(ep: Episode | None, exc: BaseException, frames_expected: int = 0) -> EpisodeScan:
@@ -116,7 +117,7 @@ def scan_unit(unit: ScanUnit) -> list[EpisodeScan]:
     for cam_ref in first.videos:
         try:
             path = resolve_inside(root, cam_ref.rel, episode=first.index)
-            probe: VideoProbe = probe_video(path, episode=first.index, pix_fmt=False)
+            probe: VideoProbe = probe_video(path, episode=first.index, pix_fmt=unit.pix_fmt)
         except EpisodeError as exc:
             fail(exc)
             continue

@@ -1,0 +1,178 @@
+"""Completion records: how a killed scan or verify resumes (datatrove-style).
+
+A job runs in a work folder beside its output (`<output>.parts/`, e.g. `m.manifest.json.parts/`):
+
+- `plan.json`: the fingerprint of the plan (job, record format, dataset root, the bytes of its metadata,
+  the options). A folder whose fingerprint differs (another dataset, changed metadata, other options) is
+  cleared before the run starts, so its records are never mixed with this plan's;
+- `part-<first>-<end>.jsonl.gz`: one per finished batch, written atomically as the batch is handed to the
+  reduce: one JSON line per unit of the plan positions [first, end) holding that unit's results;
+- the job's own files while it runs (e.g. the per-episode table being written).
+
+A rerun with the same arguments reads the records of the finished batches in their place in the plan and
+sends only the other units to the engine, so its outputs equal an uninterrupted run's. A batch whose task
+failed (worker lost beyond the retries) is not recorded: a rerun tries it again. The plan must be
+deterministic (it is: the dataset model orders episodes by index). The folder is removed once the job has
+published its outputs. Files changed on disk between the kill and the rerun are not noticed: delete the
+folder (or pass `resume=False`) to start over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import json
+import re
+import shutil
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pipeline import __version__, atomic
+from pipeline.dataset import Dataset
+from pipeline.lock import exclusive_lock
+from pipeline.runner import Batch, Engine
+
+U = TypeVar("U")
+R = TypeVar("R")
+
+PLAN_FILE = "plan.json"
+PART_RE = re.compile(r"part-(\d{12})-(\d{12})\.jsonl\.gz")
+
+
+def work_folder_for(output: Path) -> Path:
+    output = Path(output).absolute()
+    return output.with_name(output.name + ".parts")
+
+
+def fingerprint(job: str, record_version: int, ds: Dataset, **options: Any) -> str:
+    """What the records of a plan depend on: a changed dataset or option gives another fingerprint."""
+    doc = {"job": job, "records": record_version, "prep": __version__, "root": str(ds.root),
+           "info": ds.info, "metadata": ds.metadata_digest, "episodes": len(ds.episodes), "options": options}
+    return hashlib.blake2b(json.dumps(doc, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
+
+
+class WorkFolder:
+    """The work folder of one job run; `resume=False` (or another fingerprint) starts it empty."""
+
+    def __init__(self, path: Path, *, fingerprint: str, resume: bool = True) -> None:
+        self.path = Path(path)
+        self.fingerprint = fingerprint
+        self._lock = exclusive_lock(self.path.with_name(self.path.name + ".lock"), f"work folder {self.path}")
+        self._lock.__enter__()  # a second run on the same output is refused while this one lives
+        try:
+            previous = self._read_plan()
+            if self.path.exists() and (not resume or previous != fingerprint):
+                shutil.rmtree(self.path)
+            self.path.mkdir(parents=True, exist_ok=True)
+            atomic.remove_stale_temps(self.path)
+            if previous != fingerprint or not resume:
+                atomic.write_json(self.path / PLAN_FILE, {"fingerprint": fingerprint}, indent=None)
+        except BaseException:
+            self.release()
+            raise
+
+    def __enter__(self) -> WorkFolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _read_plan(self) -> str | None:
+        try:
+            value = json.loads((self.path / PLAN_FILE).read_text(encoding="utf-8")).get("fingerprint")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return value if isinstance(value, str) else None
+
+    def records(self) -> list[tuple[int, int, Path]]:
+        """(first, end, file) of every completion record, by position."""
+        out = []
+        for p in self.path.iterdir() if self.path.is_dir() else ():
+            m = PART_RE.fullmatch(p.name)
+            if m:
+                out.append((int(m.group(1)), int(m.group(2)), p))
+        return sorted(out)
+
+    def write_record(self, first: int, lines: list[Any]) -> None:
+        end = first + len(lines)
+        path = self.path / f"part-{first:012d}-{end:012d}.jsonl.gz"
+        with atomic.atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=1) as fh:
+            for obj in lines:
+                fh.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n")
+
+    @staticmethod
+    def read_record(path: Path) -> Iterator[Any]:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                yield json.loads(line)
+
+    def release(self) -> None:
+        with contextlib.suppress(Exception):
+            self._lock.__exit__(None, None, None)
+
+    def remove(self) -> None:
+        """The outputs are published: drop the records (and the lock)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.release()
+
+
+def run(engine: Engine, work: WorkFolder | None, units: Iterable[U], stage: Callable[[U], R], *,
+        on_error: Callable[[U, BaseException], R], desc: str, unit_name: str, total: int | None,
+        cost_s: float | None, encode: Callable[[R], Any], decode: Callable[[Any], R],
+        measure: Callable[[R], dict[str, float]] | None = None) -> Iterator[R]:
+    """Each unit's result in plan order: from a completion record when one covers its position, else from
+    the engine (recording each finished batch). Without a work folder: the engine only, no records."""
+    records = work.records() if work is not None else []
+    done = sum(end - first for first, end, _ in records)
+    if records and work is not None:
+        print(f"[resume] {desc}: {done:,} {unit_name}s from {len(records):,} completion records in {work.path}",
+              file=sys.stderr, flush=True)
+    pulled: deque[int] = deque()  # plan positions of the units handed to the engine, in order
+    cursor = 0  # the next record that may cover a position
+
+    def covered(k: int) -> bool:
+        nonlocal cursor
+        while cursor < len(records) and records[cursor][1] <= k:
+            cursor += 1
+        return cursor < len(records) and records[cursor][0] <= k
+
+    def fresh() -> Iterator[U]:
+        for k, unit in enumerate(units):
+            if not covered(k):
+                pulled.append(k)
+                yield unit
+
+    replay = iter(records)
+    pending = next(replay, None)
+
+    def replay_until(position: int | None) -> Iterator[R]:
+        nonlocal pending
+        while pending is not None and (position is None or pending[0] < position):
+            for obj in WorkFolder.read_record(pending[2]):
+                yield decode(obj)
+            pending = next(replay, None)
+
+    todo = None if total is None else total - done
+    batch: Batch[U, R]
+    for batch in engine.map(stage, fresh(), on_error=on_error, desc=desc, unit_name=unit_name, total=todo,
+                            cost_s=cost_s, measure=measure):
+        positions = [pulled.popleft() for _ in batch.units]
+        if work is not None and not batch.failed:
+            _record(work, positions, batch.results, encode)
+        for k, result in zip(positions, batch.results, strict=True):
+            yield from replay_until(k)
+            yield result
+    yield from replay_until(None)
+
+
+def _record(work: WorkFolder, positions: list[int], results: list[Any], encode: Callable[[Any], Any]) -> None:
+    """One record per run of consecutive positions (a batch is one run unless it straddles a record)."""
+    start = 0
+    for i in range(1, len(positions) + 1):
+        if i == len(positions) or positions[i] != positions[i - 1] + 1:
+            work.write_record(positions[start], [encode(r) for r in results[start:i]])
+            start = i

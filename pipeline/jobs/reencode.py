@@ -1,0 +1,431 @@
+"""The reencode job: a dataset re-encoded to e.g. 224x224 all-intra, as a new dataset (`prep reencode`).
+
+plan     dataset -> one `ReencodeUnit` per source video file (v3.0: with all its episodes), then one
+         `DataUnit` per episode data parquet; lazily, in episode order
+stage    `pipeline.stages.reencode.reencode_unit` (encode, check, rename; or keep a finished file) and
+         `pipeline.stages.copy.copy_data` (copy the parquet, count its rows)
+reduce   `ReencodeReduce`: counts, failures, the new cameras' settings, dataset image stats combined per
+         episode, and per episode and camera what the checks measured of each output file (compact arrays)
+publish  the other files copied, then (only when every file succeeded) the rewritten metadata with
+         meta/info.json last; the output's manifest (+ per-episode table) from the results already in hand
+         (no second scan, cluster or probe), comparison.json from the same bytes (one GB/hr everywhere),
+         and reencode_report.json
+
+Resumable per file: a rerun keeps every output file that passes its checks (and its saved image stats).
+prep's files live in `<out>/prep/`: options.json, reencode.lock while running, stats/<file>.json,
+reencode_report.json, manifest.json (+ .episodes.parquet) and comparison.json.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline import __version__, atomic
+from pipeline.dataset import Dataset, open_dataset
+from pipeline.dataset.info import cameras_from_info
+from pipeline.dataset.write import (
+    PREP_DIR,
+    EpisodeVideo,
+    StatsAggregate,
+    VideoFeatureUpdate,
+    copy_unchanged,
+    updated_info,
+    write_output_metadata,
+)
+from pipeline.errors import PrepError
+from pipeline.lock import exclusive_lock
+from pipeline.manifest import ByteCounter, ScanTotals, build_manifest, episode_row, episodes_schema, publish_manifest
+from pipeline.runner import Engine
+from pipeline.schemas import validate
+from pipeline.stages.copy import DataCopied, DataUnit, copy_data, copy_failed
+from pipeline.stages.reencode import (
+    ReencodeOptions,
+    ReencodeResult,
+    ReencodeUnit,
+    reencode_failed,
+    reencode_unit,
+    reencode_units,
+    stats_sidecar,
+)
+from pipeline.stages.scan import CameraScan, EpisodeScan
+from pipeline.tables import RowGroupWriter
+from pipeline.video.encode import ENGINES, PROFILES
+from pipeline.video.resize import RESIZE_MODES
+
+OPTIONS_REL = f"{PREP_DIR}/options.json"
+LOCK_REL = f"{PREP_DIR}/reencode.lock"
+REPORT_REL = f"{PREP_DIR}/reencode_report.json"
+MANIFEST_REL = f"{PREP_DIR}/manifest.json"
+COMPARISON_REL = f"{PREP_DIR}/comparison.json"
+FAILURES_LISTED = 10_000
+ENCODE_COST_S = 0.3  # seconds per 90-frame file before any is measured
+COPY_COST_S = 0.002
+
+
+@dataclass(slots=True)
+class ReencodeReport:
+    src: str
+    out: str
+    options: dict[str, Any]
+    engine: str
+    files: int = 0
+    encoded: int = 0
+    kept: int = 0
+    failed: int = 0
+    frames: int = 0
+    frames_encoded: int = 0
+    seconds: float = 0.0
+    complete: bool = False
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    comparison: dict[str, Any] | None = None
+    manifest: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and not self.failures
+
+
+# ---- refusals before anything is written ----------------------------------------------------------
+
+
+def check_paths(src: Path, out: Path) -> None:
+    s, o = src.resolve(), out.resolve()
+    if o == s or s in o.parents:
+        raise PrepError(f"output {out} is the source or inside it ({src}); the source is never written: "
+                        "choose an --out outside it")
+    if o in s.parents:
+        raise PrepError(f"output {out} contains the source {src}; choose an --out beside it")
+
+
+def check_options(options: ReencodeOptions) -> None:
+    if options.resize not in RESIZE_MODES:
+        raise PrepError(f"unknown resize mode {options.resize!r} (choose from {', '.join(RESIZE_MODES)})")
+    if options.profile not in PROFILES:
+        raise PrepError(f"unknown profile {options.profile!r} (choose from {', '.join(PROFILES)})")
+    if options.engine not in ENGINES:
+        raise PrepError(f"unknown engine {options.engine!r} (choose from {', '.join(ENGINES)})")
+    prof = PROFILES[options.profile]
+    lo, hi = prof.crf_range
+    if not lo <= options.quality <= hi:
+        raise PrepError(f"--crf {options.quality} is outside {lo}..{hi} for profile {prof.name}")
+    w, h = options.size
+    if prof.pix_fmt.endswith("420p") and (w % 2 or h % 2):
+        raise PrepError(f"--dst {w}x{h}: {prof.pix_fmt} needs an even width and height")
+    if options.engine == "ffmpeg" and shutil.which("ffmpeg") is None:
+        raise PrepError("--engine ffmpeg needs the `ffmpeg` program on PATH (e.g. apt install ffmpeg)")
+
+
+def _claim_output(src: Path, out: Path, options: ReencodeOptions) -> None:
+    """Refuse an output that holds something else, or a run started with other settings."""
+    settings = {"source": str(src.resolve()), **options.output_settings()}
+    path = out / OPTIONS_REL
+    if path.is_file():
+        try:
+            previous = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            previous = None
+        if previous != settings:
+            raise PrepError(f"output {out} was started with other settings ({previous}); now asked for "
+                            f"{settings}. Choose another --out, or delete {out} to start over")
+        return
+    validate(settings, "reencode_options", source=str(path))
+    atomic.write_json(path, settings)
+
+
+def _refuse_foreign(out: Path) -> None:
+    """Refuse a non-empty output folder that prep did not start (checked before anything is written)."""
+    if not out.exists() or (out / OPTIONS_REL).is_file():
+        return
+    if not out.is_dir():
+        raise PrepError(f"output {out} exists and is not a folder")
+    others = sorted(p.name for p in out.iterdir() if p.name != PREP_DIR)
+    if others:
+        raise PrepError(f"output {out} exists and is not a prep reencode output (holds {', '.join(others[:3])}); "
+                        "choose another --out")
+
+
+def _write_error(out: Path, what: str, error: str) -> str:
+    """One line for a failed write (a full disk, a read-only mount): nothing half-written is kept."""
+    return (f"{out}: {what} failed: {error}; finished video files are kept and "
+            "meta/info.json is written only when complete: free space and rerun the same command")
+
+
+def _os_error(exc: OSError) -> str:
+    return f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
+
+
+# ---- plan ----------------------------------------------------------------------------------------
+
+
+def plan_videos(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator[ReencodeUnit]:
+    return reencode_units(ds, out, options)
+
+
+def plan_data(ds: Dataset, out: Path) -> Iterator[DataUnit]:
+    shared = ds.codebase_version == "v3.0"
+    for rel, eps in ds.iter_data_files():
+        yield DataUnit(str(ds.root), str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1)
+
+
+# ---- reduce --------------------------------------------------------------------------------------
+
+
+class ReencodeReduce:
+    """What the job keeps of the results: counts and the first failures, the cameras' new settings, the
+    image stats combined per camera, and per episode position and camera the output's measured counts and
+    new span (numpy arrays: ~60-100 bytes per episode, whatever the corpus)."""
+
+    def __init__(self, ds: Dataset, report: ReencodeReport, options: ReencodeOptions) -> None:
+        self.ds, self.report, self.options = ds, report, options
+        n, k = len(ds.episodes), len(ds.cameras)
+        self.cam_no = {c: i for i, c in enumerate(ds.camera_keys)}
+        self.done = np.zeros((n, k), dtype=bool)
+        self.header = np.zeros((n, k), dtype=np.int64)
+        self.counts = np.zeros((n, k, 3), dtype=np.int64)  # frames, keyframes, bytes
+        self.spans = np.full((n, k, 2), np.nan) if ds.codebase_version == "v3.0" else None
+        self.rows = np.full(n, -1, dtype=np.int64)  # rows in the episode's parquet (-1: unknown)
+        self.parquet_bytes = np.zeros(n, dtype=np.int64)
+        self.parquet_error: dict[int, tuple[str, str]] = {}  # position -> (path, reason): unreadable parquets
+        self.cameras_seen: dict[str, tuple[ReencodeResult, Any]] = {}
+        self.stats = StatsAggregate()
+        self.bytes = ByteCounter(ds)
+        self.write_errors: list[str] = []
+        self.data_failures: list[dict[str, Any]] = []
+
+    def fail(self, entry: dict[str, Any]) -> None:
+        if len(self.report.failures) < FAILURES_LISTED:
+            self.report.failures.append(entry)
+
+    def add_video(self, unit: ReencodeUnit, r: ReencodeResult) -> None:
+        rep = self.report
+        rep.files += 1
+        rep.frames += r.frames
+        if r.status == "failed":
+            rep.failed += 1
+            self.fail({"path": r.rel, "camera": r.camera, "reason": r.reason,
+                       "episodes": sorted(s.episode for s in unit.spans if s.episode is not None)})
+            return
+        rep.encoded += r.status == "encoded"
+        rep.kept += r.status == "kept"
+        rep.frames_encoded += r.frames if r.status == "encoded" else 0
+        self.cameras_seen.setdefault(r.camera, (r, r.output))
+        self.bytes.add(r.rel, r.out_bytes, camera=r.camera)
+        c = self.cam_no[r.camera]
+        out = r.output
+        for i, ev in enumerate(r.episodes):
+            self.stats.add(r.camera, ev.stats)
+            pos = self.ds.episodes.position(ev.episode)
+            if pos is None:
+                continue
+            self.done[pos, c] = True
+            if out is not None:
+                self.header[pos, c] = out.frames_from_header
+                self.counts[pos, c] = out.spans[i]
+            if self.spans is not None:
+                self.spans[pos, c] = (ev.from_timestamp, np.nan if ev.to_timestamp is None else ev.to_timestamp)
+
+    def add_data(self, d: DataCopied) -> None:
+        if d.write_error is not None:
+            self.write_errors.append(d.write_error)
+            return
+        if d.status == "failed":
+            for e in d.episodes:
+                if len(self.data_failures) < FAILURES_LISTED:
+                    self.data_failures.append({"path": d.path, "episode": e, "reason": d.reason})
+            return
+        self.bytes.add(d.rel, d.bytes)
+        for e, rows in zip(d.episodes, d.rows, strict=True):
+            pos = self.ds.episodes.position(e)
+            if pos is None:
+                continue
+            if rows is None:
+                self.parquet_error[pos] = (str(self.ds.root / d.rel), d.rows_error or "unreadable parquet")
+                continue
+            self.rows[pos] = rows
+            self.parquet_bytes[pos] = round(d.bytes * rows / (d.total_rows or 1))
+
+    def updates(self) -> dict[str, VideoFeatureUpdate]:
+        prof = PROFILES[self.options.profile]
+        encoder: dict[str, Any] = {"video.crf": self.options.quality}
+        if prof.encoder == "libx264":
+            encoder.update({"video.g": 1, "video.bf": 0, "video.preset": prof.preset})
+        out: dict[str, VideoFeatureUpdate] = {}
+        for cam in self.ds.camera_keys:
+            if cam not in self.cameras_seen:
+                continue
+            r = self.cameras_seen[cam][0]
+            prep = {"resize": self.options.resize, "profile": self.options.profile, "crf": self.options.quality,
+                    "source_width": r.src_width, "source_height": r.src_height, "source_codec": r.src_codec}
+            out[cam] = VideoFeatureUpdate(self.options.size[0], self.options.size[1], prof.codec, prof.pix_fmt,
+                                          prep, encoder)
+        return out
+
+
+class SidecarVideos:
+    """`EpisodeVideos` of the output: each episode's new span (from the reduce) and image stats (read back
+    from the stats sidecar saved beside each output file, a few files cached), so no stats of the corpus
+    are held in memory."""
+
+    def __init__(self, reduce: ReencodeReduce, out: Path) -> None:
+        self.reduce, self.out = reduce, out
+        self._cache: OrderedDict[str, dict[int, dict[str, Any]]] = OrderedDict()
+
+    def _stats(self, rel: str, camera: str) -> dict[int, dict[str, Any]]:
+        if rel not in self._cache:
+            unit = ReencodeUnit("", str(self.out), rel, camera, 0.0, (), self.reduce.options)
+            doc = json.loads(stats_sidecar(unit).read_text(encoding="utf-8"))
+            self._cache[rel] = {int(s[0]): st for s, st in zip(doc["key"]["spans"], doc["stats"], strict=True)}
+            if len(self._cache) > 16:
+                self._cache.popitem(last=False)
+        return self._cache[rel]
+
+    def get(self, episode: int, camera: str) -> EpisodeVideo | None:
+        r = self.reduce
+        pos = r.ds.episodes.position(episode)
+        c = r.cam_no.get(camera)
+        if pos is None or c is None or not r.done[pos, c]:
+            return None
+        rel = r.ds.episodes[pos].video(camera).rel
+        stats = self._stats(rel, camera).get(episode, {})
+        if r.spans is None:
+            return EpisodeVideo(episode, 0.0, None, stats)
+        t0, t1 = r.spans[pos, c]
+        return EpisodeVideo(episode, float(t0), None if np.isnan(t1) else float(t1), stats)
+
+
+# ---- publish: the output's manifest and the comparison ---------------------------------------------
+
+
+def output_manifest(ds: Dataset, out: Path, reduce: ReencodeReduce, info: dict[str, Any],
+                    table: RowGroupWriter) -> dict[str, Any]:
+    """The output's manifest, as `prep scan` of the output would write it, from the job's own results."""
+    cams = ds.camera_keys
+    totals = ScanTotals(cams)
+    cols = ds.episodes.columns
+    for pos in range(len(ds.episodes)):
+        s = EpisodeScan(episode=int(cols.index[pos]), frames_expected=int(cols.length[pos]))
+        if pos in reduce.parquet_error:
+            s.status, (s.path, s.reason) = "failed", reduce.parquet_error[pos]
+        else:
+            s.frames_in_parquet = int(reduce.rows[pos])
+            s.parquet_bytes = int(reduce.parquet_bytes[pos])
+        for c, cam in enumerate(cams):
+            probe = reduce.cameras_seen[cam][1]
+            frames, keys, nbytes = (int(v) for v in reduce.counts[pos, c])
+            s.cameras[cam] = CameraScan(int(reduce.header[pos, c]), frames, keys, nbytes, probe.codec, probe.width,
+                                        probe.height, probe.pix_fmt, probe.fps)
+        totals.add(s)
+        table.add(episode_row(s, cams))
+    out_ds = Dataset(root=out, codebase_version=ds.codebase_version, fps=ds.fps, info=info,
+                     cameras=cameras_from_info(info, out / "meta/info.json"), episodes=ds.episodes,
+                     file_keys=ds.file_keys)
+    return build_manifest(out_ds, totals, [], reduce.bytes.result())
+
+
+def comparison(native: Dataset, source_bytes: dict[str, int], prep_bytes: int, prepared: dict[str, Any],
+               prepared_cameras: list[str]) -> dict[str, Any]:
+    """Native vs prepared: the prepared side is the output manifest's own numbers (one GB/hr)."""
+    frames = native.total_frames_expected
+    hours = frames / native.fps / 3600
+    total = sum(source_bytes.values())
+    a = {"root": str(native.root), "bytes": total, "video_bytes": source_bytes["video"],
+         "gb_per_hour": total / 1e9 / hours if hours else 0.0,
+         "video_gb_per_hour": source_bytes["video"] / 1e9 / hours if hours else 0.0,
+         "kb_per_frame": total / 1e3 / frames if frames else 0.0,
+         "cameras": [f"{c.key}: {c.codec} {c.width}x{c.height}" for c in native.cameras],
+         "excluded_prep_folder_bytes": prep_bytes}
+    t = prepared["totals"]
+    b = {"root": prepared["dataset"]["root"], "bytes": t["bytes"]["total"], "video_bytes": t["bytes"]["video"],
+         "gb_per_hour": t["gb_per_hour"], "video_gb_per_hour": t["bytes"]["video"] / 1e9 / t["hours"] if t["hours"]
+         else 0.0, "kb_per_frame": t["kb_per_frame"], "cameras": prepared_cameras, "excluded_prep_folder_bytes": 0}
+    return {"schema": "prep.comparison/1", "prep_version": __version__, "frames": frames, "hours": hours,
+            "native": a, "prepared": b,
+            "ratio": a["bytes"] / b["bytes"] if b["bytes"] else None,
+            "video_ratio": a["video_bytes"] / b["video_bytes"] if b["video_bytes"] else None,
+            "note": "GB = 1e9 bytes; native: every file under the source except a prep/ folder; prepared: the "
+                    "output's manifest (every file reencode wrote or copied, prep/ excluded); hours = frames "
+                    "in the metadata / fps"}
+
+
+# ---- the job -------------------------------------------------------------------------------------
+
+
+def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Engine) -> ReencodeReport:
+    """Re-encode `src` into the dataset `out` through `engine`; resumable; never writes under `src`."""
+    src, out = src.absolute(), out.absolute()
+    check_options(options)
+    check_paths(src, out)
+    ds, rejected = open_dataset(src)
+    _refuse_foreign(out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine)
+    with exclusive_lock(out / LOCK_REL, f"output {out}"):
+        _claim_output(src, out, options)
+        atomic.remove_stale_temps(out)
+        reduce = ReencodeReduce(ds, report, options)
+        t0 = time.perf_counter()
+        for batch in engine.map(reencode_unit, plan_videos(ds, out, options), on_error=reencode_failed,
+                                desc="reencode", unit_name="file",
+                                total=sum(len(ds.file_groups(cam)) for cam in ds.camera_keys),
+                                cost_s=ENCODE_COST_S, measure=lambda r: {"frames": float(r.frames)}):
+            for unit, result in zip(batch.units, batch.results, strict=True):
+                reduce.add_video(unit, result)
+        report.seconds = time.perf_counter() - t0
+        atomic.remove_stale_temps(out)  # temp files of workers killed mid-task (their task was retried)
+        for d in engine.results(copy_data, plan_data(ds, out), on_error=copy_failed, desc="copy data",
+                                unit_name="file", total=len(ds.file_groups("data")), cost_s=COPY_COST_S):
+            reduce.add_data(d)
+        atomic.remove_stale_temps(out)
+        if reduce.write_errors:
+            raise PrepError(_write_error(out, "copying parquet and metadata", reduce.write_errors[0]))
+        try:
+            copied = copy_unchanged(ds, out)
+        except OSError as exc:
+            raise PrepError(_write_error(out, "copying parquet and metadata", _os_error(exc))) from None
+        for kind, n in copied.output.items():
+            reduce.bytes.kinds[kind] += n
+        reduce.bytes.count += copied.output_files
+        for e in rejected:
+            reduce.fail({"path": e.path, "episode": e.episode, "reason": e.message})
+        for entry in reduce.data_failures:  # after the metadata's, as before (missing parquet files)
+            reduce.fail(entry)
+        try:
+            if not report.failures:
+                _publish(ds, out, reduce, report, copied)
+            doc = {"schema": "prep.reencode_report/1", **asdict(report)}
+            validate(doc, "reencode_report", source=str(out / REPORT_REL))
+            atomic.write_json(out / REPORT_REL, doc, indent=2)
+        except OSError as exc:
+            raise PrepError(_write_error(out, "writing metadata and reports", _os_error(exc))) from None
+    return report
+
+
+def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeReport, copied: Any) -> None:
+    updates = reduce.updates()
+    written = write_output_metadata(ds, out, SidecarVideos(reduce, out), reduce.stats.result(), updates)
+    for path in written:
+        reduce.bytes.add(path.relative_to(out).as_posix(), path.stat().st_size)
+    report.complete = True
+    info = updated_info(ds.info, updates)
+    table = RowGroupWriter(out / PREP_DIR / "manifest.episodes.parquet.tmp", episodes_schema(ds.camera_keys))
+    try:
+        manifest = output_manifest(ds, out, reduce, info, table)
+        table.close()
+    except BaseException:
+        table.abort()
+        raise
+    publish_manifest(manifest, table.path, out / MANIFEST_REL)
+    report.manifest = str(out / MANIFEST_REL)
+    prepared_cams = [f"{c.key}: {c.codec} {c.width}x{c.height}" for c in cameras_from_info(info, out)]
+    report.comparison = comparison(ds, copied.source, copied.prep_folder, manifest, prepared_cams)
+    validate(report.comparison, "comparison", source=str(out / COMPARISON_REL))
+    atomic.write_json(out / COMPARISON_REL, report.comparison, indent=2)

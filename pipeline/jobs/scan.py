@@ -1,0 +1,80 @@
+"""The scan job: a dataset's storage/hours manifest (`prep scan`).
+
+plan     dataset -> one `ScanUnit` per set of files (v2.1: per episode), lazily, in episode order
+stage    `pipeline.stages.scan.scan_unit` (probe headers and packets, count parquet rows; no pixels)
+reduce   `ScanTotals` per episode result; per-episode rows streamed to Parquet row groups
+publish  the per-episode table, then the manifest JSON (the file that says complete) last
+
+Resumable: finished batches are recorded in the work folder `<manifest>.parts/` (see
+`pipeline.jobs.parts`); a rerun with the same dataset and output redoes only the rest, and the folder
+is removed once the manifest is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pipeline.dataset import Dataset, open_dataset
+from pipeline.jobs import parts
+from pipeline.manifest import (
+    ScanTotals,
+    build_manifest,
+    bytes_on_disk,
+    episode_row,
+    episodes_schema,
+    publish_manifest,
+)
+from pipeline.runner import Engine
+from pipeline.stages.scan import CameraScan, EpisodeScan, ScanUnit, scan_unit, scan_unit_failed, scan_units
+from pipeline.tables import RowGroupWriter
+
+COST_S = 0.004  # stage seconds per v2.1 episode (3 cameras), before any is measured
+RECORD_VERSION = 1
+
+
+def plan(ds: Dataset) -> Iterator[ScanUnit]:
+    return scan_units(ds)
+
+
+def encode(results: list[EpisodeScan]) -> list[dict[str, Any]]:
+    """A unit's results as JSON (completion records)."""
+    return [{"episode": s.episode, "frames_expected": s.frames_expected, "status": s.status, "reason": s.reason,
+             "path": s.path, "frames_in_parquet": s.frames_in_parquet, "parquet_bytes": s.parquet_bytes,
+             "cameras": {k: [c.frames_from_header, c.frames_from_packets, c.keyframes, c.bytes, c.codec, c.width,
+                             c.height, c.pix_fmt, c.fps] for k, c in s.cameras.items()}} for s in results]
+
+
+def decode(obj: list[dict[str, Any]]) -> list[EpisodeScan]:
+    return [EpisodeScan(episode=d["episode"], frames_expected=d["frames_expected"], status=d["status"],
+                        reason=d["reason"], path=d["path"], frames_in_parquet=d["frames_in_parquet"],
+                        parquet_bytes=d["parquet_bytes"],
+                        cameras={k: CameraScan(*v) for k, v in d["cameras"].items()}) for d in obj]
+
+
+def scan_dataset(src: Path, out: Path, engine: Engine, *, resume: bool = True) -> tuple[dict[str, Any], Path]:
+    """Scan `src` through `engine` and write its manifest to `out`; returns (manifest, per-episode table)."""
+    ds, rejected = open_dataset(src)
+    fp = parts.fingerprint("scan", RECORD_VERSION, ds, out=str(Path(out).absolute()))
+    with parts.WorkFolder(parts.work_folder_for(out), fingerprint=fp, resume=resume) as work:
+        cameras = ds.camera_keys
+        totals = ScanTotals(cameras)
+        table = RowGroupWriter(work.path / "episodes.parquet", episodes_schema(cameras))
+        try:
+            stream = parts.run(engine, work, plan(ds), scan_unit, on_error=scan_unit_failed, desc="scan",
+                               unit_name="file-set", total=len(ds.file_groups("set")),
+                               cost_s=COST_S * len(cameras) / 3, encode=encode, decode=decode)
+            for scans in stream:
+                for s in scans:
+                    totals.add(s)
+                    table.add(episode_row(s, cameras))
+            table.close()
+        except BaseException:
+            table.abort()
+            raise
+        disk = bytes_on_disk(ds, skip=[work.path, Path(out).absolute()])
+        manifest = build_manifest(ds, totals, rejected, disk, rejected_count=ds.rejected_count)
+        table_path = publish_manifest(manifest, table.path, out)
+        work.remove()
+    return manifest, table_path
