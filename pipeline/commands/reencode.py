@@ -118,14 +118,15 @@ def summary(r: ReencodeReport) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    size = parse_size(args.dst)  # a bad size is refused before anything heavy is imported
+    src = resolve_src(args.src, args.root)
+    out = args.out.absolute() if args.out else default_out(src, size)
+
     from pipeline.jobs.reencode import reencode_dataset
     from pipeline.runner import open_engine
     from pipeline.stages.reencode import ReencodeOptions
     from pipeline.video.encode import DEFAULT_ENGINE, DEFAULT_PROFILE
 
-    size = parse_size(args.dst)
-    src = resolve_src(args.src, args.root)
-    out = args.out.absolute() if args.out else default_out(src, size)
     options = ReencodeOptions(size=size, resize=args.resize, profile=args.profile or DEFAULT_PROFILE, crf=args.crf,
                               engine=args.engine or DEFAULT_ENGINE)
     with open_engine(run_config(args)) as engine:
