@@ -61,7 +61,8 @@ class WorkFolder:
     def __init__(self, path: Path, *, fingerprint: str, resume: bool = True) -> None:
         self.path = Path(path)
         self.fingerprint = fingerprint
-        self._lock = exclusive_lock(self.path.with_name(self.path.name + ".lock"), f"work folder {self.path}")
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self._lock = exclusive_lock(self.lock_path, f"work folder {self.path}")
         self._lock.__enter__()  # a second run on the same output is refused while this one lives
         try:
             previous = self._read_plan()

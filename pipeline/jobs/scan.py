@@ -25,6 +25,7 @@ from pipeline.manifest import (
     episode_row,
     episodes_schema,
     publish_manifest,
+    table_path_for,
 )
 from pipeline.runner import Engine
 from pipeline.stages.scan import CameraScan, EpisodeScan, ScanUnit, scan_unit, scan_unit_failed, scan_units
@@ -73,7 +74,8 @@ def scan_dataset(src: Path, out: Path, engine: Engine, *, resume: bool = True) -
         except BaseException:
             table.abort()
             raise
-        disk = bytes_on_disk(ds, skip=[work.path, Path(out).absolute()])
+        target = Path(out).absolute()  # a manifest written inside the dataset is not the dataset's
+        disk = bytes_on_disk(ds, skip=[work.path, work.lock_path, target, table_path_for(target)])
         manifest = build_manifest(ds, totals, rejected, disk, rejected_count=ds.rejected_count)
         table_path = publish_manifest(manifest, table.path, out)
         work.remove()
