@@ -205,7 +205,7 @@ class Engine:
         if self.backend == "inline":
             return 1
         if self._client is not None:
-            n = len(self._client.scheduler_info().get("workers", {}))
+            n = len(self._client.nthreads())  # every worker (scheduler_info() may list only the first few)
             if n:
                 return n
         return self.config.workers or (machine_cores() if self.backend == "local" else 1)
@@ -346,7 +346,7 @@ class _Rates:
 
 
 def _log_start(backend: str, client: Any) -> None:
-    workers = len(client.scheduler_info().get("workers", {}))
+    workers = len(client.nthreads())
     where = "LocalCluster" if backend == "local" else client.scheduler.address
     link = getattr(client, "dashboard_link", None)
     print(f"[engine] {backend}: {where}, {workers} workers, dashboard {link or 'off'}", file=sys.stderr, flush=True)
