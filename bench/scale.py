@@ -67,6 +67,23 @@ def clip(path: Path, frames: int) -> Path:
     return path
 
 
+class Links:
+    """Hard links to one file, starting a fresh copy every `per_copy` links (ext4 allows 65,000 per inode)."""
+
+    def __init__(self, src: Path, per_copy: int = 60_000) -> None:
+        self.src, self.per_copy, self.n, self.copies = src, per_copy, 0, 0
+        self.current = src
+
+    def link(self, dst: Path) -> None:
+        if self.n and self.n % self.per_copy == 0:
+            self.copies += 1
+            self.current = self.src.with_name(f"{self.src.stem}-{self.copies}{self.src.suffix}")
+            if not self.current.exists():
+                shutil.copyfile(self.src, self.current)
+        os.link(self.current, dst)
+        self.n += 1
+
+
 def rows_table(episode: np.ndarray, frame: np.ndarray, start_index: int, task: np.ndarray) -> pa.Table:
     n = len(frame)
     vector = pa.ListArray.from_arrays(pa.array(np.arange(0, n * STATE + 1, STATE, dtype=np.int32)),
@@ -98,7 +115,7 @@ def info_json(version: str, episodes: int, files_per_camera: int) -> dict[str, A
 def build_v21(root: Path, episodes: int, clips: Path) -> Path:
     if (root / "meta/info.json").is_file():
         return root
-    src = clip(clips / f"clip-{FRAMES}.mp4", FRAMES)
+    src = Links(clip(clips / f"clip-{FRAMES}.mp4", FRAMES))
     frame = np.arange(FRAMES)
     base = rows_table(np.zeros(FRAMES), frame, 0, np.zeros(FRAMES))
     (root / "meta").mkdir(parents=True, exist_ok=True)
@@ -116,7 +133,7 @@ def build_v21(root: Path, episodes: int, clips: Path) -> Path:
                 video = root / V21_VIDEO_PATH.format(episode_chunk=chunk, episode_index=ep, video_key=cam)
                 if ep % 1000 == 0:
                     video.parent.mkdir(parents=True, exist_ok=True)
-                os.link(src, video)
+                src.link(video)
             fh.write(json.dumps({"episode_index": ep, "tasks": [TASKS[task]], "length": FRAMES}) + "\n")
     with open(root / "meta/tasks.jsonl", "w", encoding="utf-8") as fh:
         for i, t in enumerate(TASKS):
@@ -128,7 +145,7 @@ def build_v21(root: Path, episodes: int, clips: Path) -> Path:
 def build_v30(root: Path, episodes: int, per_file: int, clips: Path) -> Path:
     if (root / "meta/info.json").is_file():
         return root
-    src = clip(clips / f"clip-{per_file * FRAMES}.mp4", per_file * FRAMES)
+    src = Links(clip(clips / f"clip-{per_file * FRAMES}.mp4", per_file * FRAMES))
     files = -(-episodes // per_file)
     meta: dict[str, list[Any]] = {k: [] for k in ("episode_index", "tasks", "length", "data/chunk_index",
                                                   "data/file_index", "dataset_from_index", "dataset_to_index")}
@@ -147,7 +164,7 @@ def build_v30(root: Path, episodes: int, per_file: int, clips: Path) -> Path:
         for cam in CAMERAS:
             video = root / V30_VIDEO_PATH.format(video_key=cam, chunk_index=chunk, file_index=file_index)
             video.parent.mkdir(parents=True, exist_ok=True)
-            os.link(src, video)
+            src.link(video)
         for i, e in enumerate(range(first, last)):
             meta["episode_index"].append(e)
             meta["tasks"].append([TASKS[e % len(TASKS)]])
