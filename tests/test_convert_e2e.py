@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.commands.verify import verify_in_process
+from pipeline.jobs.verify import verify_in_process
 from pipeline.convert.layout import Limits, frames_to_seconds
 from pipeline.convert.source import stats_of_row
 from pipeline.convert_local import ConvertRefused, convert_inline
