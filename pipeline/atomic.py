@@ -12,7 +12,8 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import IO, Any
 
 TEMP_MARK = ".part-"
 
@@ -65,6 +66,51 @@ def write_json(path: Path, obj: Any, *, indent: int | None = 4) -> None:
 
 def write_jsonl(path: Path, rows: list[Any]) -> None:
     write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def write_lerobot_json(path: Path, obj: Any) -> None:
+    """As LeRobot's `write_json` (indent 4, UTF-8 as is, no final newline)."""
+    write_text(path, json.dumps(obj, indent=4, ensure_ascii=False))
+
+
+class LineWriter:
+    """A JSON-lines file written line by line under a temp name (streaming: nothing is held); renamed into
+    place by `close()` only, removed by `abort()`. As a context manager: closed on success, aborted on error."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = temp_path_for(path)
+        self.fh: IO[str] | None = open(self.tmp, "w", encoding="utf-8")  # noqa: SIM115 (closed in close/abort)
+
+    def write_json_line(self, obj: Any) -> None:
+        assert self.fh is not None
+        self.fh.write(json.dumps(obj, ensure_ascii=False) + "\n")  # as jsonlines (LeRobot's .jsonl) writes it
+
+    def close(self) -> None:
+        if self.fh is None:
+            return
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+        self.fh = None
+        os.replace(self.tmp, self.path)
+        fsync_dir(self.path.parent)
+
+    def abort(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            self.fh = None
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> LineWriter:
+        return self
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if typ is None:
+            self.close()
+        else:
+            self.abort()
 
 
 def remove_stale_temps(root: Path) -> int:

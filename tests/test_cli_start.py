@@ -65,7 +65,7 @@ def test_bench_help_imports_only_bench(argv: tuple[str, ...]) -> None:
     assert command_modules(mods) == {"pipeline.commands.bench"}
 
 
-@pytest.mark.parametrize("name", ["budget", "bench", "scan", "verify", "demo"])
+@pytest.mark.parametrize("name", ["budget", "bench", "scan", "verify", "demo", "convert"])
 def test_command_help_imports_no_heavy_dependency(name: str) -> None:
     code, mods = imported(name, "--help")
     assert code == 0

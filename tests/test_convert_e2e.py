@@ -1,7 +1,7 @@
-"""v2.1 <-> v3.0 conversion end to end through the temporary inline glue (`convert_inline`): round trips
-that give back the same episodes, rows and packets, exact offsets at 200+ episodes per file, resume per
-output file, a bad input failing only its file, and the refusal to cut episodes that do not start on a
-keyframe. Every output is checked by `prep verify` (in process)."""
+"""v2.1 <-> v3.0 conversion end to end through the convert job (`pipeline.jobs.convert`, inline engine):
+round trips that give back the same episodes, rows and packets, exact offsets at 200+ episodes per file,
+resume per output file, a bad input failing only its file, and the refusal to cut episodes that do not
+start on a keyframe. Every output is checked by `prep verify` (the job's own, and again with a decode)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.jobs.verify import verify_in_process
 from pipeline.convert.layout import Limits, frames_to_seconds
 from pipeline.convert.source import stats_of_row
-from pipeline.convert_local import ConvertRefused, convert_inline
 from pipeline.dataset import open_dataset
+from pipeline.jobs.convert import ConvertOptions, ConvertRefused, ConvertReport, convert_dataset
+from pipeline.jobs.verify import verify_in_process
+from pipeline.runner import RunConfig, open_engine
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import SynthSpec, write_synthetic
 from pipeline.video.probe import probe_video
@@ -31,8 +32,17 @@ SMALL = Limits(data_files_size_in_mb=0.012, video_files_size_in_mb=0.03)  # seve
 
 
 def tree(root: Path) -> dict[str, str]:
+    """Every file of a dataset (prep's own folder left out) and its digest."""
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+            for p in sorted(root.rglob("*")) if p.is_file() and p.relative_to(root).parts[0] != "prep"}
+
+
+def convert_inline(src: Path, out: Path, to: str, limits: Limits | None = None) -> ConvertReport:
+    with open_engine(RunConfig(backend="inline", progress=False)) as engine:
+        report = convert_dataset(src, out, ConvertOptions(to, limits or Limits()), engine)
+    if report.complete:
+        assert report.verify is not None and report.verify["passed"], report.verify
+    return report
 
 
 def packets(path: Path) -> list[tuple[bytes, int, int, bool]]:
@@ -79,7 +89,7 @@ def test_v21_to_v30_to_v21_round_trip(small_v21: Path, tmp_path: Path) -> None:
     before = tree(small_v21)
     v30, back = tmp_path / "v30", tmp_path / "back"
     report = convert_inline(small_v21, v30, "v3.0", limits=SMALL)
-    assert report.complete and not report.failed
+    assert report.ok and report.failed == 0 and report.written == report.files
     assert (report.episodes, report.frames, report.tasks) == (7, 168, 4)
     info = json.loads((v30 / "meta/info.json").read_text())
     assert info["codebase_version"] == "v3.0" and info["total_episodes"] == 7 and "total_videos" not in info
@@ -95,7 +105,7 @@ def test_v21_to_v30_to_v21_round_trip(small_v21: Path, tmp_path: Path) -> None:
         assert row["episode_index"] in eps
     assert_verified(v30)
     report = convert_inline(v30, back, "v2.1")
-    assert report.complete and not report.failed
+    assert report.ok and report.failed == 0 and report.files == 7 * 3
     assert_same_v21(small_v21, back)
     assert_verified(back)
     assert tree(small_v21) == before  # the source is only read
@@ -141,9 +151,9 @@ def test_resume_redoes_only_missing_or_broken_files(small_v21: Path, tmp_path: P
     (out / "meta/info.json").unlink()
     (out / "data/chunk-000/.file-002.parquet.part-0123456789ab.parquet").write_bytes(b"left by a killed run")
     report = convert_inline(small_v21, out, "v3.0", limits=SMALL)
-    written = sorted(r.out_rel for r in report.results if r.status == "written")
+    written = sorted(report.written_files)
     assert written == [data.relative_to(out).as_posix(), video.relative_to(out).as_posix()]
-    assert all(r.status == "kept" for r in report.results if r.out_rel not in written)
+    assert report.written == 2 and report.kept == report.files - 2 and report.ok
     assert tree(out) == first  # identical to the run that was never interrupted
 
 
@@ -154,13 +164,15 @@ def test_a_bad_input_fails_its_file_and_nothing_is_published(small_v21: Path, tm
     bad.write_bytes(bad.read_bytes()[:500])
     out = tmp_path / "out"
     report = convert_inline(src, out, "v3.0", limits=SMALL)
-    assert not report.complete and not (out / "meta/info.json").exists()
-    [failed] = report.failed
-    assert failed.reason is not None and failed.reason.startswith("episode 3: ")
-    assert "episode_000003.mp4" in failed.reason
-    assert failed.out_rel.startswith(f"videos/{CAMS[0]}/")
-    assert sum(r.status == "written" for r in report.results) == len(report.results) - 1
+    assert not report.complete and not report.ok and not (out / "meta/info.json").exists()
+    assert report.verify is None
+    [failed] = report.failures
+    assert failed["reason"] is not None and failed["reason"].startswith("episode 3: ")
+    assert "episode_000003.mp4" in failed["reason"]
+    assert failed["path"].startswith(f"videos/{CAMS[0]}/")
+    assert report.failed == 1 and report.written == report.files - 1
     assert not list(out.rglob("*.part-*"))
+    assert json.loads((out / "prep/convert_report.json").read_text())["failures"] == report.failures
 
 
 def test_v30_not_on_keyframes_is_refused_with_the_episodes(tmp_path: Path) -> None:
@@ -185,7 +197,7 @@ def test_v30_written_in_files_to_v21(synth_v30: Path, tmp_path: Path) -> None:
     packets of its span, re-based to 0, and its rows."""
     out = tmp_path / "v21"
     report = convert_inline(synth_v30, out, "v2.1")
-    assert report.complete and len(report.results) == 3 * 4
+    assert report.ok and report.files == 3 * 4
     src, _ = open_dataset(synth_v30)
     dst, rejected = open_dataset(out)
     assert not rejected and [e.frames_expected for e in dst.episodes] == [e.frames_expected for e in src.episodes]
@@ -220,6 +232,5 @@ def test_v21_output_resumes_per_episode_file(synth_v30: Path, tmp_path: Path) ->
         p.unlink()
     (out / "meta/info.json").unlink()
     report = convert_inline(synth_v30, out, "v2.1")
-    assert sorted(r.out_rel for r in report.results if r.status == "written") == sorted(
-        p.relative_to(out).as_posix() for p in gone)
+    assert sorted(report.written_files) == sorted(p.relative_to(out).as_posix() for p in gone)
     assert tree(out) == first

@@ -12,7 +12,7 @@
 - global stats: `StatsAggregator` gives LeRobot's `aggregate_stats` of all episodes in one pass (min, max,
   count-weighted mean, pooled std, count-weighted quantiles present in every episode).
 
-Each file is written under a temp name and renamed when complete (`AtomicWriter`).
+Each file is written under a temp name and renamed when complete (`pipeline/atomic.py`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -45,49 +44,6 @@ from pipeline.convert.layout import (
 from pipeline.errors import DatasetError
 
 STAT_ORDER = ("min", "max", "mean", "std", "count")
-
-
-# ---- files written atomically, incrementally ----------------------------------------------------
-
-
-class AtomicWriter:
-    """A text file written line by line under a temp name; renamed into place by `close()` only."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = atomic.temp_path_for(path)
-        self.fh: IO[str] | None = open(self.tmp, "w", encoding="utf-8")  # noqa: SIM115 (closed in close/abort)
-
-    def write_json_line(self, obj: Any) -> None:
-        assert self.fh is not None
-        # jsonlines' default encoder, as LeRobot writes its .jsonl files
-        self.fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-
-    def close(self) -> None:
-        if self.fh is None:
-            return
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-        self.fh.close()
-        self.fh = None
-        os.replace(self.tmp, self.path)
-        atomic.fsync_dir(self.path.parent)
-
-    def abort(self) -> None:
-        if self.fh is not None:
-            self.fh.close()
-            self.fh = None
-        self.tmp.unlink(missing_ok=True)
-
-    def __enter__(self) -> AtomicWriter:
-        return self
-
-    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if typ is None:
-            self.close()
-        else:
-            self.abort()
 
 
 # ---- info.json ------------------------------------------------------------------------------------
@@ -204,7 +160,7 @@ def _write_tasks_batch(writer: pq.ParquetWriter | None, tmp: Path, idx: list[int
 
 def write_tasks_v21(path: Path, tasks: Iterable[tuple[int, str]]) -> int:
     count = 0
-    with AtomicWriter(path) as out:
+    with atomic.LineWriter(path) as out:
         for i, task in tasks:
             out.write_json_line({"task_index": i, "task": task})
             count += 1

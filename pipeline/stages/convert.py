@@ -13,6 +13,10 @@ parquets by `data_failures` (rows per episode, `episode_index`, `frame_index` 0.
 - `check_keyframes`: which episodes of a v3.0 file do not start on a keyframe (decides whether v3.0 -> v2.1
   can stream-copy at all).
 
+`convert_unit` is the one stage the convert job maps (`pipeline/jobs/convert.py`): a unit is one output
+file, except a `DataSplitGroup` (the v2.1 parquets of one v3.0 data file, which is read once for them);
+it returns one result per output file.
+
 Rows keep their values and column types; the schema's metadata is the Hugging Face features as the
 target version's LeRobot writes them (`pipeline/convert/hf.py`).
 """
@@ -46,6 +50,16 @@ from pipeline.dataset.model import resolve_inside
 from pipeline.errors import EpisodeError
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, CheckFailure, Span, VideoExpect, check_coverage, check_video
 from pipeline.video.remux import ConcatInput, StartProblem, concat_stream_copy, cut_stream_copy, episodes_off_keyframe
+
+
+@dataclass(slots=True, frozen=True)
+class DataSplitGroup:
+    """The v2.1 episode parquets cut from one v3.0 data file (one task reads the source once)."""
+
+    units: tuple[DataSplitUnit, ...]
+
+
+ConvertUnit = VideoConcatUnit | DataConcatUnit | VideoCutUnit | DataSplitGroup
 
 
 @dataclass(slots=True)
@@ -315,3 +329,48 @@ def check_keyframes(unit: KeyframeCheckUnit) -> list[StartProblem]:
         return episodes_off_keyframe(path, spans, unit.camera)
     except EpisodeError as exc:
         return [StartProblem(s.episode, unit.camera, str(path), exc.message) for s in spans]
+
+
+# ---- the stage the job maps -----------------------------------------------------------------------
+
+
+def _split_group(unit: DataSplitGroup) -> list[ConvertResult]:
+    return split_data(unit.units)
+
+
+STAGES: dict[type, Callable[[Any], ConvertResult | list[ConvertResult]]] = {
+    VideoConcatUnit: concat_video,
+    DataConcatUnit: concat_data,
+    VideoCutUnit: cut_video,
+    DataSplitGroup: _split_group,
+}
+KINDS: dict[type, str] = {VideoConcatUnit: "video-concat", DataConcatUnit: "data-concat", VideoCutUnit: "video-cut",
+                          DataSplitGroup: "data-split"}
+
+
+def convert_unit(unit: ConvertUnit) -> list[ConvertResult]:
+    """One unit's output files, each written (checked, renamed) or kept; failures are results with reasons."""
+    out = STAGES[type(unit)](unit)
+    return out if isinstance(out, list) else [out]
+
+
+def unit_outputs(unit: ConvertUnit) -> list[tuple[str, int, int]]:
+    """(output path, episodes, frames) of each output file of a unit, in the order `convert_unit` returns them."""
+    if isinstance(unit, DataSplitGroup):
+        return [(u.out_rel, 1, u.frames) for u in unit.units]
+    if isinstance(unit, VideoCutUnit):
+        return [(unit.out_rel, 1, unit.frames)]
+    return [(unit.out_rel, len(unit.inputs), unit.frames)]
+
+
+def convert_failed(unit: ConvertUnit, exc: BaseException) -> list[ConvertResult]:
+    """The results of a unit whose task raised or whose worker died beyond the retries."""
+    reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    return [ConvertResult(KINDS[type(unit)], rel, "failed", reason, episodes=n, frames=f)
+            for rel, n, f in unit_outputs(unit)]
+
+
+def keyframes_failed(unit: KeyframeCheckUnit, exc: BaseException) -> list[StartProblem]:
+    reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    return [StartProblem(ep, unit.camera, str(Path(unit.src_root) / unit.rel), f"not checked: {reason}")
+            for ep, _t0, _t1, _n in unit.spans]

@@ -1,0 +1,124 @@
+"""`prep convert SRC --to v2.1|v3.0 [--out PATH]`: a LeRobot dataset in the other layout, by stream copy.
+
+v2.1 -> v3.0 concatenates the episode videos and parquets into files up to the size limits (LeRobot's
+defaults; `--chunks-size`, `--data-file-size-mb`, `--video-file-size-mb`), with exact offsets; v3.0 ->
+v2.1 cuts each episode out of its file, which is exact only where every episode starts on a keyframe
+(checked first: otherwise refused with the episodes, and `prep reencode --format v2.1` is the way).
+The output defaults to `<SRC>_<v21|v30>` beside SRC. The job is `pipeline.jobs.convert`; this module
+parses, prints and sets the exit code (0 complete and verified, 1 files failed or verify failed,
+2 refused or bad input).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.commands.argtypes import positive_int
+from pipeline.commands.common import add_run_options, run_config
+from pipeline.errors import PrepError
+
+if TYPE_CHECKING:
+    from pipeline.jobs.convert import ConvertReport
+
+FORMATS = ("v2.1", "v3.0")  # = pipeline.jobs.convert.FORMATS (not imported here: the job imports pyarrow)
+
+
+def positive_mb(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of MB, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def add_limit_options(p: argparse.ArgumentParser) -> None:
+    """The v3.0 layout limits (LeRobot's defaults), shared with `prep reencode --format`."""
+    g = p.add_argument_group("v3.0 layout (LeRobot's defaults)")
+    g.add_argument("--chunks-size", type=positive_int, default=1000, metavar="N",
+                   help="files per chunk folder (v2.1: episodes per chunk) (default: 1000)")
+    g.add_argument("--data-file-size-mb", type=positive_mb, default=100.0, metavar="MB",
+                   help="a new data file starts before this size (default: 100)")
+    g.add_argument("--video-file-size-mb", type=positive_mb, default=200.0, metavar="MB",
+                   help="a new video file starts before this size (default: 200)")
+
+
+def limits_of(args: argparse.Namespace) -> Any:
+    from pipeline.convert.layout import Limits
+
+    return Limits(chunks_size=args.chunks_size, data_files_size_in_mb=args.data_file_size_mb,
+                  video_files_size_in_mb=args.video_file_size_mb)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "convert", help="convert a dataset between LeRobot v2.1 and v3.0 (stream copy, no re-encode)",
+        description="Rewrite a LeRobot dataset in the other layout without re-encoding: v2.1 -> v3.0 "
+        "(episodes concatenated into files up to the size limits, exact offsets) or v3.0 -> v2.1 (each episode "
+        "cut out of its file; refused, with the episodes, where one does not start on a keyframe). Resumable: "
+        "a rerun keeps output files that are complete and correct. `prep verify` runs on the result.")
+    p.add_argument("src", type=Path, help="source dataset folder")
+    p.add_argument("--to", required=True, choices=FORMATS, help="target format")
+    p.add_argument("--out", type=Path, help="output dataset folder (default: <SRC>_v21 or <SRC>_v30 beside SRC)")
+    p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
+    add_limit_options(p)
+    add_run_options(p)
+    p.set_defaults(func=run)
+
+
+def default_out(src: Path, to: str) -> Path:
+    src = src.absolute()
+    return src.parent / f"{src.name}_{to.replace('.', '')}"
+
+
+def summary(r: ConvertReport) -> str:
+    from pipeline.jobs.convert import REPORT_REL
+
+    o = r.options
+    rate = r.frames / r.seconds if r.seconds else 0.0
+    lines = [
+        f"source    {r.src}",
+        f"output    {r.out} ({r.to})",
+        f"layout    chunks_size={o['chunks_size']} data_files_size_in_mb={o['data_files_size_in_mb']:g} "
+        f"video_files_size_in_mb={o['video_files_size_in_mb']:g}",
+        f"files     {r.files:,}: {r.written:,} written, {r.kept:,} kept (already complete), {r.failed:,} failed "
+        f"({r.out_bytes / 1e6:,.1f} MB) in {r.seconds:.1f} s, engine {r.engine}",
+    ]
+    if r.complete:
+        lines.append(f"episodes  {r.episodes:,}, {r.frames:,} frames, {r.tasks:,} tasks ({rate:,.0f} frames/s); "
+                     "meta/info.json written")
+    for f in r.failures[:20]:
+        lines.append(f"FAILED    {f['path']}: {f['reason']}")
+    if len(r.failures) > 20:
+        lines.append(f"FAILED    ... and {len(r.failures) - 20} more (see {Path(r.out) / REPORT_REL})")
+    if r.failures:
+        lines.append("metadata  not written (meta/info.json): the output is incomplete; fix or remove the failed "
+                     "input and rerun the same command to finish (done files are kept)")
+    if r.verify is not None:
+        v = r.verify
+        verdict = "PASSED" if v["passed"] else "FAILED"
+        lines.append(f"verify    {verdict}: {v['episodes_passed']:,} of {v['episodes_checked']:,} episodes pass "
+                     f"({v['failures_total']:,} failures)")
+        lines += [f"          {line}" for line in v["failures"][:10]]
+    lines.append(f"report    {Path(r.out) / REPORT_REL}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    src = args.src.absolute()
+    out = args.out.absolute() if args.out else default_out(src, args.to)
+
+    from pipeline.jobs.convert import ConvertOptions, convert_dataset
+    from pipeline.runner import open_engine
+
+    try:
+        options = ConvertOptions(args.to, limits_of(args))
+    except ValueError as exc:
+        raise PrepError(str(exc)) from None
+    with open_engine(run_config(args)) as engine:
+        report = convert_dataset(src, out, options, engine, verify=not args.no_verify)
+    print(summary(report))
+    return 0 if report.ok else 1

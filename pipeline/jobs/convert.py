@@ -1,0 +1,477 @@
+"""The convert job: a LeRobot dataset rewritten in the other layout (v2.1 <-> v3.0) without re-encoding
+(`prep convert`), and the re-encode into the other layout (`prep reencode --format`).
+
+plan     the source metadata -> units, lazily and deterministically (`pipeline/convert/layout.py`):
+         v2.1 -> v3.0 one unit per output file (a camera's video file, a data file), packed with LeRobot's
+         rule up to the size limits; v3.0 -> v2.1 one unit per episode mp4, and the episode parquets of one
+         v3.0 data file together (`DataSplitGroup`: the source is read once for them). v3.0 -> v2.1 first
+         maps `check_keyframes` over every v3.0 video file and refuses, listing the episodes, when one
+         does not start on a keyframe (a stream copy could not cut it exactly).
+stage    `pipeline.stages.convert.convert_unit` (write under a temp name, check, rename; or keep a file
+         that already exists and passes the checks)
+reduce   `ConvertReduce`: counts and the first failures (memory flat in the corpus)
+publish  only when every output file succeeded: tasks, episodes (+ per-episode stats), global stats, the
+         source's top-level files, meta/info.json last; then prep/convert_report.json; then `prep verify`
+         of the output through the same engine.
+
+Resumable per output file: the plan is a pure function of the source metadata and the options, so a
+rerun redoes only the files that are missing or fail their checks. prep's files live in `<out>/prep/`:
+convert_options.json (a rerun with other options is refused), convert.lock while running,
+convert_report.json.
+
+`reencode_as` is `prep reencode --format` for the other layout: the re-encode job writes the new
+all-intra videos in the source's layout into `<out>/prep/reencoded/`, and this job stream-copies them
+into the target layout (exact: every re-encoded frame is a keyframe). The staged copy is removed once
+the output is complete and verified.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline import atomic
+from pipeline.convert.layout import (
+    DataSplitUnit,
+    Limits,
+    PlanItem,
+    VideoCutUnit,
+    placements_of,
+    plan_keyframe_checks,
+    plan_v21_to_v30,
+    plan_v30_to_v21,
+    units_of,
+)
+from pipeline.convert.meta import (
+    StatsAggregator,
+    V30EpisodesWriter,
+    info_to_v21,
+    info_to_v30,
+    v21_episode_line,
+    v21_stats_line,
+    v30_episode_row,
+    write_tasks_v21,
+    write_tasks_v30,
+)
+from pipeline.convert.source import (
+    DATA_SIZE_MEASURES,
+    V21_EPISODES_STATS,
+    iter_v21_episodes,
+    iter_v21_stats,
+    iter_v21_tasks,
+    iter_v30_episodes,
+    iter_v30_tasks,
+    stats_of_row,
+    video_keys,
+)
+from pipeline.dataset.info import read_info
+from pipeline.errors import DatasetError, PrepError
+from pipeline.lock import exclusive_lock
+from pipeline.runner import Engine
+from pipeline.schemas import validate
+from pipeline.stages.convert import (
+    ConvertResult,
+    ConvertUnit,
+    DataSplitGroup,
+    check_keyframes,
+    convert_failed,
+    convert_unit,
+    keyframes_failed,
+)
+from pipeline.video.remux import StartProblem
+
+FORMATS = ("v2.1", "v3.0")
+PREP_DIR = "prep"
+OPTIONS_REL = f"{PREP_DIR}/convert_options.json"
+LOCK_REL = f"{PREP_DIR}/convert.lock"
+REPORT_REL = f"{PREP_DIR}/convert_report.json"
+STAGED_REL = f"{PREP_DIR}/reencoded"  # `reencode_as`: the re-encode in the source's layout
+FAILURES_LISTED = 10_000
+WRITTEN_LISTED = 10_000
+SPLIT_GROUP_MAX = 1000  # episode parquets per task at most (a larger v3.0 file is read once per group)
+COST_S = 0.05  # seconds per output file before any is measured (a stream copy, a parquet rewrite)
+KEYFRAME_COST_S = 0.02
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(slots=True, frozen=True)
+class ConvertOptions:
+    """The target format and, for v3.0 output, LeRobot's layout limits (`chunks_size` is also the v2.1
+    episodes per chunk). `data_size`: how a data file's size counts against its limit (`DATA_SIZE_MEASURES`)."""
+
+    to: str
+    limits: Limits = DEFAULT_LIMITS
+    data_size: str = "lerobot"
+
+    def settings(self) -> dict[str, Any]:
+        """What determines the output files."""
+        return {"to": self.to, "chunks_size": self.limits.chunks_size,
+                "data_files_size_in_mb": self.limits.data_files_size_in_mb,
+                "video_files_size_in_mb": self.limits.video_files_size_in_mb, "data_size": self.data_size}
+
+
+class ConvertRefused(PrepError):
+    """The conversion cannot be done exactly (episodes that do not start on a keyframe)."""
+
+    def __init__(self, message: str, problems: list[StartProblem]) -> None:
+        self.problems = problems
+        super().__init__(message)
+
+
+@dataclass(slots=True)
+class ConvertReport:
+    src: str
+    out: str
+    to: str
+    options: dict[str, Any]
+    engine: str
+    files: int = 0
+    written: int = 0
+    kept: int = 0
+    failed: int = 0
+    episodes: int = 0
+    frames: int = 0
+    tasks: int = 0
+    out_bytes: int = 0
+    index_rewritten: int = 0  # rows whose `index` was not continuous in the source
+    seconds: float = 0.0  # the output files (plan + stages)
+    publish_seconds: float = 0.0
+    complete: bool = False  # meta/info.json written
+    failures: list[dict[str, Any]] = field(default_factory=list)  # the first FAILURES_LISTED
+    written_files: list[str] = field(default_factory=list)  # the first WRITTEN_LISTED files written this run
+    verify: dict[str, Any] | None = None  # `prep verify` of the output
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and not self.failures and (self.verify is None or bool(self.verify["passed"]))
+
+
+# ---- refusals before anything is written ----------------------------------------------------------
+
+
+def check_paths(src: Path, out: Path, *, staged: bool = False) -> None:
+    """The output is neither the source nor inside it, nor contains it (except `reencode_as`'s staged
+    source in `<out>/prep/`)."""
+    s, o = Path(os.path.realpath(src)), Path(os.path.realpath(out))
+    if o == s or s in o.parents:
+        raise PrepError(f"output {out} is the source or inside it ({src}); the source is never written: "
+                        "choose an --out outside it")
+    if o in s.parents and not (staged and (o / PREP_DIR) in s.parents):
+        raise PrepError(f"output {out} contains the source {src}; choose an --out beside it")
+
+
+def check_options(options: ConvertOptions) -> None:
+    if options.to not in FORMATS:
+        raise PrepError(f"unknown format {options.to!r} (choose from {', '.join(FORMATS)})")
+    if options.data_size not in DATA_SIZE_MEASURES:
+        raise PrepError(f"unknown data size measure {options.data_size!r} "
+                        f"(choose from {', '.join(DATA_SIZE_MEASURES)})")
+
+
+def _refuse_foreign(out: Path) -> None:
+    """Refuse a non-empty output folder that prep convert did not start (checked before anything is written)."""
+    if not out.exists() or (out / OPTIONS_REL).is_file():
+        return
+    if not out.is_dir():
+        raise PrepError(f"output {out} exists and is not a folder")
+    others = sorted(p.name for p in out.iterdir() if p.name != PREP_DIR)
+    if others:
+        raise PrepError(f"output {out} exists and is not a prep convert output (holds {', '.join(others[:3])}); "
+                        "choose another --out")
+
+
+def _claim_output(src: Path, out: Path, settings: dict[str, Any]) -> None:
+    """Record the options in `<out>/prep/convert_options.json`; refuse a run started with other ones."""
+    settings = {"source": str(src.resolve()), **settings}
+    path = out / OPTIONS_REL
+    if path.is_file():
+        try:
+            previous = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            previous = None
+        if previous != settings:
+            raise PrepError(f"output {out} was started with other settings ({previous}); now asked for "
+                            f"{settings}. Choose another --out, or delete {out} to start over")
+        return
+    validate(settings, "convert_options", source=str(path))
+    atomic.write_json(path, settings)
+
+
+# ---- plan ------------------------------------------------------------------------------------------
+
+
+def plan_to_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions) -> Iterator[PlanItem]:
+    """The v2.1 -> v3.0 plan: every episode's placement and every output file's unit (streamed)."""
+    cameras = video_keys(info)
+    episodes = iter_v21_episodes(src, info, cameras, options.data_size)
+    return plan_v21_to_v30(episodes, cameras, float(info["fps"]), str(src), str(out), options.limits)
+
+
+def units_to_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions) -> Iterator[ConvertUnit]:
+    """The v3.0 -> v2.1 units: each episode mp4 as soon as planned, the episode parquets grouped by their
+    v3.0 data file (at most `SPLIT_GROUP_MAX` per group)."""
+    source = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info)))
+    group: list[DataSplitUnit] = []
+    for unit in plan_v30_to_v21(source, float(info["fps"]), str(src), str(out), options.limits.chunks_size):
+        if isinstance(unit, DataSplitUnit):
+            if group and (group[-1].src_rel != unit.src_rel or len(group) >= SPLIT_GROUP_MAX):
+                yield DataSplitGroup(tuple(group))
+                group = []
+            group.append(unit)
+        else:
+            assert isinstance(unit, VideoCutUnit)
+            yield unit
+    if group:
+        yield DataSplitGroup(tuple(group))
+
+
+def keyframe_problems(src: Path, info: dict[str, Any], engine: Engine) -> list[StartProblem]:
+    """Every episode (per camera) of a v3.0 dataset that does not start on a keyframe (one demux per file)."""
+    episodes = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info)))
+    problems: list[StartProblem] = []
+    for found in engine.results(check_keyframes, plan_keyframe_checks(episodes, str(src)),
+                                on_error=keyframes_failed, desc="keyframes", unit_name="file",
+                                cost_s=KEYFRAME_COST_S):
+        problems += found[:FAILURES_LISTED - len(problems)] if len(problems) < FAILURES_LISTED else []
+    return sorted(problems, key=lambda p: (p.episode if p.episode is not None else -1, p.camera or ""))
+
+
+def refusal(problems: list[StartProblem]) -> ConvertRefused:
+    episodes = sorted({p.episode for p in problems if p.episode is not None})
+    shown = ", ".join(str(e) for e in episodes[:20]) + (" ..." if len(episodes) > 20 else "")
+    return ConvertRefused(f"{len(episodes)} episode(s) cannot be cut out exactly by a stream copy: {shown} "
+                          f"(first: {problems[0].line()}); use `prep reencode --format v2.1` instead", problems)
+
+
+# ---- reduce ----------------------------------------------------------------------------------------
+
+
+class ConvertReduce:
+    """Counts, bytes, the first failures and the first files written."""
+
+    def __init__(self, report: ConvertReport) -> None:
+        self.report = report
+
+    def add(self, r: ConvertResult) -> None:
+        rep = self.report
+        rep.files += 1
+        if r.status == "failed":
+            rep.failed += 1
+            if len(rep.failures) < FAILURES_LISTED:
+                rep.failures.append({"path": r.out_rel, "kind": r.kind, "reason": r.reason})
+            return
+        rep.out_bytes += r.out_bytes
+        rep.index_rewritten += r.index_rewritten
+        if r.status == "written":
+            rep.written += 1
+            if len(rep.written_files) < WRITTEN_LISTED:
+                rep.written_files.append(r.out_rel)
+        else:
+            rep.kept += 1
+
+
+# ---- publish ---------------------------------------------------------------------------------------
+
+
+def copy_root_files(src: Path, dst: Path) -> None:
+    """Files at the top of the source (README.md, LICENSE, ...) byte for byte."""
+    for entry in sorted(src.iterdir()):
+        if entry.is_file() and not entry.is_symlink() and atomic.TEMP_MARK not in entry.name:
+            with atomic.atomic_path(dst / entry.name) as tmp:
+                shutil.copyfile(entry, tmp)
+
+
+def publish_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions, report: ConvertReport) -> None:
+    """tasks.parquet, meta/episodes/*.parquet (from the same plan, streamed again), stats.json, info.json last."""
+    fps = float(info["fps"])
+    report.tasks = write_tasks_v30(out / "meta/tasks.parquet", iter_v21_tasks(src))
+    stats = iter_v21_stats(src) if (src / V21_EPISODES_STATS).is_file() else None
+    agg = StatsAggregator()
+    writer = V30EpisodesWriter(out, options.limits.data_files_size_in_mb, options.limits.chunks_size)
+    episodes = frames = 0
+    try:
+        for p in placements_of(plan_to_v30(src, out, info, options)):
+            ep_stats = None
+            if stats is not None:
+                idx, ep_stats = next(stats, (None, None))
+                if idx != p.episode or ep_stats is None:
+                    raise DatasetError(src / V21_EPISODES_STATS, f"no stats line for episode {p.episode} "
+                                                                 f"(found {idx})")
+                agg.add(ep_stats, episode=p.episode)
+            writer.add(v30_episode_row(p, fps, ep_stats))
+            episodes += 1
+            frames += p.length
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    if stats is not None:
+        atomic.write_lerobot_json(out / "meta/stats.json", agg.result())
+    elif (src / "meta/stats.json").is_file():
+        with atomic.atomic_path(out / "meta/stats.json") as tmp:
+            shutil.copyfile(src / "meta/stats.json", tmp)
+    copy_root_files(src, out)
+    report.episodes, report.frames = episodes, frames
+    atomic.write_lerobot_json(out / "meta/info.json", info_to_v30(info, options.limits, episodes=episodes,
+                                                                  frames=frames, tasks=report.tasks))
+
+
+def publish_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions, report: ConvertReport) -> None:
+    """tasks.jsonl, episodes.jsonl and episodes_stats.jsonl (streamed from the v3.0 episodes), info.json last."""
+    cameras = video_keys(info)
+    report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", iter_v30_tasks(src))
+    episodes = frames = 0
+    with atomic.LineWriter(out / "meta/episodes.jsonl") as eps, \
+            atomic.LineWriter(out / "meta/episodes_stats.jsonl") as st:
+        for ep, row in iter_v30_episodes(src, info, cameras):
+            eps.write_json_line(v21_episode_line(ep.index, ep.tasks, ep.length))
+            st.write_json_line(v21_stats_line(ep.index, stats_of_row(row)))
+            episodes += 1
+            frames += ep.length
+    copy_root_files(src, out)
+    report.episodes, report.frames = episodes, frames
+    atomic.write_lerobot_json(out / "meta/info.json", info_to_v21(info, options.limits.chunks_size,
+                                                                  episodes=episodes, frames=frames,
+                                                                  tasks=report.tasks, cameras=len(cameras)))
+
+
+PUBLISH = {"v3.0": publish_v30, "v2.1": publish_v21}
+
+
+# ---- verify ----------------------------------------------------------------------------------------
+
+
+def verify_output(out: Path, engine: Engine, *, all_intra: bool = False) -> dict[str, Any]:
+    """`prep verify` of the output (demux checks of every file and episode) through the same engine."""
+    from pipeline.jobs.verify import verify_dataset
+    from pipeline.stages.verify import VerifyOptions
+
+    report = verify_dataset(out, VerifyOptions(all_intra=all_intra), engine)
+    return {"passed": report.passed, "episodes_checked": report.episodes_checked,
+            "episodes_passed": report.episodes_passed, "failures_total": report.failures_total,
+            "failures": [f.line() for f in report.failures[:20]]}
+
+
+# ---- the job ---------------------------------------------------------------------------------------
+
+
+def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engine, *, verify: bool = True,
+                    all_intra: bool = False, staged: bool = False,
+                    extra_settings: dict[str, Any] | None = None) -> ConvertReport:
+    """Convert `src` into the dataset `out` in `options.to` (stream copies) through `engine`; resumable;
+    never writes under `src`. Raises `ConvertRefused` (v3.0 -> v2.1 where an episode is off a keyframe)
+    and `PrepError` for a bad dataset or output. `all_intra`: `prep verify` also requires every frame to
+    be a keyframe (`reencode_as`)."""
+    src, out = Path(src).absolute(), Path(out).absolute()
+    check_options(options)
+    info = read_info(src)
+    if info["codebase_version"] == options.to:
+        raise DatasetError(src / "meta/info.json", f"the dataset already is {options.to}")
+    check_paths(src, out, staged=staged)
+    _refuse_foreign(out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = ConvertReport(str(src), str(out), options.to, options.settings(), engine.backend)
+    with exclusive_lock(out / LOCK_REL, f"output {out}"):
+        _claim_output(src, out, {**options.settings(), **(extra_settings or {})})
+        atomic.remove_stale_temps(out / "meta")
+        t0 = time.perf_counter()
+        if options.to == "v3.0":
+            units: Iterator[Any] = units_of(plan_to_v30(src, out, info, options))
+        else:
+            problems = keyframe_problems(src, info, engine)
+            if problems:
+                raise refusal(problems)
+            units = units_to_v21(src, out, info, options)
+        reduce = ConvertReduce(report)
+        for batch in engine.map(convert_unit, units, on_error=convert_failed, desc="convert", unit_name="unit",
+                                cost_s=COST_S, measure=lambda rs: {"files": float(len(rs))}):
+            for results in batch.results:
+                for r in results:
+                    reduce.add(r)
+        for sub in ("videos", "data"):  # temp files of workers killed mid-task (their task was retried)
+            atomic.remove_stale_temps(out / sub)
+        report.seconds = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        try:
+            if not report.failures:
+                PUBLISH[options.to](src, out, info, options, report)
+                report.complete = True
+            report.publish_seconds = time.perf_counter() - t1
+            write_report(out, report)
+        except OSError as exc:
+            raise PrepError(f"{out}: writing metadata failed: {exc.strerror or exc}"
+                            f"{f' ({exc.filename})' if exc.filename else ''}; finished files are kept and "
+                            "meta/info.json is written only when complete: free space and rerun") from None
+    if report.complete and verify:
+        report.verify = verify_output(out, engine, all_intra=all_intra)
+        write_report(out, report)
+    return report
+
+
+def write_report(out: Path, report: ConvertReport) -> None:
+    doc = {"schema": "prep.convert_report/1", **asdict(report)}
+    validate(doc, "convert_report", source=str(out / REPORT_REL))
+    atomic.write_json(out / REPORT_REL, doc, indent=2)
+
+
+# ---- prep reencode --format -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ReencodeAsReport:
+    """`reencode_as`: the re-encode into the staged copy (None: finished by an earlier run, whose staged copy
+    is gone), then its conversion (None if the re-encode failed)."""
+
+    reencode: Any  # pipeline.jobs.reencode.ReencodeReport | None
+    convert: ConvertReport | None = None
+    staged_removed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return (self.reencode is None or bool(self.reencode.ok)) and self.convert is not None and self.convert.ok
+
+
+def reencode_as(src: Path, out: Path, options: Any, to: str, engine: Engine, *, limits: Limits = DEFAULT_LIMITS,
+                keep_staged: bool = False) -> ReencodeAsReport:
+    """`prep reencode` into the other layout: re-encode `src` (in its own layout) into `<out>/prep/reencoded`,
+    then convert that into `out` in format `to` by stream copy (exact: every frame is a keyframe), verify it
+    (all-intra), and remove the staged copy unless `keep_staged`. Both steps resume per file; a rerun of a
+    finished output only verifies it."""
+    from pipeline.jobs.reencode import check_options as check_reencode_options
+    from pipeline.jobs.reencode import reencode_dataset
+
+    src, out = Path(src).absolute(), Path(out).absolute()
+    conv = ConvertOptions(to, limits)
+    check_options(conv)
+    check_reencode_options(options)
+    if read_info(src)["codebase_version"] == to:
+        raise PrepError(f"{src} already is {to}: use `prep reencode` without --format")
+    check_paths(src, out)
+    _refuse_foreign(out)
+    staged = out / STAGED_REL
+    settings = {**conv.settings(), "reencode": {"source": str(src.resolve()), **options.output_settings()}}
+    if (out / "meta/info.json").is_file() and not staged.exists():
+        with exclusive_lock(out / LOCK_REL, f"output {out}"):
+            _claim_output(staged, out, settings)
+            previous = json.loads((out / REPORT_REL).read_text(encoding="utf-8"))
+        report = ConvertReport(**{k: v for k, v in previous.items() if k != "schema"})
+        report.written = report.kept = 0
+        report.written_files = []
+        report.verify = verify_output(out, engine, all_intra=True)
+        return ReencodeAsReport(None, report, staged_removed=True)
+    first = reencode_dataset(src, staged, options, engine)
+    result = ReencodeAsReport(first)
+    if not first.ok:
+        return result
+    result.convert = convert_dataset(staged, out, conv, engine, verify=True, all_intra=True, staged=True,
+                                     extra_settings={"reencode": settings["reencode"]})
+    if result.ok and not keep_staged:
+        shutil.rmtree(staged)
+        result.staged_removed = True
+    return result
