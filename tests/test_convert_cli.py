@@ -1,0 +1,138 @@
+"""`prep convert` as a command on a real LocalCluster: exit codes, the summary, the options file with the
+Limits, the lock, a refusal as one line, and a SIGKILLed conversion that a rerun finishes by redoing only
+the unfinished output files (the result equal to an uninterrupted run's)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.lock import exclusive_lock
+from pipeline.synth import SynthSpec, write_synthetic
+
+REPO = Path(__file__).resolve().parents[1]
+CAMS = ("observation.images.cam_high", "observation.images.wrist")
+SMALL = ["--data-file-size-mb", "0.012", "--video-file-size-mb", "0.03"]
+
+
+def prep(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and p.relative_to(root).parts[0] != "prep"}
+
+
+@pytest.fixture(scope="module")
+def v21(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    spec = SynthSpec(version="v2.1", episodes=12, frames=24, height=48, width=64, gop=12, cameras=CAMS)
+    return write_synthetic(tmp_path_factory.mktemp("cli") / "v21", spec)
+
+
+@pytest.fixture(scope="module")
+def reference(v21: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted `prep convert --to v3.0` on 2 LocalCluster workers."""
+    out = tmp_path_factory.mktemp("ref") / "v30"
+    r = prep("convert", str(v21), "--to", "v3.0", "--out", str(out), "--workers", "2", "--no-progress", *SMALL)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "verify    PASSED: 12 of 12 episodes pass" in r.stdout, r.stdout
+    assert "[engine] local: LocalCluster, 2 workers" in r.stderr
+    return out
+
+
+def test_convert_summary_options_and_rerun(v21: Path, reference: Path) -> None:
+    report = json.loads((reference / "prep/convert_report.json").read_text())
+    assert report["complete"] and report["written"] == report["files"] > 10 and report["verify"]["passed"]
+    options = json.loads((reference / "prep/convert_options.json").read_text())
+    assert options == {"source": str(v21.resolve()), "to": "v3.0", "chunks_size": 1000,
+                       "data_files_size_in_mb": 0.012, "video_files_size_in_mb": 0.03, "data_size": "lerobot"}
+    info = json.loads((reference / "meta/info.json").read_text())
+    assert (info["data_files_size_in_mb"], info["video_files_size_in_mb"]) == (0.012, 0.03)
+    before = tree(reference)
+    r = prep("convert", str(v21), "--to", "v3.0", "--out", str(reference), "--backend", "inline", "--no-progress",
+             *SMALL)
+    assert r.returncode == 0, r.stderr
+    assert f"files     {report['files']}: 0 written, {report['files']} kept" in r.stdout
+    assert tree(reference) == before
+
+
+def test_other_limits_on_the_same_output_are_refused(v21: Path, reference: Path) -> None:
+    r = prep("convert", str(v21), "--to", "v3.0", "--out", str(reference), "--backend", "inline", "--no-progress",
+             "--video-file-size-mb", "50")
+    assert r.returncode == 2
+    assert "was started with other settings" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_running_conversion_holds_the_lock(v21: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with exclusive_lock(out / "prep/convert.lock", f"output {out}"):
+        r = prep("convert", str(v21), "--to", "v3.0", "--out", str(out), "--backend", "inline", "--no-progress")
+    assert r.returncode == 2 and "is in use by another prep run" in r.stderr
+    assert not (out / "meta").exists()
+
+
+def test_off_keyframe_v30_is_refused_in_one_line(tmp_path: Path) -> None:
+    spec = SynthSpec(version="v3.0", episodes=3, frames=45, height=48, width=64, gop=90, cameras=CAMS,
+                     episodes_per_file=3)
+    src = write_synthetic(tmp_path / "v30", spec)
+    r = prep("convert", str(src), "--to", "v2.1", "--out", str(tmp_path / "out"), "--backend", "inline",
+             "--no-progress")
+    assert r.returncode == 2, r.stdout
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("prep convert: error: 2 episode(s) cannot be cut out exactly by a stream copy: 0, 1")
+    assert "use `prep reencode --format v2.1` instead" in line
+
+
+def test_same_format_and_bad_source_are_one_line(v21: Path, tmp_path: Path) -> None:
+    r = prep("convert", str(v21), "--to", "v2.1", "--out", str(tmp_path / "o"), "--backend", "inline")
+    assert r.returncode == 2 and "the dataset already is v2.1" in r.stderr and "Traceback" not in r.stderr
+    r = prep("convert", str(tmp_path / "nothing"), "--to", "v3.0", "--backend", "inline")
+    assert r.returncode == 2 and "no such dataset folder" in r.stderr
+
+
+def _final_outputs(out: Path) -> list[Path]:
+    return [p for p in out.rglob("*") if p.is_file() and ".part-" not in p.name
+            and p.relative_to(out).parts[0] in ("videos", "data")]
+
+
+def test_killed_conversion_redoes_only_unfinished_files(v21: Path, reference: Path, tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "pipeline.cli", "convert", str(v21), "--to", "v3.0", "--out", str(out),
+           "--workers", "2", "--batch", "1", "--no-progress", "--no-verify", *SMALL]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    total = sum(1 for _ in _final_outputs(reference))
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None and len(_final_outputs(out)) < 3:
+            time.sleep(0.02)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done = {p.relative_to(out).as_posix() for p in _final_outputs(out)}
+    if (out / "meta/info.json").exists() or len(done) >= total:
+        pytest.skip("the conversion finished before the kill (machine too fast for this corpus)")
+    ref = tree(reference)
+    for rel in done:  # a file under its final name is complete
+        assert hashlib.sha256((out / rel).read_bytes()).hexdigest() == ref[rel], rel
+    r = prep("convert", str(v21), "--to", "v3.0", "--out", str(out), "--workers", "2", "--no-progress", *SMALL)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads((out / "prep/convert_report.json").read_text())
+    assert report["kept"] == len(done) and report["written"] == report["files"] - len(done)
+    assert set(report["written_files"]).isdisjoint(done)
+    assert tree(out) == ref
+    assert not list(out.rglob("*.part-*"))
