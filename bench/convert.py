@@ -1,14 +1,18 @@
-"""Benchmark v2.1 -> v3.0 conversion: prep's stream-copy building blocks run inline (one process, one unit
-after another: `pipeline.convert_local.convert_inline`) against lerobot 0.4.4's own converter
-(`convert_dataset_v21_to_v30`, run in its venv) on the same synthetic corpus.
+"""Benchmark v2.1 -> v3.0 conversion: `prep convert SRC --to v3.0` on a 2-worker LocalCluster (and on the
+inline engine: one process, one unit after another) against lerobot 0.4.4's own converter
+(`convert_dataset_v21_to_v30`, run in its venv) on the same synthetic corpus, interleaved.
 
 The corpus: N episodes x 3 cameras x 90 frames of 480x640 h264 (each camera's first episode encoded once and
 copied, so that building it is fast; both converters stream-copy, so content does not change their work).
-LeRobot's converter works in place, so it runs on a fresh copy (the copy is not timed). Its time is measured
-around `convert_dataset(...)` inside its process (imports excluded) and for the whole process.
-Also reported: each output's largest |from_timestamp - frames_before / fps|.
+LeRobot's converter works in place, so it runs on a fresh copy (the copy is not timed). Each converter runs as
+its own process; `seconds` is the conversion inside it (LeRobot: around `convert_dataset(...)`, imports
+excluded; prep: the job's output files plus its metadata, from prep/convert_report.json, cluster start-up
+and imports excluded), `process_seconds` the whole process. prep runs with --no-verify (LeRobot's converter
+verifies nothing); `prep verify` of prep's output is timed apart. Also reported: each output's largest
+|from_timestamp - frames_before / fps|, and the 1-minute load average at each start (the machine is shared).
 
-    python bench/convert.py [--episodes 200] [--repeat 1] [--workdir DIR] [--out bench/results/convert.json]
+    python bench/convert.py [--episodes 200] [--repeat 1] [--workers 2] [--workdir DIR]
+                            [--out bench/results/convert.json]
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,8 +34,7 @@ import pyarrow.parquet as pq
 
 from pipeline import atomic
 from pipeline.convert.meta import exact_offsets_error
-from pipeline.convert.source import video_keys
-from pipeline.convert_local import convert_inline
+from pipeline.dataset.info import video_keys
 from pipeline.runner import machine_cores
 from pipeline.synth import SynthSpec, write_synthetic
 
@@ -64,17 +68,35 @@ def offsets(root: Path) -> float:
     return exact_offsets_error(rows, float(info["fps"]), video_keys(info))
 
 
-def run_prep(src: Path, out: Path) -> dict[str, Any]:
-    shutil.rmtree(out, ignore_errors=True)
-    load = os.getloadavg()[0]
+def prep(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
     t0 = time.perf_counter()
-    report = convert_inline(src, out, "v3.0")
-    seconds = time.perf_counter() - t0
-    if not report.complete:
-        raise SystemExit(f"prep conversion failed: {[r.reason for r in report.failed][:3]}")
-    return {"converter": "prep inline (1 process)", "seconds": seconds, "process_seconds": seconds,
-            "load_avg_1m_at_start": load, "output_files": len(report.results), "out_bytes": du(out),
+    r = subprocess.run([sys.executable, "-m", "pipeline.cli", *args, "--no-progress"], capture_output=True,
+                       text=True, env=env, check=False)
+    return r, time.perf_counter() - t0
+
+
+def run_prep(src: Path, out: Path, workers: int | None) -> dict[str, Any]:
+    shutil.rmtree(out, ignore_errors=True)
+    engine = ["--workers", str(workers)] if workers else ["--backend", "inline"]
+    load = os.getloadavg()[0]
+    r, wall = prep("convert", str(src), "--to", "v3.0", "--out", str(out), "--no-verify", *engine)
+    if r.returncode != 0:
+        raise SystemExit(f"prep convert failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    doc = json.loads((out / "prep/convert_report.json").read_text())
+    name = f"prep convert, LocalCluster {workers} workers" if workers else "prep convert, inline (1 process)"
+    return {"converter": name, "seconds": doc["seconds"] + doc["publish_seconds"], "process_seconds": wall,
+            "load_avg_1m_at_start": load, "output_files": doc["files"], "out_bytes": du(out),
             "max_offset_error_s": offsets(out)}
+
+
+def run_verify(out: Path, workers: int) -> dict[str, Any]:
+    load = os.getloadavg()[0]
+    r, wall = prep("verify", str(out), "--workers", str(workers))
+    return {"what": f"prep verify of prep's output, LocalCluster {workers} workers", "exit": r.returncode,
+            "process_seconds": wall, "load_avg_1m_at_start": load,
+            "summary": [line for line in r.stdout.splitlines() if line.strip()][:3]}
 
 
 def run_lerobot(src: Path, workdir: Path) -> dict[str, Any]:
@@ -99,11 +121,11 @@ def run_lerobot(src: Path, workdir: Path) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'converter':<42}{'seconds':>9}{'process s':>11}{'files':>7}{'out MB':>9}{'max offset err s':>18}"
+    head = (f"{'converter':<44}{'seconds':>9}{'process s':>11}{'files':>7}{'out MB':>9}{'max offset err s':>18}"
             f"{'load':>6}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['converter']:<42}{r['seconds']:>9.2f}{r['process_seconds']:>11.2f}{r['output_files']:>7}"
+        lines.append(f"{r['converter']:<44}{r['seconds']:>9.2f}{r['process_seconds']:>11.2f}{r['output_files']:>7}"
                      f"{r['out_bytes'] / 1e6:>9.1f}{r['max_offset_error_s']:>18.1e}{r['load_avg_1m_at_start']:>6.1f}")
     return "\n".join(lines)
 
@@ -112,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--repeat", type=int, default=1, help="runs of each converter, alternating")
+    p.add_argument("--workers", type=int, default=2, help="prep's LocalCluster workers (default: 2)")
+    p.add_argument("--no-inline", action="store_true", help="skip prep's inline run")
     p.add_argument("--workdir", type=Path, help="where to build (and reuse) the corpus (default: a temp dir)")
     p.add_argument("--out", type=Path, default=Path("bench/results/convert.json"))
     args = p.parse_args(argv)
@@ -127,15 +151,26 @@ def main(argv: list[str] | None = None) -> int:
               f"(built in {time.perf_counter() - t0:.0f} s)", flush=True)
         rows = []
         for _ in range(args.repeat):
-            rows.append(run_prep(src, workdir / "prep-v30"))
+            rows.append(run_prep(src, workdir / "prep-v30", args.workers))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
             rows.append(run_lerobot(src, workdir))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
+            if not args.no_inline:
+                rows.append(run_prep(src, workdir / "prep-v30-inline", None))
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
+        verify = run_verify(workdir / "prep-v30", args.workers)
+        print(f"{verify['what']}: exit {verify['exit']}, {verify['process_seconds']:.1f} s (load "
+              f"{verify['load_avg_1m_at_start']:.1f})", flush=True)
     print(table(rows))
-    best = {name: min(r["seconds"] for r in rows if r["converter"].startswith(name)) for name in ("prep", "lerobot")}
-    ratio = best["lerobot"] / best["prep"]
+    local = f"prep convert, LocalCluster {args.workers} workers"
+    best = {name: min(r["seconds"] for r in rows if r["converter"].startswith(name)) for name in (local, "lerobot")}
+    best_process = {name: min(r["process_seconds"] for r in rows if r["converter"].startswith(name))
+                    for name in (local, "lerobot")}
+    ratio = best["lerobot"] / best[local]
+    ratio_process = best_process["lerobot"] / best_process[local]
     load_after = os.getloadavg()
-    print(f"lerobot / prep (best conversion seconds): {ratio:.2f}x")
+    print(f"lerobot / prep {args.workers} workers: {ratio:.2f}x (conversion seconds), {ratio_process:.2f}x "
+          "(whole processes)")
     print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}, on {machine_cores()} cores")
     result = {
         "bench": "convert",
@@ -143,10 +178,14 @@ def main(argv: list[str] | None = None) -> int:
                     "load_avg_before": list(load_before), "load_avg_after": list(load_after)},
         "corpus": {"episodes": args.episodes, "cameras": 3, "frames_per_episode": 90, "size": "480x640",
                    "codec": "h264", "bytes": src_bytes},
-        "note": "seconds: the conversion call; process_seconds: the whole process (lerobot: imports included). "
-                "prep: convert_inline, sequential in one process (part 2 of issue 15 runs it as Dask tasks).",
+        "note": "seconds: the conversion inside each process (lerobot: convert_dataset; prep: the job's files + "
+                "metadata); process_seconds: the whole process (imports, prep's cluster start-up included). prep "
+                "runs `prep convert --no-verify`; its verify is timed apart.",
+        "workers": args.workers,
         "ratio_lerobot_over_prep": ratio,
+        "ratio_lerobot_over_prep_process": ratio_process,
         "results": rows,
+        "verify": verify,
     }
     atomic.write_json(args.out, result, indent=2)
     print(f"wrote {args.out}")

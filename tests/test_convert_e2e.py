@@ -16,11 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.convert.layout import Limits, frames_to_seconds
+from pipeline.convert.layout import Limits
 from pipeline.convert.source import stats_of_row
 from pipeline.dataset import open_dataset
 from pipeline.jobs.convert import ConvertOptions, ConvertRefused, ConvertReport, convert_dataset
 from pipeline.jobs.verify import verify_in_process
+from pipeline.rates import frames_to_seconds
 from pipeline.runner import RunConfig, open_engine
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import SynthSpec, write_synthetic

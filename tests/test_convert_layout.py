@@ -16,7 +16,6 @@ from pipeline.convert.layout import (
     V30Episode,
     V30Video,
     VideoConcatUnit,
-    frames_to_seconds,
     next_chunk_file,
     placements_of,
     plan_keyframe_checks,
@@ -24,6 +23,7 @@ from pipeline.convert.layout import (
     plan_v30_to_v21,
     units_of,
 )
+from pipeline.rates import frames_to_seconds
 
 CAMS = ("cam_a", "cam_b")
 

@@ -15,7 +15,6 @@ import pytest
 from pipeline.convert.hf import features_from_info, retarget, target_metadata
 from pipeline.convert.layout import Limits, Placement, VideoPlace
 from pipeline.convert.meta import (
-    StatsAggregator,
     V30EpisodesWriter,
     info_to_v21,
     info_to_v30,
@@ -24,6 +23,7 @@ from pipeline.convert.meta import (
     write_tasks_v30,
 )
 from pipeline.convert.source import iter_v21_episode_lines, iter_v21_tasks, iter_v30_tasks, stats_of_row
+from pipeline.dataset.stats import StatsAggregator
 from pipeline.errors import DatasetError
 
 

@@ -4,7 +4,8 @@ SRC is a dataset path, or a name under `--root` (default: the current folder). D
 (224x224) or `WxH`. The output goes to `--out`, by default the sibling folder `<SRC>_<DST>`
 (`merged` + `224` -> `merged_224`, `merged` + `320x240` -> `merged_320x240`). prep's own files go
 to `<out>/prep/` (LeRobot ignores the folder). The job (plan, stages, reduce, publish) is
-`pipeline.jobs.reencode`; this module parses, prints and sets the exit code.
+`pipeline.jobs.reencode`; with `--format` the other layout than the source's, `pipeline.jobs.convert.reencode_as`
+(re-encode, then stream-copy into that layout). This module parses, prints and sets the exit code.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.commands.argtypes import LazyChoices, LazyHelp
 from pipeline.commands.common import add_run_options, run_config
+from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.errors import PrepError
 
 if TYPE_CHECKING:
+    from pipeline.jobs.convert import ReencodeAsReport
     from pipeline.jobs.reencode import ReencodeReport
 
 ENCODE = "pipeline.video.encode"  # PROFILES and ENGINES live there (it imports PyAV: read only when needed)
@@ -56,6 +59,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--engine", choices=LazyChoices(ENCODE, "ENGINES"), metavar="ENGINE",
                    help=_encode_help("%(choices)s: pyav = in-process; ffmpeg = one ffmpeg process per file "
                                      "(default: {encode.DEFAULT_ENGINE})"))
+    p.add_argument("--format", choices=("v2.1", "v3.0"), help="output format (default: the source's): v3.0 -> "
+                   "v2.1 gives every episode its own all-intra file, v2.1 -> v3.0 writes episodes consecutively into "
+                   "files up to the size limits")
+    p.add_argument("--keep-staged", action="store_true", help="with --format: keep the re-encode in the source's "
+                   "layout (<out>/prep/reencoded) after the conversion")
+    add_limit_options(p)
     add_run_options(p)
     p.set_defaults(func=run)
 
@@ -117,6 +126,24 @@ def summary(r: ReencodeReport) -> str:
     return "\n".join(lines)
 
 
+def format_summary(r: ReencodeAsReport) -> str:
+    from pipeline.commands.convert import summary as convert_summary
+
+    if not r.converted:
+        return summary(r.reencode)
+    lines = []
+    if r.reencode is None:
+        lines.append("reencode  finished by an earlier run (staged copy removed); the output is verified again")
+    else:
+        lines += [line for line in summary(r.reencode).splitlines() if not line.startswith(("output", "reports"))]
+        lines.insert(1, f"staged    {r.reencode.out} (the re-encode in the source's layout)")
+    if r.convert is not None:
+        lines += [f"--- into {r.to} (stream copy of the all-intra files) ---", convert_summary(r.convert)]
+    if r.staged_removed:
+        lines.append(f"staged    removed; kept: {', '.join(r.carried) or 'nothing'}")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     size = parse_size(args.dst)  # a bad size is refused before anything heavy is imported
     src = resolve_src(args.src, args.root)
@@ -129,6 +156,17 @@ def run(args: argparse.Namespace) -> int:
 
     options = ReencodeOptions(size=size, resize=args.resize, profile=args.profile or DEFAULT_PROFILE, crf=args.crf,
                               engine=args.engine or DEFAULT_ENGINE)
+    if args.format is not None:
+        from pipeline.jobs.convert import reencode_as
+
+        try:
+            limits = limits_of(args)
+        except ValueError as exc:
+            raise PrepError(str(exc)) from None
+        with open_engine(run_config(args)) as engine:
+            result = reencode_as(src, out, options, args.format, engine, limits=limits, keep_staged=args.keep_staged)
+        print(format_summary(result))
+        return 0 if result.ok else 1
     with open_engine(run_config(args)) as engine:
         report = reencode_dataset(src, out, options, engine)
     print(summary(report))

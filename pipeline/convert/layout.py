@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from fractions import Fraction
 
 # LeRobot's defaults (lerobot/datasets/utils.py)
 DEFAULT_CHUNKS_SIZE = 1000
@@ -48,16 +47,6 @@ class Limits:
             raise ValueError(f"chunks_size must be positive, got {self.chunks_size}")
         if self.data_files_size_in_mb <= 0 or self.video_files_size_in_mb <= 0:
             raise ValueError("file size limits must be positive")
-
-
-def fps_fraction(fps: float) -> Fraction:
-    """30 -> 30, 29.97 -> 2997/100: the exact rate the offsets are computed with."""
-    return Fraction(str(fps)).limit_denominator(100_000)
-
-
-def frames_to_seconds(frames: int, fps: float) -> float:
-    """`frames / fps` rounded once to the nearest double (never a sum of per-episode durations)."""
-    return float(Fraction(frames) / fps_fraction(fps))
 
 
 def next_chunk_file(chunk: int, file: int, chunks_size: int) -> tuple[int, int]:

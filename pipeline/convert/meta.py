@@ -9,8 +9,8 @@
 - episodes: `meta/episodes.jsonl` + `meta/episodes_stats.jsonl` <-> `meta/episodes/chunk-XXX/file-YYY.parquet`
   rows (episode_index, tasks, length, data/*, dataset_from/to_index, videos/<cam>/*, stats/<feature>/<stat>,
   meta/episodes/*), in the column order of LeRobot 0.4's writer.
-- global stats: `StatsAggregator` gives LeRobot's `aggregate_stats` of all episodes in one pass (min, max,
-  count-weighted mean, pooled std, count-weighted quantiles present in every episode).
+- global stats: `pipeline.dataset.stats.StatsAggregator` gives LeRobot's `aggregate_stats` of all episodes in
+  one pass (min, max, count-weighted mean, pooled std, count-weighted quantiles present in every episode).
 
 Each file is written under a temp name and renamed when complete (`pipeline/atomic.py`).
 """
@@ -37,11 +37,10 @@ from pipeline.convert.layout import (
     V30_VIDEO_PATH,
     Limits,
     Placement,
-    fps_fraction,
-    frames_to_seconds,
     next_chunk_file,
 )
 from pipeline.errors import DatasetError
+from pipeline.rates import fps_fraction, frames_to_seconds
 
 STAT_ORDER = ("min", "max", "mean", "std", "count")
 
@@ -184,63 +183,6 @@ def flat_stats(stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """{feature: {stat: value}} -> {"stats/<feature>/<stat>": value} (LeRobot's `flatten_dict`)."""
     return {f"stats/{feat}/{name}": normalized_stat(name, value)
             for feat, st in stats.items() for name, value in st.items()}
-
-
-class StatsAggregator:
-    """LeRobot's `aggregate_stats` over episodes fed one at a time. Sums are kept shifted by the first
-    episode's mean (the shifted-data form of the same pooled-variance formula), so that a feature with a
-    large mean and a small spread (a global `index`) loses no digits to cancellation: the result agrees with
-    LeRobot's two-pass numpy version to ~1e-15."""
-
-    def __init__(self) -> None:
-        self.features: dict[str, dict[str, Any]] = {}
-
-    def add(self, stats: dict[str, dict[str, Any]], *, episode: int | None = None) -> None:
-        for feat, st in stats.items():
-            try:
-                self._add(feat, {k: np.asarray(v, dtype=np.float64) for k, v in st.items()})
-            except (KeyError, ValueError) as exc:
-                raise DatasetError(f"episode {episode} stats of {feat!r}", f"cannot aggregate: {exc}") from None
-
-    @staticmethod
-    def _weights(n: np.ndarray, like: np.ndarray) -> np.ndarray:
-        return n.reshape(n.shape + (1,) * (like.ndim - n.ndim)) if like.ndim > n.ndim else n
-
-    def _add(self, feat: str, st: dict[str, np.ndarray]) -> None:
-        n = st["count"]
-        if n.shape != (1,):
-            raise ValueError(f"count has shape {n.shape}, expected (1,)")
-        mean, var = st["mean"], st["std"] ** 2
-        w = self._weights(n, mean)
-        quantiles = {k: v for k, v in st.items() if k.startswith("q") and k[1:].isdigit()}
-        acc = self.features.get(feat)
-        if acc is None:
-            acc = self.features[feat] = {"n": np.zeros_like(n), "shift": mean.copy(), "s1": np.zeros_like(mean),
-                                         "s2": np.zeros_like(mean), "min": st["min"].copy(), "max": st["max"].copy(),
-                                         "q": {k: np.zeros_like(v) for k, v in quantiles.items()}}
-        elif mean.shape != acc["shift"].shape:
-            raise ValueError(f"mean has shape {mean.shape}, other episodes {acc['shift'].shape}")
-        else:
-            acc["min"] = np.minimum(acc["min"], st["min"])
-            acc["max"] = np.maximum(acc["max"], st["max"])
-        d = mean - acc["shift"]
-        acc["n"] = acc["n"] + n
-        acc["s1"] = acc["s1"] + d * w
-        acc["s2"] = acc["s2"] + (var + d * d) * w
-        acc["q"] = {k: q + quantiles[k] * w for k, q in acc["q"].items() if k in quantiles}
-
-    def result(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for feat, acc in self.features.items():
-            n = acc["n"]
-            w = self._weights(n, acc["shift"])
-            m1 = acc["s1"] / w
-            var = np.maximum(acc["s2"] / w - m1 * m1, 0.0)
-            res = {"min": acc["min"].tolist(), "max": acc["max"].tolist(), "mean": (acc["shift"] + m1).tolist(),
-                   "std": np.sqrt(var).tolist(), "count": [int(c) for c in n.tolist()]}
-            res.update({k: (q / w).tolist() for k, q in acc["q"].items()})
-            out[feat] = res
-        return out
 
 
 # ---- episodes: v2.1 -> v3.0 -----------------------------------------------------------------------

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from pipeline.convert.layout import MB, V21Episode, V30Episode, V30Video
 from pipeline.dataset.info import format_template
 from pipeline.dataset.model import resolve_inside
+from pipeline.dataset.v21 import iter_lines
 from pipeline.errors import DatasetError, EpisodeError
 
 V21_EPISODES = "meta/episodes.jsonl"
@@ -31,28 +32,18 @@ V30_TASKS = "meta/tasks.parquet"
 BATCH_ROWS = 1024
 
 
-def video_keys(info: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(k for k, ft in info["features"].items() if isinstance(ft, dict) and ft.get("dtype") == "video")
-
-
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) per non-empty line, read line by line."""
-    if not path.is_file():
-        raise DatasetError(path, "missing file")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(path, f"line {lineno}: not JSON ({exc.msg})") from None
-                if not isinstance(obj, dict):
-                    raise DatasetError(path, f"line {lineno}: expected a JSON object, found {obj!r}"[:300])
-                yield lineno, obj
-    except UnicodeDecodeError as exc:
-        raise DatasetError(path, f"cannot read: {exc}") from None
+    """(line number, object) per non-empty line, read a block at a time (`pipeline.dataset.v21.iter_lines`)."""
+    for lineno, line in iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(path, f"line {lineno}: not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise DatasetError(path, f"line {lineno}: expected a JSON object, found {obj!r}"[:300])
+        yield lineno, obj
 
 
 def _int(value: Any) -> int | None:

@@ -93,6 +93,11 @@ def cameras_from_info(info: dict[str, Any], path: Path) -> tuple[CameraInfo, ...
     return tuple(cams)
 
 
+def video_keys(info: dict[str, Any], path: Path | str = INFO_REL) -> tuple[str, ...]:
+    """The camera (video feature) keys of a checked info.json, in its order (`cameras_from_info`'s checks)."""
+    return tuple(c.key for c in cameras_from_info(info, Path(path)))
+
+
 def template_fields(template: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(template) if name}
 

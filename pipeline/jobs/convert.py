@@ -49,7 +49,6 @@ from pipeline.convert.layout import (
     units_of,
 )
 from pipeline.convert.meta import (
-    StatsAggregator,
     V30EpisodesWriter,
     info_to_v21,
     info_to_v30,
@@ -68,9 +67,9 @@ from pipeline.convert.source import (
     iter_v30_episodes,
     iter_v30_tasks,
     stats_of_row,
-    video_keys,
 )
-from pipeline.dataset.info import read_info
+from pipeline.dataset.info import read_info, video_keys
+from pipeline.dataset.stats import StatsAggregator
 from pipeline.errors import DatasetError, PrepError
 from pipeline.lock import exclusive_lock
 from pipeline.runner import Engine
@@ -208,7 +207,7 @@ def _claim_output(src: Path, out: Path, settings: dict[str, Any]) -> None:
 
 def plan_to_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions) -> Iterator[PlanItem]:
     """The v2.1 -> v3.0 plan: every episode's placement and every output file's unit (streamed)."""
-    cameras = video_keys(info)
+    cameras = video_keys(info, src / "meta/info.json")
     episodes = iter_v21_episodes(src, info, cameras, options.data_size)
     return plan_v21_to_v30(episodes, cameras, float(info["fps"]), str(src), str(out), options.limits)
 
@@ -216,7 +215,7 @@ def plan_to_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOpti
 def units_to_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions) -> Iterator[ConvertUnit]:
     """The v3.0 -> v2.1 units: each episode mp4 as soon as planned, the episode parquets grouped by their
     v3.0 data file (at most `SPLIT_GROUP_MAX` per group)."""
-    source = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info)))
+    source = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json")))
     group: list[DataSplitUnit] = []
     for unit in plan_v30_to_v21(source, float(info["fps"]), str(src), str(out), options.limits.chunks_size):
         if isinstance(unit, DataSplitUnit):
@@ -233,7 +232,7 @@ def units_to_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOpt
 
 def keyframe_problems(src: Path, info: dict[str, Any], engine: Engine) -> list[StartProblem]:
     """Every episode (per camera) of a v3.0 dataset that does not start on a keyframe (one demux per file)."""
-    episodes = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info)))
+    episodes = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json")))
     problems: list[StartProblem] = []
     for found in engine.results(check_keyframes, plan_keyframe_checks(episodes, str(src)),
                                 on_error=keyframes_failed, desc="keyframes", unit_name="file",
@@ -324,7 +323,7 @@ def publish_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOpti
 
 def publish_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions, report: ConvertReport) -> None:
     """tasks.jsonl, episodes.jsonl and episodes_stats.jsonl (streamed from the v3.0 episodes), info.json last."""
-    cameras = video_keys(info)
+    cameras = video_keys(info, src / "meta/info.json")
     report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", iter_v30_tasks(src))
     episodes = frames = 0
     with atomic.LineWriter(out / "meta/episodes.jsonl") as eps, \
@@ -425,33 +424,43 @@ def write_report(out: Path, report: ConvertReport) -> None:
 
 @dataclass(slots=True)
 class ReencodeAsReport:
-    """`reencode_as`: the re-encode into the staged copy (None: finished by an earlier run, whose staged copy
-    is gone), then its conversion (None if the re-encode failed)."""
+    """`reencode_as`: the re-encode (into the staged copy when the format changes; None: finished by an
+    earlier run whose staged copy is gone), then its conversion (None: not needed, or the re-encode failed)."""
 
+    to: str
     reencode: Any  # pipeline.jobs.reencode.ReencodeReport | None
     convert: ConvertReport | None = None
+    converted: bool = True  # the format changed
     staged_removed: bool = False
+    carried: list[str] = field(default_factory=list)  # the re-encode's reports kept in <out>/prep/
 
     @property
     def ok(self) -> bool:
+        if not self.converted:
+            return bool(self.reencode.ok)
         return (self.reencode is None or bool(self.reencode.ok)) and self.convert is not None and self.convert.ok
 
 
-def reencode_as(src: Path, out: Path, options: Any, to: str, engine: Engine, *, limits: Limits = DEFAULT_LIMITS,
-                keep_staged: bool = False) -> ReencodeAsReport:
-    """`prep reencode` into the other layout: re-encode `src` (in its own layout) into `<out>/prep/reencoded`,
-    then convert that into `out` in format `to` by stream copy (exact: every frame is a keyframe), verify it
-    (all-intra), and remove the staged copy unless `keep_staged`. Both steps resume per file; a rerun of a
-    finished output only verifies it."""
+CARRIED = ("reencode_report.json", "comparison.json")  # the staged copy's reports kept beside the output's
+
+
+def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engine, *,
+                limits: Limits = DEFAULT_LIMITS, keep_staged: bool = False) -> ReencodeAsReport:
+    """`prep reencode --format TO`. Same format as the source (or None): the re-encode job into `out`.
+    The other format: re-encode `src` in its own layout into `<out>/prep/reencoded`, then convert that into
+    `out` by stream copy (exact: every frame is a keyframe; the layout is `pipeline/convert/`'s), verify it
+    (all-intra), carry the re-encode's reports into `<out>/prep/`, and remove the staged copy unless
+    `keep_staged`. Both steps resume per file; a rerun of a finished output only verifies it."""
     from pipeline.jobs.reencode import check_options as check_reencode_options
     from pipeline.jobs.reencode import reencode_dataset
 
     src, out = Path(src).absolute(), Path(out).absolute()
+    source_format = read_info(src)["codebase_version"]
+    if to is None or to == source_format:
+        return ReencodeAsReport(source_format, reencode_dataset(src, out, options, engine), converted=False)
     conv = ConvertOptions(to, limits)
     check_options(conv)
     check_reencode_options(options)
-    if read_info(src)["codebase_version"] == to:
-        raise PrepError(f"{src} already is {to}: use `prep reencode` without --format")
     check_paths(src, out)
     _refuse_foreign(out)
     staged = out / STAGED_REL
@@ -461,17 +470,23 @@ def reencode_as(src: Path, out: Path, options: Any, to: str, engine: Engine, *, 
             _claim_output(staged, out, settings)
             previous = json.loads((out / REPORT_REL).read_text(encoding="utf-8"))
         report = ConvertReport(**{k: v for k, v in previous.items() if k != "schema"})
-        report.written = report.kept = 0
-        report.written_files = []
+        report.written, report.kept, report.written_files = 0, report.files, []
         report.verify = verify_output(out, engine, all_intra=True)
-        return ReencodeAsReport(None, report, staged_removed=True)
+        carried = [f"{PREP_DIR}/{name}" for name in CARRIED if (out / PREP_DIR / name).is_file()]
+        return ReencodeAsReport(to, None, report, staged_removed=True, carried=carried)
     first = reencode_dataset(src, staged, options, engine)
-    result = ReencodeAsReport(first)
+    result = ReencodeAsReport(to, first)
     if not first.ok:
         return result
     result.convert = convert_dataset(staged, out, conv, engine, verify=True, all_intra=True, staged=True,
                                      extra_settings={"reencode": settings["reencode"]})
-    if result.ok and not keep_staged:
-        shutil.rmtree(staged)
-        result.staged_removed = True
+    if result.ok:
+        for name in CARRIED:
+            if (staged / PREP_DIR / name).is_file():
+                with atomic.atomic_path(out / PREP_DIR / name) as tmp:
+                    shutil.copyfile(staged / PREP_DIR / name, tmp)
+                result.carried.append(f"{PREP_DIR}/{name}")
+        if not keep_staged:
+            shutil.rmtree(staged)
+            result.staged_removed = True
     return result

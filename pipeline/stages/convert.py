@@ -43,11 +43,10 @@ from pipeline.convert.layout import (
     KeyframeCheckUnit,
     VideoConcatUnit,
     VideoCutUnit,
-    fps_fraction,
-    frames_to_seconds,
 )
 from pipeline.dataset.model import resolve_inside
 from pipeline.errors import EpisodeError
+from pipeline.rates import fps_fraction, frames_to_seconds
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, CheckFailure, Span, VideoExpect, check_coverage, check_video
 from pipeline.video.remux import ConcatInput, StartProblem, concat_stream_copy, cut_stream_copy, episodes_off_keyframe
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import av
 
 from pipeline.errors import EpisodeError
+from pipeline.rates import fps_fraction
 from pipeline.video.resize import Geometry, filter_args, filter_chain
 
 
@@ -86,11 +87,6 @@ class EncodeJob:
     profile: Profile
     crf: int
     hook: FrameHook | None = None
-
-
-def fps_fraction(fps: float) -> Fraction:
-    """30 -> 30/1, 29.97 -> 2997/100; exact for the rates LeRobot datasets use."""
-    return Fraction(str(fps)).limit_denominator(100_000)
 
 
 def encode_pyav(job: EncodeJob) -> int:

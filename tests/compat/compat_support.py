@@ -131,8 +131,10 @@ def episode_length(ds: Any, ep: int) -> int:
     return int(ds.meta.episodes[ep]["length"])
 
 
-def iterate_all(ds: Any, root: Path, horizon: int | None = ACTION_HORIZON) -> int:
-    """Read every sample; check images (shape, dtype, value range) and action chunks. Returns the count."""
+def iterate_all(ds: Any, root: Path, horizon: int | None = ACTION_HORIZON,
+                indices: Iterable[int] | None = None) -> int:
+    """Read every sample (or those of `indices`); check images (shape, dtype, value range) and action chunks.
+    Returns the count read."""
     import torch
 
     info = load_info(root)
@@ -142,7 +144,9 @@ def iterate_all(ds: Any, root: Path, horizon: int | None = ACTION_HORIZON) -> in
     adim = int(info["features"]["action"]["shape"][0])
     fps = float(info["fps"])
     assert len(ds) == info["total_frames"], f"{len(ds)} samples, info.json says {info['total_frames']}"
-    for i in range(len(ds)):
+    read = 0
+    for i in range(len(ds)) if indices is None else indices:
+        read += 1
         item = ds[i]
         for cam in cams:
             img = item[cam]
@@ -160,7 +164,7 @@ def iterate_all(ds: Any, root: Path, horizon: int | None = ACTION_HORIZON) -> in
             valid = min(horizon, episode_length(ds, ep) - fi)
             assert int((~pad).sum()) == valid, f"sample {i}: {int((~pad).sum())} valid actions, expected {valid}"
             assert bool(torch.isfinite(act).all()), f"sample {i}: non-finite action"
-    return len(ds)
+    return read
 
 
 def video_file(ds: Any, root: Path, ep: int, cam: str) -> tuple[Path, float]:

@@ -1,12 +1,16 @@
-"""prep's v3.0 -> v2.1 conversion (stream copy) of corpora written by lerobot 0.4.4's own `LeRobotDataset`
-writer, read by lerobot 0.3.3 (openpi's line): h264 and the default AV1, several episodes per file, and an
-AV1 corpus after LeRobot's own `delete_episodes` and `merge_datasets`. Every sample is read with both
-backends (50-step action chunks), and each episode's mp4 holds exactly the source packets of its span,
-decoding to the same frames.
+"""v3.0 -> v2.1 of corpora written by lerobot 0.4.4's own `LeRobotDataset` writer (h264 and the default AV1,
+several episodes per file, and an AV1 corpus after LeRobot's own `delete_episodes` and `merge_datasets`), read
+by lerobot 0.3.3 (openpi's line), two ways:
 
-Runs inside the lerobot-v21 venv (`.ci/compat.sh`); the corpora are written by the lerobot-v30 venv's
-python in a subprocess (skipped when that venv is missing). Until part 2 of issue 15, the conversion runs
-through the temporary in-process glue `pipeline.convert_local.convert_inline`.
+- `prep convert SRC --to v2.1` (stream copy): each episode's mp4 holds exactly the source packets of its span,
+  decoding to the same frames;
+- `prep reencode --dst 224 --format v2.1 --crf 0` (every episode its own 224x224 all-intra file): each frame
+  LeRobot returns matches the v3.0 source frame at the same index put through prep's resize (PSNR >= 40 dB),
+  and openpi's `resize_with_pad` of it as today's letterbox test asks (channel mean >= 35 dB).
+
+Every sample of every output is read with both backends (50-step action chunks). Runs inside the lerobot-v21
+venv (`.ci/compat.sh`); the corpora are written by the lerobot-v30 venv's python in a subprocess (skipped when
+that venv is missing). prep runs as the command, with this interpreter, on a 2-worker LocalCluster.
 """
 
 from __future__ import annotations
@@ -15,19 +19,31 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
 import av
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from compat_support import iterate_all, lerobot_version, open_dataset, report, require_lerobot, video_keys
+from compat_support import (
+    iterate_all,
+    lerobot_frames,
+    lerobot_version,
+    letterbox,
+    mse,
+    open_dataset,
+    psnr,
+    report,
+    require_lerobot,
+    video_keys,
+)
 
 LEROBOT = require_lerobot("0.3.", "v2.1")
 
-from pipeline.convert_local import convert_inline  # noqa: E402
-
 pytestmark = pytest.mark.lerobot
+WAYS = ("convert", "reencode")
 VENVS = Path(os.environ.get("PREP_VENVS", "/opt/prep-venvs"))
 WRITER_PY = VENVS / "lerobot-v30" / "bin" / "python"
 KINDS = ("h264", "av1", "av1-deleted-merged")
@@ -75,13 +91,20 @@ else:
 '''
 
 
+def prep(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pipeline.cli", *args, "--workers", "2", "--no-progress"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, f"{' '.join(cmd)} failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
 class Converted:
     def __init__(self, base: Path) -> None:
-        self.base, self.built = base, {}
+        self.base, self.sources, self.built = base, {}, {}
 
-    def get(self, kind: str) -> tuple[Path, Path]:
-        """(the LeRobot-written v3.0 corpus, prep's v2.1 conversion of it)."""
-        if kind not in self.built:
+    def source(self, kind: str) -> Path:
+        """The corpus written by lerobot 0.4.4 (v3.0)."""
+        if kind not in self.sources:
             if not WRITER_PY.is_file():
                 pytest.skip(f"needs the lerobot-v30 venv at {WRITER_PY.parent.parent} to write the v3.0 corpora")
             src = self.base / kind
@@ -91,14 +114,26 @@ class Converted:
             r = subprocess.run([str(WRITER_PY), str(script), str(src), kind], capture_output=True, text=True,
                                timeout=900, env=env)
             assert r.returncode == 0, f"lerobot 0.4.4 writer failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-            out = self.base / f"{kind}-v21"
-            result = convert_inline(src, out, "v2.1")
-            assert result.complete and not result.failed, [x.reason for x in result.failed]
-            report(f"compat v2.1 convert {kind}: {result.episodes} episodes, {result.frames} frames from "
-                   f"{len(list(src.glob('videos/*/*/*.mp4')))} v3.0 video files -> {len(result.results)} files "
-                   f"in {result.seconds:.2f} s")
-            self.built[kind] = (src, out)
-        return self.built[kind]
+            self.sources[kind] = src
+        return self.sources[kind]
+
+    def get(self, kind: str, way: str = "convert") -> tuple[Path, Path]:
+        """(the LeRobot-written v3.0 corpus, prep's v2.1 output of it: `prep convert` or `prep reencode`)."""
+        if (kind, way) not in self.built:
+            src = self.source(kind)
+            out = self.base / f"{kind}-{way}-v21"
+            if way == "convert":
+                r = prep("convert", str(src), "--to", "v2.1", "--out", str(out))
+            else:
+                r = prep("reencode", "--src", str(src), "--dst", "224", "--format", "v2.1", "--crf", "0",
+                         "--out", str(out))
+            assert "verify    PASSED" in r.stdout, r.stdout
+            doc = json.loads((out / "prep/convert_report.json").read_text())
+            report(f"compat v2.1 {way} {kind}: {doc['episodes']} episodes, {doc['frames']} frames from "
+                   f"{len(list(src.glob('videos/*/*/*.mp4')))} v3.0 video files -> {doc['files']} files; "
+                   f"prep verify passed ({(way == 'reencode' and 'all-intra') or 'demux checks'})")
+            self.built[(kind, way)] = (src, out)
+        return self.built[(kind, way)]
 
 
 @pytest.fixture(scope="module")
@@ -108,12 +143,77 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Converted:
 
 @pytest.mark.parametrize("backend", ("default", "pyav"))
 @pytest.mark.parametrize("kind", KINDS)
-def test_lerobot_03_reads_every_sample(converted: Converted, kind: str, backend: str) -> None:
-    _src, out = converted.get(kind)
+@pytest.mark.parametrize("way", WAYS)
+def test_lerobot_03_reads_every_sample(converted: Converted, way: str, kind: str, backend: str) -> None:
+    _src, out = converted.get(kind, way)
     ds = open_dataset(out, None if backend == "default" else backend)
     n = iterate_all(ds, out)
-    report(f"compat v2.1 convert {kind}: lerobot {lerobot_version()} backend={ds.video_backend} read {n} samples "
+    report(f"compat v2.1 {way} {kind}: lerobot {lerobot_version()} backend={ds.video_backend} read {n} samples "
            "(50-step action chunks)")
+
+
+def prep_resized(path: Path) -> list[np.ndarray]:
+    """Every frame of a v3.0 source file as prep's re-encode feeds it to the encoder (its own resize and
+    pixel format, `filter_frames`), in RGB: what a lossless encode at crf 0 gives back."""
+    from pipeline.video.encode import PROFILES, filter_frames
+    from pipeline.video.probe import probe_video
+    from pipeline.video.resize import RESIZE_MODES
+
+    probe = probe_video(path)
+    geometry = RESIZE_MODES["pad"](probe.width, probe.height, 224, 224)
+    out: list[np.ndarray] = []
+    filter_frames(path, geometry, PROFILES["h264-intra"].pix_fmt,
+                  lambda _i, f: out.append(f.to_ndarray(format="rgb24")))
+    return out
+
+
+def source_rgb(path: Path) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+@pytest.mark.parametrize("backend", ("default", "pyav"))
+@pytest.mark.parametrize("kind", KINDS)
+def test_reencoded_frames_match_the_source_at_each_index(converted: Converted, kind: str, backend: str) -> None:
+    """Every frame lerobot 0.3.3 returns from `prep reencode --dst 224 --format v2.1 --crf 0` against the v3.0
+    source frame at the same index (episode start in its file + frame_index): PSNR >= 40 dB against prep's
+    resize of it (a frame off by one on this moving pattern scores ~20 dB), and openpi's resize_with_pad
+    of it as today (channel mean >= 35 dB; the RGB figure is reported)."""
+    src, out = converted.get(kind, "reencode")
+    info = json.loads((src / "meta/info.json").read_text())
+    fps = float(info["fps"])
+    rows = {r["episode_index"]: r for p in sorted((src / "meta/episodes").glob("*/*.parquet"))
+            for r in pq.read_table(p).to_pylist()}
+    ds = open_dataset(out, None if backend == "default" else backend, horizon=None)
+    got = lerobot_frames(ds, out, list(range(len(ds))))
+    resized: dict[Path, list[np.ndarray]] = {}
+    decoded: dict[Path, list[np.ndarray]] = {}
+    errs, errs_pad, errs_mean, errs_next = [], [], [], []
+    worst = float("inf")
+    for (cam, ep, fi), frame in got.items():
+        row = rows[ep]
+        path = src / info["video_path"].format(video_key=cam, chunk_index=row[f"videos/{cam}/chunk_index"],
+                                               file_index=row[f"videos/{cam}/file_index"])
+        if path not in resized:
+            resized[path], decoded[path] = prep_resized(path), source_rgb(path)
+        k = round(row[f"videos/{cam}/from_timestamp"] * fps) + fi
+        ref = resized[path][k]
+        m = mse(frame, ref)
+        errs.append(m)
+        worst = min(worst, psnr(m))
+        pad = letterbox(decoded[path][k])
+        errs_pad.append(mse(frame, pad))
+        errs_mean.append(mse(frame.mean(axis=-1), pad.mean(axis=-1)))
+        if k + 1 < len(resized[path]):  # control: the next source frame must not pass for this one
+            errs_next.append(mse(frame, resized[path][k + 1]))
+    value, pad_rgb = psnr(float(np.mean(errs))), psnr(float(np.mean(errs_pad)))
+    pad_mean, off_by_one = psnr(float(np.mean(errs_mean))), psnr(float(np.mean(errs_next)))
+    report(f"compat v2.1 reencode {kind} backend={ds.video_backend}: {len(got)} frames vs the v3.0 source frame at "
+           f"the same index: PSNR {value:.2f} dB (worst frame {worst:.2f}) vs prep's resize (the next frame: "
+           f"{off_by_one:.2f} dB); vs openpi resize_with_pad {pad_rgb:.2f} dB RGB, {pad_mean:.2f} dB channel mean")
+    assert off_by_one < 30.0, f"{kind}: the comparison cannot tell neighbouring frames apart ({off_by_one:.2f} dB)"
+    assert value >= 40.0 and worst >= 35.0, f"{kind}: PSNR {value:.2f} dB (worst {worst:.2f})"
+    assert pad_mean >= 35.0, f"{kind}: resize_with_pad parity {pad_mean:.2f} dB channel mean"
 
 
 def _demux(path: Path) -> tuple[Fraction, list[tuple[bytes, int]]]:
