@@ -34,4 +34,9 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
                          ("options.json", "reencode_options")):
         validate(json.loads((prep_dir / name).read_text()), schema, source=name)
     assert json.loads((prep_dir / "comparison.json").read_text())["ratio"] > 2
-    assert "verify passed" in res.stdout
+    assert "verify passed" in res.stdout and "v3.0 conversion verified" in res.stdout
+    converted = tmp_path / "work/merged_224_v30"
+    assert json.loads((converted / "meta/info.json").read_text())["codebase_version"] == "v3.0"
+    report = json.loads((converted / "prep/convert_report.json").read_text())
+    validate(report, "convert_report")
+    assert report["episodes"] == 2 and report["verify"]["passed"]

@@ -18,9 +18,11 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("demo", help="build a synthetic corpus and run the pipeline on it end to end",
                        description="Builds a small synthetic LeRobot corpus (3 cameras, 480x640 h264, 90-frame "
                        "episodes) in a temp folder and runs the main job on it: scan, reencode to 224x224 all-intra, "
-                       "verify the output, and a budget report from the two manifests.")
+                       "verify the output, convert it to the other LeRobot format (v2.1 <-> v3.0, stream copy), and a "
+                       "budget report from the two manifests.")
     p.add_argument("--episodes", type=positive_int, default=6, help="episodes in the demo corpus (default: 6)")
-    p.add_argument("--format", dest="version", choices=["v2.1", "v3.0"], default="v2.1")
+    p.add_argument("--format", dest="version", choices=["v2.1", "v3.0"], default="v2.1",
+                   help="the corpus's format (default: v2.1); the conversion step writes the other one")
     p.add_argument("--work", type=Path, help="folder for the corpus and outputs (default: a temp folder, removed)")
     p.add_argument("--out", type=Path, default=Path("manifests/demo"),
                    help="where the demo's manifests and reports are copied (default: manifests/demo)")
@@ -39,9 +41,11 @@ def run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace, engine: Any) -> int:
     from pipeline.budget import headline_text
     from pipeline.budget import write_report as write_budget
+    from pipeline.commands import convert as convert_cmd
     from pipeline.commands import reencode as reencode_cmd
     from pipeline.commands import verify as verify_cmd
     from pipeline.commands.scan import summary
+    from pipeline.jobs.convert import ConvertOptions, convert_dataset
     from pipeline.jobs.reencode import reencode_dataset
     from pipeline.jobs.scan import scan_dataset
     from pipeline.jobs.verify import verify_dataset
@@ -64,12 +68,12 @@ def _demo(args: argparse.Namespace, engine: Any) -> int:
             write_synthetic(src, SynthSpec(version=args.version, episodes=args.episodes))
         print(f"[demo] corpus ready in {time.perf_counter() - t0:.1f} s")
 
-        print("\n[demo] step 1/4: prep scan (native corpus)")
+        print("\n[demo] step 1/5: prep scan (native corpus)")
         native_path = out / "native.manifest.json"
         native, _ = scan_dataset(src, native_path, engine)
         print(summary(native, native_path))
 
-        print("\n[demo] step 2/4: prep reencode --src merged --dst 224")
+        print("\n[demo] step 2/5: prep reencode --src merged --dst 224")
         prepared_root = work / "merged_224"
         report = reencode_dataset(src, prepared_root, ReencodeOptions(size=(224, 224)), engine)
         print(reencode_cmd.summary(report))
@@ -81,12 +85,18 @@ def _demo(args: argparse.Namespace, engine: Any) -> int:
         if report.comparison is not None:
             (out / "comparison.json").write_text(json.dumps(report.comparison, indent=2) + "\n")
 
-        print("\n[demo] step 3/4: prep verify merged_224 --expect-frames 90 --size 224x224 --all-intra --decode")
+        print("\n[demo] step 3/5: prep verify merged_224 --expect-frames 90 --size 224x224 --all-intra --decode")
         options = VerifyOptions(expect_frames=90, size=(224, 224), all_intra=True, decode=True)
         verified = verify_dataset(prepared_root, options, engine, json_path=out / "verify.json")
         print(verify_cmd.summary(verified))
 
-        print("\n[demo] step 4/4: prep budget --native native.manifest.json --prepared prepared.manifest.json")
+        other = "v3.0" if args.version == "v2.1" else "v2.1"
+        print(f"\n[demo] step 4/5: prep convert merged_224 --to {other} (stream copy of the all-intra files)")
+        converted = convert_dataset(prepared_root, work / f"merged_224_{other.replace('.', '')}",
+                                    ConvertOptions(other), engine, all_intra=True)
+        print(convert_cmd.summary(converted))
+
+        print("\n[demo] step 5/5: prep budget --native native.manifest.json --prepared prepared.manifest.json")
         budget = write_budget(out / "budget", native_path, prepared_path)
         print(headline_text(budget))
 
@@ -94,8 +104,9 @@ def _demo(args: argparse.Namespace, engine: Any) -> int:
         print(f"\n[demo] done in {time.perf_counter() - t0:.1f} s: {t[0]['episodes']} episodes, "
               f"native {t[0]['gb_per_hour']:.2f} GB/hr -> 224 all-intra {t[1]['gb_per_hour']:.2f} GB/hr "
               f"({t[0]['gb_per_hour'] / t[1]['gb_per_hour']:.2f}x smaller); verify "
-              f"{'passed' if verified.passed else 'FAILED'}; reports in {out}")
-        return 0 if verified.passed and not native["failures"] else 1
+              f"{'passed' if verified.passed else 'FAILED'}; {other} conversion "
+              f"{'verified' if converted.ok else 'FAILED'}; reports in {out}")
+        return 0 if verified.passed and converted.ok and not native["failures"] else 1
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
