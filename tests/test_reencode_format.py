@@ -136,3 +136,21 @@ def test_command_rerun_of_a_finished_output_only_verifies(corpora: Path) -> None
     other = subprocess.run([*cmd, "--crf", "30"], capture_output=True, text=True,
                            env=env, timeout=600, check=False)
     assert other.returncode == 2 and "was started with other settings" in other.stderr
+
+
+def test_interrupted_format_change_resumes_per_file(corpora: Path) -> None:
+    """A run stopped after the re-encode (staged copy kept) and with output files missing: the rerun keeps
+    every staged file and writes only the missing output files, then publishes."""
+    out = corpora / "resume_v21"
+    with open_engine(RunConfig(backend="inline", progress=False)) as engine:
+        first = reencode_as(corpora / "v30", out, OPTIONS, "v2.1", engine, keep_staged=True)
+    assert first.ok and not first.staged_removed and (out / "prep/reencoded/meta/info.json").is_file()
+    gone = [out / f"videos/chunk-000/{CAMS[1]}/episode_000003.mp4", out / "data/chunk-000/episode_000000.parquet"]
+    for p in [*gone, out / "meta/info.json"]:
+        p.unlink()
+    again = run(corpora / "v30", out, "v2.1")
+    assert again.ok and again.reencode is not None and again.convert is not None
+    assert again.reencode.encoded == 0 and again.reencode.kept == again.reencode.files
+    assert sorted(again.convert.written_files) == sorted(p.relative_to(out).as_posix() for p in gone)
+    assert again.staged_removed and (out / "meta/info.json").is_file()
+    assert episode_packets(out) == episode_packets(corpora / "v30_same")
