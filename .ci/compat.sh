@@ -97,6 +97,12 @@ for name in "${names[@]}"; do
         [[ $corpus == real && $name == v30 ]] && what="real fixture's official v3.0 conversion (lerobot $ver)"
         log "compat $fmt on $what and its 224 re-encodes: $ok passed, $bad failed"
     done
+    # The conversions (issue 15), from the same -rp lines: tests/compat/test_convert_<env>.py.
+    ok=$(grep -cE "^PASSED .*test_convert_$name\.py::" "$log" || true)
+    bad=$(grep -cE "^(FAILED|ERROR) .*test_convert_$name\.py::" "$log" || true)
+    what="v2.1 -> v3.0: prep convert vs lerobot $ver's converter, read by lerobot $ver"
+    [[ $name == v21 ]] && what="v3.0 -> v2.1 of lerobot-0.4.4-written corpora (prep convert, prep reencode --format v2.1), read by lerobot $ver"
+    log "compat $fmt conversion, $what: $ok passed, $bad failed"
     msg="compat $fmt: $passed passed, $failed failed, $skipped skipped ($(cat "$work/pytest-$name.secs") s, lerobot $ver)"
     log "$msg"
     summary+=("$msg")
