@@ -94,8 +94,11 @@ STAGED_REL = f"{PREP_DIR}/reencoded"  # `reencode_as`: the re-encode in the sour
 FAILURES_LISTED = 10_000
 WRITTEN_LISTED = 10_000
 SPLIT_GROUP_MAX = 1000  # episode parquets per task at most (a larger v3.0 file is read once per group)
-COST_S = 0.05  # seconds per output file before any is measured (a stream copy, a parquet rewrite)
-KEYFRAME_COST_S = 0.02
+# No cost hint for the maps: a unit's cost ranges from a 1-episode cut (~10 ms) to a 200 MB concat (seconds),
+# so the runner starts with one unit per task and sizes tasks from the measured cost (the number of units is
+# not known before the plan is streamed, so a hint would put a short plan into one task on one worker).
+COST_S: float | None = None
+KEYFRAME_COST_S: float | None = None
 DEFAULT_LIMITS = Limits()
 
 
