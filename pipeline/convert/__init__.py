@@ -9,5 +9,6 @@
   LeRobot writes them.
 
 The stages that write one output file each are in `pipeline/stages/convert.py`, the stream copies in
-`pipeline/video/remux.py`. Nothing here imports Dask.
+`pipeline/video/remux.py`, the job (plan -> engine -> reduce -> publish, `prep convert` and
+`prep reencode --format`) in `pipeline/jobs/convert.py`. Nothing here imports Dask.
 """

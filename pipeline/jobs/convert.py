@@ -381,7 +381,8 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
     report = ConvertReport(str(src), str(out), options.to, options.settings(), engine.backend)
     with exclusive_lock(out / LOCK_REL, f"output {out}"):
         _claim_output(src, out, {**options.settings(), **(extra_settings or {})})
-        atomic.remove_stale_temps(out / "meta")
+        for sub in ("videos", "data", "meta"):  # temp files of a killed run (never the staged source in prep/)
+            atomic.remove_stale_temps(out / sub)
         t0 = time.perf_counter()
         if options.to == "v3.0":
             units: Iterator[Any] = units_of(plan_to_v30(src, out, info, options))
