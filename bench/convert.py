@@ -6,10 +6,11 @@ The corpus: N episodes x 3 cameras x 90 frames of 480x640 h264 (each camera's fi
 copied, so that building it is fast; both converters stream-copy, so content does not change their work).
 LeRobot's converter works in place, so it runs on a fresh copy (the copy is not timed). Each converter runs as
 its own process; `seconds` is the conversion inside it (LeRobot: around `convert_dataset(...)`, imports
-excluded; prep: the job's output files plus its metadata, from prep/convert_report.json, cluster start-up
-and imports excluded), `process_seconds` the whole process. prep runs with --no-verify (LeRobot's converter
-verifies nothing); `prep verify` of prep's output is timed apart. Also reported: each output's largest
-|from_timestamp - frames_before / fps|, and the 1-minute load average at each start (the machine is shared).
+excluded; prep: the job's output files plus its metadata, from prep/convert_report.json, imports and the
+cluster's start-up excluded, the latter reported as `engine_start_s`), `process_seconds` the whole process.
+prep runs with --no-verify (LeRobot's converter verifies nothing); `prep verify` of prep's output is timed
+apart. Also reported: each output's largest |from_timestamp - frames_before / fps|, and the 1-minute load
+average at each start (the machine is shared).
 
     python bench/convert.py [--episodes 200] [--repeat 1] [--workers 2] [--workdir DIR]
                             [--out bench/results/convert.json]
@@ -87,6 +88,7 @@ def run_prep(src: Path, out: Path, workers: int | None) -> dict[str, Any]:
     doc = json.loads((out / "prep/convert_report.json").read_text())
     name = f"prep convert, LocalCluster {workers} workers" if workers else "prep convert, inline (1 process)"
     return {"converter": name, "seconds": doc["seconds"] + doc["publish_seconds"], "process_seconds": wall,
+            "engine_start_s": doc["engine_start_seconds"],
             "load_avg_1m_at_start": load, "output_files": doc["files"], "out_bytes": du(out),
             "max_offset_error_s": offsets(out)}
 
@@ -121,11 +123,12 @@ def run_lerobot(src: Path, workdir: Path) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'converter':<44}{'seconds':>9}{'process s':>11}{'files':>7}{'out MB':>9}{'max offset err s':>18}"
-            f"{'load':>6}")
+    head = (f"{'converter':<44}{'seconds':>9}{'process s':>11}{'start s':>9}{'files':>7}{'out MB':>9}"
+            f"{'max offset err s':>18}{'load':>6}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['converter']:<44}{r['seconds']:>9.2f}{r['process_seconds']:>11.2f}{r['output_files']:>7}"
+        lines.append(f"{r['converter']:<44}{r['seconds']:>9.2f}{r['process_seconds']:>11.2f}"
+                     f"{r.get('engine_start_s', 0.0):>9.2f}{r['output_files']:>7}"
                      f"{r['out_bytes'] / 1e6:>9.1f}{r['max_offset_error_s']:>18.1e}{r['load_avg_1m_at_start']:>6.1f}")
     return "\n".join(lines)
 

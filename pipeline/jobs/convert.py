@@ -142,7 +142,8 @@ class ConvertReport:
     tasks: int = 0
     out_bytes: int = 0
     index_rewritten: int = 0  # rows whose `index` was not continuous in the source
-    seconds: float = 0.0  # the output files (plan + stages)
+    seconds: float = 0.0  # the output files (plan + stages; v3.0 -> v2.1 with the keyframe check)
+    engine_start_seconds: float = 0.0  # starting the engine's cluster (before `seconds`)
     publish_seconds: float = 0.0
     complete: bool = False  # meta/info.json written
     failures: list[dict[str, Any]] = field(default_factory=list)  # the first FAILURES_LISTED
@@ -384,6 +385,10 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
         for sub in ("videos", "data", "meta"):  # temp files of a killed run (never the staged source in prep/)
             atomic.remove_stale_temps(out / sub)
         t0 = time.perf_counter()
+        if engine.backend != "inline" and not engine.started:  # the cluster's start-up, timed apart
+            engine.client()
+            report.engine_start_seconds = time.perf_counter() - t0
+            t0 = time.perf_counter()
         if options.to == "v3.0":
             units: Iterator[Any] = units_of(plan_to_v30(src, out, info, options))
         else:
