@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except PrepError as exc:
-        print(f"prep {args.command}: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [type(exc).__name__]:  # one line per problem
+            print(f"prep {args.command}: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"prep {args.command}: interrupted", file=sys.stderr)

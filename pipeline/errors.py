@@ -27,3 +27,20 @@ class EpisodeError(PrepError):
         self.message = message
         where = f"episode {episode}: " if episode is not None else ""
         super().__init__(f"{where}{self.path}: {message}")
+
+
+class MetadataError(DatasetError):
+    """A dataset's metadata breaks its declared rules: one line per problem (file, line or row, field,
+    value), the first few listed and all counted. Raised before any unit of a job runs."""
+
+    def __init__(self, root: Path | str, problems: list[str], total: int) -> None:
+        self.problems = list(problems)
+        self.total = total
+        more = f" ({total - len(problems)} more not listed)" if total > len(problems) else ""
+        tail = (f"{total} metadata problem{'s' if total != 1 else ''}{more}; nothing was started: "
+                "fix the metadata and rerun")
+        super().__init__(root, tail)
+        self.args = ("\n".join([*self.problems, str(self.path) + ": " + tail]),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])

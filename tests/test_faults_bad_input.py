@@ -1,6 +1,7 @@
 """Bad inputs through `prep reencode`: each must give a clear message naming the file and the
 episode, a non-zero exit, and the other episodes done (their outputs equal the clean run's);
-a dataset whose metadata as a whole is unreadable is refused before anything is written. The
+a dataset whose metadata breaks its rules (unreadable info.json, an episodes.jsonl line that is not
+JSON or breaks schemas/lerobot_episode.schema.json, ...) is refused before anything is written (exit 2). The
 source is never changed. Where reencode does not catch a fault, `prep verify` on the source must.
 
 The metadata readers' property tests (any info.json / episodes.jsonl / episodes parquet gives a
@@ -162,9 +163,10 @@ CASES = [
     Case("missing-parquet", "episode's data parquet missing", "v21", missing_parquet, (1,),
          verify_check="parquet_readable"),
     Case("info-not-json", "meta/info.json not JSON", "v21", info_not_json, (), whole_dataset=True),
-    Case("episodes-line-not-json", "meta/episodes.jsonl line 2 not JSON", "v21", episode_line_not_json, (1,)),
-    Case("negative-length", "episodes.jsonl length -30", "v21", negative_length, (1,)),
-    Case("missing-length", "episodes.jsonl length missing", "v21", missing_length, (1,)),
+    Case("episodes-line-not-json", "meta/episodes.jsonl line 2 not JSON", "v21", episode_line_not_json, (1,),
+         whole_dataset=True),
+    Case("negative-length", "episodes.jsonl length -30", "v21", negative_length, (1,), whole_dataset=True),
+    Case("missing-length", "episodes.jsonl length missing", "v21", missing_length, (1,), whole_dataset=True),
     Case("template-escapes", "video_path template '../escaped/...'", "v21", template_escapes, (),
          whole_dataset=True),
     Case("symlink-outside", "symlink to a video outside the dataset", "v21", symlink_outside, (1,)),
@@ -209,9 +211,10 @@ def run_case(row: Row, case: Case, tmp_path: Path) -> None:
     check_source(row, before, src)
     assert "Traceback" not in text, text
     if case.whole_dataset:
-        row.observed = f"exit {r.returncode}: {short_paths(r.stderr.strip())[:200]}"
         assert r.returncode == 2, text
         assert str(src / bad) in r.stderr, f"the message does not name {bad}: {r.stderr}"
+        first = r.stderr.strip().splitlines()[0].replace(str(src), "<src>")
+        row.observed = f"exit {r.returncode}: {short_paths(first)[:200]}"
         assert not out.exists(), "something was written for a dataset refused as a whole"
         return
     failed = [line for line in r.stdout.splitlines() if line.startswith("FAILED")]

@@ -12,7 +12,7 @@ import pytest
 from inject import drop_frame, truncate_video
 
 from pipeline.cli import main
-from pipeline.errors import PrepError
+from pipeline.errors import MetadataError, PrepError
 from pipeline.jobs.verify import verify_in_process, write_report
 from pipeline.schemas import validate
 from pipeline.stages.verify import VerifyOptions
@@ -81,21 +81,21 @@ def test_cli_rejects_bad_options(small_v21: Path) -> None:
             main(["verify", str(small_v21), *bad, *RUN])
 
 
-def test_metadata_rejected_episode_is_a_failure(
-    small_v21: Path, copy_dataset: Callable[[Path, str], Path], tmp_path: Path,
+def test_metadata_breaking_its_schema_is_refused_before_any_unit(
+    small_v21: Path, copy_dataset: Callable[[Path, str], Path],
 ) -> None:
+    """A record that breaks schemas/lerobot_episode.schema.json refuses the dataset (exit 2) with one line
+    naming file, line, field and value; no episode is verified (pipeline/dataset/validate.py)."""
     root = copy_dataset(small_v21, "meta")
     lines = (root / "meta/episodes.jsonl").read_text().splitlines()
     rec = json.loads(lines[1])
     rec["length"] = -1
     lines[1] = json.dumps(rec)
     (root / "meta/episodes.jsonl").write_text("\n".join(lines) + "\n")
-    report = verify_in_process(root, VerifyOptions())
-    assert not report.passed
-    assert [(f.episode, f.check) for f in report.failures] == [(1, "metadata")]
-    assert report.failed_episodes == [1]
-    obj = write_report(report, tmp_path / "r.json")
-    assert obj["totals"]["episodes"] == 4 and obj["totals"]["episodes_rejected_by_metadata"] == 1
+    with pytest.raises(MetadataError) as info:
+        verify_in_process(root, VerifyOptions())
+    assert info.value.problems == [f"{root}/meta/episodes.jsonl:2: length: -1 is less than the minimum of 1"]
+    assert info.value.total == 1
 
 
 def test_info_totals_must_match_the_episodes(small_v21: Path, copy_dataset: Callable[[Path, str], Path]) -> None:

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from pipeline import __version__, atomic
-from pipeline.dataset import Dataset, open_dataset
+from pipeline.dataset import Dataset
 from pipeline.dataset.info import cameras_from_info
+from pipeline.dataset.validate import open_validated
 from pipeline.dataset.write import (
     PREP_DIR,
     EpisodeVideo,
@@ -364,7 +365,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     src, out = src.absolute(), out.absolute()
     check_options(options)
     check_paths(src, out)
-    ds, rejected = open_dataset(src)
+    ds, rejected = open_validated(src)  # metadata checked before any unit
     _refuse_foreign(out)
     out.mkdir(parents=True, exist_ok=True)
     report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine)

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.dataset import Dataset, open_dataset
+from pipeline.dataset import Dataset
+from pipeline.dataset.validate import open_validated
 from pipeline.jobs import parts
 from pipeline.manifest import (
     ScanTotals,
@@ -56,7 +57,7 @@ def decode(obj: list[dict[str, Any]]) -> list[EpisodeScan]:
 
 def scan_dataset(src: Path, out: Path, engine: Engine, *, resume: bool = True) -> tuple[dict[str, Any], Path]:
     """Scan `src` through `engine` and write its manifest to `out`; returns (manifest, per-episode table)."""
-    ds, rejected = open_dataset(src)
+    ds, rejected = open_validated(src)  # metadata checked before any unit
     fp = parts.fingerprint("scan", RECORD_VERSION, ds, out=str(Path(out).absolute()))
     with parts.WorkFolder(parts.work_folder_for(out), fingerprint=fp, resume=resume) as work:
         cameras = ds.camera_keys

@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 
 from pipeline import __version__, atomic
 from pipeline.clock import utc_now
-from pipeline.dataset import Dataset, open_dataset
+from pipeline.dataset import Dataset
+from pipeline.dataset.validate import open_validated
 from pipeline.errors import EpisodeError
 from pipeline.jobs import parts
 from pipeline.runner import Engine, RunConfig, open_engine
@@ -406,7 +407,7 @@ def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_pa
     per-episode table beside it) and resume from `<json_path>.parts/`. Raises PrepError when the
     dataset's metadata as a whole is unreadable."""
     t0 = time.monotonic()
-    ds, rejected = open_dataset(src)
+    ds, rejected = open_validated(src)  # metadata checked before any unit
     first = dataset_failures(ds, rejected)
     work: parts.WorkFolder | None = None
     if json_path is not None:
