@@ -70,7 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     except PrepError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:  # one line per problem
             print(f"prep {args.command}: error: {line}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_code", 2))
+    except OSError as exc:  # a write no job turned into a WriteError: still one line, never a traceback
+        from pipeline.atomic import WRITE_ERRNOS, WRITE_EXIT, describe
+
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        where = exc.filename2 if exc.filename2 is not None else exc.filename
+        print(f"prep {args.command}: error: {describe(where or '(output)', exc)}", file=sys.stderr)
+        return WRITE_EXIT
     except KeyboardInterrupt:
         print(f"prep {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -62,9 +62,13 @@ def describe(holder: dict[str, Any], path: Path, what: str) -> str:
 @contextlib.contextmanager
 def exclusive_lock(path: Path, what: str) -> Iterator[Path]:
     """Hold `path` as an exclusive lock for the duration; raises `LockedError` naming the holder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from pipeline.atomic import writing
+
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        with writing(path):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -85,9 +89,16 @@ def exclusive_lock(path: Path, what: str) -> Iterator[Path]:
         os.close(fd)
     record = {"pid": os.getpid(), "host": socket.gethostname(),
               "started_utc": utc_now()}
-    os.ftruncate(fd, 0)
-    os.write(fd, (json.dumps(record) + "\n").encode())
-    os.fsync(fd)
+    try:
+        with writing(path):
+            os.ftruncate(fd, 0)
+            os.write(fd, (json.dumps(record) + "\n").encode())
+            os.fsync(fd)
+    except BaseException:  # e.g. a full disk: no empty lock file is left behind
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)
+        raise
     try:
         yield path
     finally:

@@ -189,6 +189,12 @@ class Engine:
     def started(self) -> bool:
         return self._client is not None
 
+    def start(self, *, local: bool = True) -> None:
+        """Bring the session up now (connect to the scheduler; with `local`, also start the LocalCluster),
+        so that a job writes nothing (lock, options) for a session that cannot start. Inline: nothing."""
+        if self.backend == "remote" or (self.backend == "local" and local):
+            self.client()
+
     def client(self) -> Any:
         """The `distributed.Client` of the session, connecting (or starting the cluster) on first use."""
         if self.backend == "inline":
@@ -349,7 +355,20 @@ def _log_start(backend: str, client: Any) -> None:
     workers = len(client.nthreads())
     where = "LocalCluster" if backend == "local" else client.scheduler.address
     link = getattr(client, "dashboard_link", None)
-    print(f"[engine] {backend}: {where}, {workers} workers, dashboard {link or 'off'}", file=sys.stderr, flush=True)
+    print(f"[engine] {backend}: {where}, {workers} workers, dashboard {link or 'off'}, {_memory_text(client)}",
+          file=sys.stderr, flush=True)
+
+
+def _memory_text(client: Any) -> str:
+    """`memory limit 11.7 GiB per worker` (Dask's own limit, from the scheduler), or `no memory limit`."""
+    try:
+        limits = {int(w.get("memory_limit") or 0) for w in client.scheduler_info()["workers"].values()}
+    except Exception:  # an old scheduler without the field: say nothing wrong
+        return "memory limit unknown"
+    if not limits or limits == {0}:
+        return "no memory limit"
+    lo = min(limits)
+    return f"memory limit {lo / 2**30:.1f} GiB per worker" + (" (or more)" if len(limits) > 1 else "")
 
 
 # ---- backends ------------------------------------------------------------------------------------
@@ -364,6 +383,10 @@ def remote_client(config: RunConfig) -> Iterator[Any]:
         client = Client(config.scheduler, timeout="10s")
     except (OSError, TimeoutError) as exc:
         raise PrepError(f"cannot reach Dask scheduler {config.scheduler}: {exc}") from None
+    except (ValueError, TypeError) as exc:  # a malformed address; tls:// without a security configuration
+        hint = (" (tls:// needs the Dask TLS configuration: distributed.comm.tls.ca-file, .client.cert, "
+                ".client.key)" if str(config.scheduler).startswith("tls://") else "")
+        raise PrepError(f"cannot use Dask scheduler {config.scheduler!r}: {exc}{hint}") from None
     try:
         yield client
     finally:

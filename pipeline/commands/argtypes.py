@@ -4,16 +4,68 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 
 def positive_int(text: str) -> int:
-    """An integer > 0, refused with one line naming the bad value."""
+    """An integer > 0 (ASCII digits: int() would also read '８' as 8), refused with one line naming the bad value."""
     try:
+        if not text.strip().isascii():
+            raise ValueError(text)
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if n <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx", "inproc")
+
+
+def scheduler_address(text: str) -> str:
+    """A Dask scheduler address `scheme://host:port` (or `host:port`, read as tcp://), checked without Dask."""
+    import re
+
+    m = re.fullmatch(r"(?:([a-z]+)://)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})/?", text.strip())
+    if not m or (m.group(1) and m.group(1) not in SCHEDULER_SCHEMES) or not 0 < int(m.group(3)) < 65536:
+        raise argparse.ArgumentTypeError(f"expected a scheduler address like tcp://host:8786 "
+                                         f"({', '.join(s + '://' for s in SCHEDULER_SCHEMES)}), got {text!r}")
+    return text.strip()
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (ASCII digits only), refused with one line naming the bad value."""
+    if not text.strip().isascii() or not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return int(text)
+
+
+def dataset_path(text: str) -> Path:
+    """A dataset folder named on the command line: an empty string is refused (Path('') would be the current
+    folder, silently)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a dataset folder, got {text!r} (use . for the current folder)")
+    return Path(text)
+
+
+SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+              "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def memory_size(text: str) -> str | int:
+    """`auto`, `0` (no limit) or a size such as 4GiB / 1.5GB (at least 256 MiB), as Dask's memory_limit takes it."""
+    import re
+
+    t = text.strip().lower()
+    if t == "auto":
+        return "auto"
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?b|b)?", t, flags=re.ASCII)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected auto, 0 or a size such as 4GiB, got {text!r}")
+    n = int(float(m.group(1)) * SIZE_UNITS[m.group(2) or ""])
+    if n and n < 256 * 2**20:
+        raise argparse.ArgumentTypeError(f"a worker needs at least 256MiB, got {text!r}")
     return n
 
 

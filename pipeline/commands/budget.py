@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, cli_values(args))
     if args.out.exists() and not args.out.is_dir():
         raise PrepError(f"--out {args.out}: exists and is not a folder")
+    from pipeline.atomic import check_writable
+
+    check_writable(args.out, create=False)  # read-only or full: one line now, before the inputs are read
     try:
         report = write_report(args.out, args.native, args.prepared, cfg, landscape=args.landscape,
                               plots=not args.no_plots)

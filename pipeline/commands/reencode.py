@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.commands.argtypes import LazyChoices, LazyHelp
+from pipeline.commands.argtypes import LazyChoices, LazyHelp, dataset_path
 from pipeline.commands.common import add_run_options, run_config
 from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.errors import PrepError
@@ -44,7 +44,8 @@ def add_parser(sub: Any) -> None:
         description="Re-encode every video of a LeRobot dataset (v2.1 or v3.0) to a target size, every frame "
         "a keyframe, into a new dataset of the same version (parquet copied byte for byte, metadata updated). "
         "Resumable: a rerun keeps outputs that are complete and correct.")
-    p.add_argument("--src", required=True, help="source dataset: a path, or a name under --root")
+    p.add_argument("--src", required=True, type=lambda t: str(dataset_path(t)),
+                   help="source dataset: a path, or a name under --root")
     p.add_argument("--dst", required=True, help="target size: 224 (224x224) or WxH, e.g. 320x240")
     p.add_argument("--root", type=Path, help="folder holding SRC when SRC is a name (default: current folder)")
     p.add_argument("--out", type=Path, help="output dataset folder (default: <SRC>_<DST> beside SRC)")
@@ -71,7 +72,7 @@ def add_parser(sub: Any) -> None:
 
 def parse_size(text: str) -> tuple[int, int]:
     """`224` -> (224, 224); `320x240` -> (320, 240) as (width, height)."""
-    m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*", text)
+    m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*", text, flags=re.ASCII)  # not full-width digits
     if not m:
         raise PrepError(f"--dst {text!r}: expected a size like 224 or 320x240")
     w = int(m.group(1))

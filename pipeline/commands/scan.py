@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pipeline.commands.argtypes import dataset_path
 from pipeline.commands.common import add_run_options, run_config
 
 
@@ -14,7 +15,7 @@ def add_parser(sub: Any) -> None:
                        description="Scan a LeRobot dataset (v2.1 or v3.0) without decoding pixels and write "
                        "a JSON manifest plus a per-episode Parquet table. A killed scan rerun with the same "
                        "arguments resumes from its finished batches (<manifest>.parts/).")
-    p.add_argument("src", type=Path, help="dataset root (the folder holding meta/info.json)")
+    p.add_argument("src", type=dataset_path, help="dataset root (the folder holding meta/info.json)")
     p.add_argument("--out", type=Path, help="manifest path (default: manifests/<name>.manifest.json)")
     p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
     add_run_options(p)

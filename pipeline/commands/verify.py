@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.commands.argtypes import positive_int
+from pipeline.commands.argtypes import dataset_path, positive_int
 from pipeline.commands.common import add_run_options, run_config
 
 if TYPE_CHECKING:
@@ -72,6 +72,8 @@ def _episode_list(episodes: list[int], limit: int = 20) -> str:
 
 def parse_size(text: str) -> tuple[int, int]:
     try:
+        if not text.isascii():  # int() would read full-width digits ('２２４') as 224
+            raise ValueError(text)
         w, h = (int(x) for x in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, e.g. 224x224, got {text!r}") from None
@@ -85,7 +87,7 @@ def add_parser(sub: Any) -> None:
                        description="Verify a LeRobot dataset (v2.1 or v3.0): per episode and camera, the "
                        "frame counts by origin (metadata, parquet, header, packets, decoded) must agree, "
                        "timestamps and pts must sit on the 1/fps grid. Exit 0 only when every check passes.")
-    p.add_argument("src", type=Path, help="dataset root (the folder holding meta/info.json)")
+    p.add_argument("src", type=dataset_path, help="dataset root (the folder holding meta/info.json)")
     p.add_argument("--expect-frames", type=positive_int, metavar="N",
                    help="every episode must have exactly N frames (e.g. 90 = 3 s at 30 fps)")
     p.add_argument("--size", type=parse_size, metavar="WxH", help="every video must be WxH, e.g. 224x224")

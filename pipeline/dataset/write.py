@@ -374,9 +374,12 @@ def write_output_metadata(
     videos: EpisodeVideos,
     aggregate: dict[str, dict[str, Any]],
     updates: dict[str, VideoFeatureUpdate],
+    *,
+    with_info: bool = True,
 ) -> list[Path]:
     """Write the output's metadata from each episode's new videos (`videos`) and the dataset stats of the
-    re-encoded cameras (`aggregate`); info.json last. Returns the files written."""
+    re-encoded cameras (`aggregate`); info.json last (`with_info=False`: not at all, the caller writes it
+    with `write_output_info` once everything else is written). Returns the files written."""
     cameras = list(updates)
     written = []
     if ds.codebase_version == "v2.1":
@@ -387,6 +390,12 @@ def write_output_metadata(
         written += [out / p.relative_to(ds.root) for p in episode_meta_files(ds.root)]
     _write_stats_json(ds, out, aggregate, cameras)
     written.append(out / "meta/stats.json")
-    atomic.write_json(out / "meta/info.json", updated_info(ds.info, updates))
-    written.append(out / "meta/info.json")
+    if with_info:
+        written.append(write_output_info(ds, out, updates))
     return [p for p in written if p.is_file()]
+
+
+def write_output_info(ds: Dataset, out: Path, updates: dict[str, VideoFeatureUpdate]) -> Path:
+    """meta/info.json of the output: the file that says the dataset is complete (written last)."""
+    atomic.write_json(out / "meta/info.json", updated_info(ds.info, updates))
+    return out / "meta/info.json"

@@ -40,6 +40,7 @@ from pipeline.dataset.write import (
     VideoFeatureUpdate,
     copy_unchanged,
     updated_info,
+    write_output_info,
     write_output_metadata,
 )
 from pipeline.errors import PrepError
@@ -154,13 +155,27 @@ def _refuse_foreign(out: Path) -> None:
                         "choose another --out")
 
 
-def _write_error(out: Path, what: str, error: str) -> str:
-    """One line for a failed write (a full disk, a read-only mount): nothing half-written is kept."""
-    return (f"{out}: {what} failed: {error}; finished video files are kept and "
-            "meta/info.json is written only when complete: free space and rerun the same command")
+# What the output holds when a phase fails to write (a full disk, a read-only mount): nothing half-written
+# is ever under a final name, and meta/info.json (written last) is absent, so LeRobot will not load it.
+PHASE_STATE = {
+    "copy": "the finished videos are kept; parquet and metadata copies are incomplete; meta/info.json is "
+            "not written",
+    "metadata": "every video and parquet is written; the metadata and reports are incomplete; meta/info.json "
+                "is not written",
+    "info": "every video, parquet, metadata file and report is written; only meta/info.json (the file that "
+            "says the dataset is complete) is not",
+}
+
+
+def _write_error(phase: str, error: str) -> str:
+    """One line for a failed write: the error (path and cause), what is and is not there, and the fix."""
+    return f"{error}; {PHASE_STATE[phase]}: free space (or fix the output) and rerun the same command to finish"
 
 
 def _os_error(exc: OSError) -> str:
+    if exc.errno in atomic.WRITE_ERRNOS:
+        where = exc.filename2 if exc.filename2 is not None else exc.filename
+        return atomic.describe(where or "(output)", exc)
     return f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
 
 
@@ -367,7 +382,8 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     check_paths(src, out)
     ds, rejected = open_validated(src)  # metadata checked before any unit
     _refuse_foreign(out)
-    out.mkdir(parents=True, exist_ok=True)
+    engine.start()  # the session is up (scheduler reached, cluster started) before anything is written
+    atomic.check_writable(out / PREP_DIR)  # read-only, full or blocked outputs are refused before any work
     report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine)
     with exclusive_lock(out / LOCK_REL, f"output {out}"):
         _claim_output(src, out, options)
@@ -387,11 +403,13 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
             reduce.add_data(d)
         atomic.remove_stale_temps(out)
         if reduce.write_errors:
-            raise PrepError(_write_error(out, "copying parquet and metadata", reduce.write_errors[0]))
+            raise atomic.WriteError(_write_error("copy", reduce.write_errors[0]))
         try:
             copied = copy_unchanged(ds, out)
+        except atomic.WriteError as exc:
+            raise atomic.WriteError(_write_error("copy", str(exc)), exc.path, exc.errno) from None
         except OSError as exc:
-            raise PrepError(_write_error(out, "copying parquet and metadata", _os_error(exc))) from None
+            raise atomic.WriteError(_write_error("copy", _os_error(exc))) from None
         for kind, n in copied.output.items():
             reduce.bytes.kinds[kind] += n
         reduce.bytes.count += copied.output_files
@@ -399,24 +417,35 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
             reduce.fail({"path": e.path, "episode": e.episode, "reason": e.message})
         for entry in reduce.data_failures:  # after the metadata's, as before (missing parquet files)
             reduce.fail(entry)
+        phase = "metadata"
         try:
-            if not report.failures:
-                _publish(ds, out, reduce, report, copied)
+            updates = _publish(ds, out, reduce, report, copied) if not report.failures else None
             doc = {"schema": "prep.reencode_report/1", **asdict(report)}
             validate(doc, "reencode_report", source=str(out / REPORT_REL))
             atomic.write_json(out / REPORT_REL, doc, indent=2)
+            if updates is not None:  # last: info.json present means every other file and report is there
+                phase = "info"
+                write_output_info(ds, out, updates)
+        except atomic.WriteError as exc:
+            raise atomic.WriteError(_write_error(phase, str(exc)), exc.path, exc.errno) from None
         except OSError as exc:
-            raise PrepError(_write_error(out, "writing metadata and reports", _os_error(exc))) from None
+            raise atomic.WriteError(_write_error(phase, _os_error(exc))) from None
     return report
 
 
-def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeReport, copied: Any) -> None:
+def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeReport,
+             copied: Any) -> dict[str, VideoFeatureUpdate]:
+    """The output's metadata (all but meta/info.json), its manifest and the comparison; returns the camera
+    updates of info.json, which the job writes last (after reencode_report.json)."""
     updates = reduce.updates()
-    written = write_output_metadata(ds, out, SidecarVideos(reduce, out), reduce.stats.result(), updates)
+    written = write_output_metadata(ds, out, SidecarVideos(reduce, out), reduce.stats.result(), updates,
+                                    with_info=False)
     for path in written:
         reduce.bytes.add(path.relative_to(out).as_posix(), path.stat().st_size)
-    report.complete = True
     info = updated_info(ds.info, updates)
+    info_bytes = len((json.dumps(info, indent=4, ensure_ascii=False) + "\n").encode("utf-8"))
+    reduce.bytes.add("meta/info.json", info_bytes)  # counted now, written last (atomic.write_json's bytes)
+    report.complete = True
     table = RowGroupWriter(out / PREP_DIR / "manifest.episodes.parquet.tmp", episodes_schema(ds.camera_keys))
     try:
         manifest = output_manifest(ds, out, reduce, info, table)
@@ -430,3 +459,4 @@ def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeRep
     report.comparison = comparison(ds, copied.source, copied.prep_folder, manifest, prepared_cams)
     validate(report.comparison, "comparison", source=str(out / COMPARISON_REL))
     atomic.write_json(out / COMPARISON_REL, report.comparison, indent=2)
+    return updates

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipeline import atomic
 from pipeline.dataset import Dataset
 from pipeline.dataset.validate import open_validated
 from pipeline.jobs import parts
@@ -58,6 +59,8 @@ def decode(obj: list[dict[str, Any]]) -> list[EpisodeScan]:
 def scan_dataset(src: Path, out: Path, engine: Engine, *, resume: bool = True) -> tuple[dict[str, Any], Path]:
     """Scan `src` through `engine` and write its manifest to `out`; returns (manifest, per-episode table)."""
     ds, rejected = open_validated(src)  # metadata checked before any unit
+    engine.start(local=False)  # a scheduler that cannot be reached: refused before anything is written
+    atomic.check_target(Path(out).absolute())  # a read-only, full or blocked output: refused before any work
     fp = parts.fingerprint("scan", RECORD_VERSION, ds, out=str(Path(out).absolute()))
     with parts.WorkFolder(parts.work_folder_for(out), fingerprint=fp, resume=resume) as work:
         cameras = ds.camera_keys

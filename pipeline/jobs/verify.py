@@ -408,6 +408,9 @@ def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_pa
     dataset's metadata as a whole is unreadable."""
     t0 = time.monotonic()
     ds, rejected = open_validated(src)  # metadata checked before any unit
+    engine.start(local=False)  # a scheduler that cannot be reached: refused before anything is written
+    if json_path is not None:
+        atomic.check_target(Path(json_path).absolute())  # read-only, full, a folder: refused before any work
     first = dataset_failures(ds, rejected)
     work: parts.WorkFolder | None = None
     if json_path is not None:

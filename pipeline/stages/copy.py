@@ -61,9 +61,12 @@ def copy_data(unit: DataUnit) -> DataCopied:
         if not (dst.is_file() and dst.stat().st_size == out.bytes and filecmp.cmp(src, dst, shallow=False)):
             with atomic.atomic_path(dst) as tmp:
                 shutil.copyfile(src, tmp)
+    except atomic.WriteError as exc:  # the output cannot be written: named with its disk, not the source
+        out.status, out.write_error = "failed", str(exc)
+        return out
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
-        out.status, out.write_error = "failed", f"{exc.strerror or exc}{where}"
+        out.status, out.write_error = "failed", f"cannot copy {src}: {exc.strerror or exc}{where}"
         return out
     try:
         if not unit.shared:

@@ -151,7 +151,8 @@ def check_source(probe: VideoProbe, unit: ReencodeUnit) -> None:
 
 
 def reencode_failed(unit: ReencodeUnit, exc: BaseException) -> ReencodeResult:
-    reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    reason = exc.message if isinstance(exc, EpisodeError) else (
+        str(exc) if isinstance(exc, atomic.WriteError) else f"{type(exc).__name__}: {exc}")
     return ReencodeResult(unit.rel, unit.camera, "failed", reason)
 
 
