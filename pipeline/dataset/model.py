@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,3 +207,22 @@ def _is_within(path: Path, root: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def require_file(path: Path, what: str, *, episode: int | None = None) -> os.stat_result:
+    """`path`'s stat when it is a regular file (symlinks followed); else EpisodeError: `missing <what>`, or
+    `<what> is not a regular file (a FIFO (named pipe))` -- reading a FIFO would block the worker forever."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise EpisodeError(episode, path, f"missing {what}") from None
+    except OSError as exc:
+        raise EpisodeError(episode, path, f"cannot read {what}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in FILE_KINDS if test(st.st_mode)), "not a file")
+        raise EpisodeError(episode, path, f"{what} is not a regular file ({kind})")
+    return st

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import atomic
-from pipeline.dataset.model import resolve_inside
+from pipeline.dataset.model import require_file, resolve_inside
 from pipeline.errors import EpisodeError
 
 
@@ -50,8 +50,7 @@ def copy_data(unit: DataUnit) -> DataCopied:
     first = unit.episodes[0] if unit.episodes else None
     try:
         src = resolve_inside(Path(unit.src_root), unit.rel, episode=first)
-        if not src.is_file():
-            raise EpisodeError(first, src, "missing parquet file")
+        require_file(src, "parquet file", episode=first)
     except EpisodeError as exc:
         out.status, out.reason, out.path = "failed", exc.message, exc.path
         return out

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.dataset.model import Dataset, Episode, resolve_inside
+from pipeline.dataset.model import Dataset, Episode, require_file, resolve_inside
 from pipeline.errors import EpisodeError
 from pipeline.video.probe import VideoProbe, probe_video
 
@@ -101,8 +101,7 @@ def scan_unit(unit: ScanUnit) -> list[EpisodeScan]:
 
     try:
         data_path = resolve_inside(root, first.data.rel, episode=first.index)
-        if not data_path.is_file():
-            raise EpisodeError(first.index, data_path, "missing parquet file")
+        require_file(data_path, "parquet file", episode=first.index)
         try:
             rows, size = _parquet_rows(data_path, unit.episodes)
         except (pa.ArrowException, OSError, KeyError) as exc:

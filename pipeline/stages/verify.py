@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.dataset.model import CameraInfo, Dataset, Episode, resolve_inside
+from pipeline.dataset.model import CameraInfo, Dataset, Episode, require_file, resolve_inside
 from pipeline.errors import EpisodeError
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
@@ -166,8 +166,7 @@ def _parquet(unit: VerifyUnit, results: dict[int, EpisodeVerify],
     everyone = {ep.index for ep in unit.episodes}
     try:
         path = resolve_inside(root, first.data.rel, episode=first.index)
-        if not path.is_file():
-            raise EpisodeError(first.index, path, "missing parquet file")
+        require_file(path, "parquet file", episode=first.index)
         try:
             schema = pq.read_schema(path)
             missing = [c for c in PARQUET_COLUMNS if c not in schema.names]

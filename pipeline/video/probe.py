@@ -6,7 +6,6 @@ Counts are named by where they came from: `frames_from_header` is what the conta
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -99,12 +98,9 @@ def probe_video(path: Path | str, *, episode: int | None = None, pix_fmt: bool =
     `pix_fmt=False` opens without decoding any frame (faster; pix_fmt may be "unknown").
     """
     path = Path(path)
-    try:
-        size = os.stat(path).st_size
-    except FileNotFoundError:
-        raise EpisodeError(episode, path, "missing video file") from None
-    except OSError as exc:
-        raise EpisodeError(episode, path, f"cannot stat video: {exc}") from None
+    from pipeline.dataset.model import require_file
+
+    size = require_file(path, "video file", episode=episode).st_size  # a FIFO would block the demuxer
     if size == 0:
         raise EpisodeError(episode, path, "zero-byte video file")
     try:
