@@ -61,10 +61,24 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C, so that every `with` block (the engine session and its
+    LocalCluster, locks, temp files) closes cleanly instead of the process dying mid-write."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(chosen_command(argv))
     args = parser.parse_args(argv)
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code: int = args.func(args)
     except PrepError as exc:
@@ -79,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         where = exc.filename2 if exc.filename2 is not None else exc.filename
         print(f"prep {args.command}: error: {describe(where or '(output)', exc)}", file=sys.stderr)
         return WRITE_EXIT
+    except Terminated:
+        print(f"prep {args.command}: terminated (SIGTERM); rerun the same command to resume", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
-        print(f"prep {args.command}: interrupted", file=sys.stderr)
+        print(f"prep {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     return code
 

@@ -390,7 +390,7 @@ def remote_client(config: RunConfig) -> Iterator[Any]:
     try:
         yield client
     finally:
-        client.close()
+        _close_quietly(client)
 
 
 def local_cluster_kwargs(config: RunConfig) -> dict[str, Any]:
@@ -428,8 +428,33 @@ def local_client(config: RunConfig) -> Iterator[Any]:
     try:
         yield client
     finally:
-        client.close()
-        cluster.close()
+        _close_quietly(client, cluster)
+
+
+QUIET_LOGGERS = ("distributed", "tornado", "asyncio")
+
+
+def _close_quietly(client: Any, cluster: Any = None) -> None:
+    """Close the session on every exit path (normal end, an error, Ctrl-C, SIGTERM) without Dask's shutdown
+    chatter on stderr (heartbeats to a closing scheduler, comms closed mid-message): the run's outcome has been
+    decided by then, and a traceback here would only hide it. SIGINT/SIGTERM are ignored meanwhile, so a
+    second Ctrl-C cannot leave worker processes behind."""
+    in_main = threading.current_thread() is threading.main_thread()
+    saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    levels = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
+    try:
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+        with contextlib.suppress(Exception):
+            client.close(timeout=10)
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close(timeout=10)
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        for s, handler in saved.items():
+            signal.signal(s, handler)
 
 
 @contextlib.contextmanager
