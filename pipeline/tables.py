@@ -9,6 +9,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.atomic import writing
+
 ROWS_PER_GROUP = 16_384
 
 
@@ -19,8 +21,9 @@ class RowGroupWriter:
 
     def __init__(self, path: Path, schema: pa.Schema, rows_per_group: int = ROWS_PER_GROUP) -> None:
         self.path, self.schema, self.rows_per_group = path, schema, rows_per_group
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = pq.ParquetWriter(path, schema)
+        with writing(path):  # a full or read-only disk: WriteError naming the table
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(path, schema)
         self._cols: dict[str, list[Any]] = {name: [] for name in schema.names}
         self._n = 0
         self.rows = 0
@@ -35,18 +38,22 @@ class RowGroupWriter:
 
     def _flush(self) -> None:
         if self._n:
-            self._writer.write_table(pa.Table.from_pydict(self._cols, schema=self.schema))
+            with writing(self.path):
+                self._writer.write_table(pa.Table.from_pydict(self._cols, schema=self.schema))
             self._cols = {name: [] for name in self.schema.names}
             self._n = 0
 
     def close(self) -> Path:
         """Write what is buffered and close the file (an empty table still has its schema)."""
         self._flush()
-        self._writer.close()
+        with writing(self.path):
+            self._writer.close()
         return self.path
 
     def abort(self) -> None:
         try:
             self._writer.close()
+        except OSError:  # the disk that failed the write may fail the close too: the file goes anyway
+            pass
         finally:
             self.path.unlink(missing_ok=True)

@@ -172,10 +172,10 @@ def _write_error(phase: str, error: str) -> str:
     return f"{error}; {PHASE_STATE[phase]}: free space (or fix the output) and rerun the same command to finish"
 
 
-def _os_error(exc: OSError) -> str:
+def _os_error(exc: OSError, out: Path) -> str:
     if exc.errno in atomic.WRITE_ERRNOS:
         where = exc.filename2 if exc.filename2 is not None else exc.filename
-        return atomic.describe(where or "(output)", exc)
+        return atomic.describe(where or out, exc)
     return f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
 
 
@@ -409,7 +409,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
         except atomic.WriteError as exc:
             raise atomic.WriteError(_write_error("copy", str(exc)), exc.path, exc.errno) from None
         except OSError as exc:
-            raise atomic.WriteError(_write_error("copy", _os_error(exc))) from None
+            raise atomic.WriteError(_write_error("copy", _os_error(exc, out))) from None
         for kind, n in copied.output.items():
             reduce.bytes.kinds[kind] += n
         reduce.bytes.count += copied.output_files
@@ -429,7 +429,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
         except atomic.WriteError as exc:
             raise atomic.WriteError(_write_error(phase, str(exc)), exc.path, exc.errno) from None
         except OSError as exc:
-            raise atomic.WriteError(_write_error(phase, _os_error(exc))) from None
+            raise atomic.WriteError(_write_error(phase, _os_error(exc, out))) from None
     return report
 
 
