@@ -255,6 +255,8 @@ def snapshot(root: Path) -> Snapshot:
                 snap[rel] = ("link", os.readlink(p), st.st_mtime_ns)
             elif stat.S_ISDIR(st.st_mode):
                 snap[rel] = ("dir", st.st_mode, st.st_mtime_ns)
+            elif not stat.S_ISREG(st.st_mode):  # a FIFO, socket or device: never opened (a FIFO would block)
+                snap[rel] = ("special", st.st_mode, st.st_mtime_ns)
             else:
                 snap[rel] = ("file", st.st_mode, st.st_size, st.st_mtime_ns, sha256(p))
     return snap
