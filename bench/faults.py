@@ -6,9 +6,10 @@ scenario records its row (scenario, expected, observed, files lost, sources modi
 tests/faults_support.py; pytest's outcome decides the pass column: `yes`, `known bug` (a strict
 xfail naming a pipeline bug: the scenario found it, the fix is pending), `skipped` (with the
 reason) or `NO`. Prints the table and the counts (scenarios run, bad inputs tried, files lost,
-sources modified: the last two must be 0; files lost inside a known-bug scenario are counted and
-shown apart), writes bench/results/faults.json, and exits 0 only when no row says `NO`, no source
-was modified and no file was lost outside a known bug.
+sources modified, tracebacks in any prep run's output: the last three must be 0; files lost inside a
+known-bug scenario are counted and shown apart), writes bench/results/faults.json, and exits 0 only when
+no row says `NO`, no source was modified, no prep run printed a traceback and no file was lost outside a
+known bug.
 
     python bench/faults.py [--out bench/results/faults.json] [-k EXPR] [--no-fuzz]
 """
@@ -154,8 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         code = pytest.main(pytest_args, plugins=[plugin])
         seconds = time.monotonic() - t0
         records = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+        tb_file = Path(str(record) + ".tracebacks")
+        tracebacks = [json.loads(line) for line in tb_file.read_text().splitlines()] if tb_file.exists() else []
     rows = build_rows(records, plugin)
     c = counts(rows)
+    c["tracebacks"] = len(tracebacks)
     print()
     print(table(rows))
     print()
@@ -166,12 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"files lost        {c['files_lost']} (must be 0"
           + (f"; {lost_bugs} of them in known-bug scenarios, pending the fix listed below)" if lost_bugs else ")"))
     print(f"sources modified  {c['sources_modified']} (must be 0)")
+    print(f"tracebacks        {c['tracebacks']} in the output of every prep run of the suite (must be 0)")
+    for tb in tracebacks[:5]:
+        print(f"traceback         {tb['test']}: prep {' '.join(tb['args'][:3])} ...")
     print(f"runtime           {seconds:.0f} s (pytest exit {int(code)})")
     for r in rows:
         if r["pass"] == "known bug":
             print(f"known bug         {r['test']}: {plugin.tests.get(r['test'], {}).get('reason', '')}")
     ok = (c["failed"] == 0 and c["files_lost"] == lost_bugs and c["sources_modified"] == 0
-          and int(code) == 0)
+          and c["tracebacks"] == 0 and int(code) == 0)
     result = {
         "schema": "prep.bench.faults/1", "prep_version": __version__,
         "created_utc": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),

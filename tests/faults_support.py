@@ -90,8 +90,19 @@ def prep(*args: str, cwd: Path | None = None, timeout: float = PREP_TIMEOUT_S) -
         out, err = p.communicate()
         raise AssertionError(f"prep {' '.join(args)} ran past {timeout} s\n{out}\n{err}") from None
     left = wait_group_gone(p.pid)
+    note_tracebacks(args, out + err)
     assert not left, f"prep {args[0]} exited but left processes of its group running: {left}"
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def note_tracebacks(args: tuple[str, ...] | list[str], text: str) -> None:
+    """Count a Python traceback in a prep run's output (bench/faults.py prints the total: it must be 0), in
+    the file beside $PREP_FAULTS_RECORD."""
+    path = os.environ.get(RECORD_ENV)
+    if path and "Traceback (most recent call last)" in text:
+        with open(path + ".tracebacks", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"args": [str(a) for a in args], "test": os.environ.get("PYTEST_CURRENT_TEST", ""),
+                                 "text": text[-3000:]}) + "\n")
 
 
 def reencode_args(src: Path, out: Path, *extra: str, workers: int = 1) -> list[str]:
@@ -115,7 +126,10 @@ class Running:
 
     def wait(self, timeout: float = PREP_TIMEOUT_S) -> int:
         try:
-            return self.proc.wait(timeout=timeout)
+            code = self.proc.wait(timeout=timeout)
+            note_tracebacks(list(map(str, self.proc.args))[3:] if isinstance(self.proc.args, list) else [],
+                            self.output())
+            return code
         except subprocess.TimeoutExpired:
             kill_group(self.proc)
             raise AssertionError(f"prep ran past {timeout} s\n{self.output()}") from None
