@@ -108,6 +108,22 @@ def exclusive_lock(path: Path, what: str) -> Iterator[Path]:
         os.close(fd)
 
 
+def refuse_if_held(path: Path, what: str) -> None:
+    """Raise `LockedError` now when a live run holds the lock at `path`; writes nothing (the file is not
+    created), so a job can refuse a busy output before it starts its engine session and takes the lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # no lock file (or unreadable: `exclusive_lock` decides)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            raise LockedError(describe(_holder(path), path, what)) from None
+    finally:
+        os.close(fd)  # closing drops a flock this probe may have taken
+
+
 def _claim_without_flock(path: Path, what: str) -> None:
     holder = _holder(path)
     if holder and holder.get("pid") != os.getpid() and not is_stale(holder):

@@ -404,7 +404,9 @@ def local_cluster_kwargs(config: RunConfig) -> dict[str, Any]:
         "threads_per_worker": 1,
         "processes": True,
         "dashboard_address": ":0",  # a free port: never collides with another cluster's :8787
-        "silence_logs": logging.ERROR,
+        # Worker logs at ERROR are comm chatter (a heartbeat to a scheduler that is closing prints a 40-line
+        # traceback); a task's own error comes back through its future, a restart is a WARNING: quiet them.
+        "silence_logs": logging.CRITICAL,
         "memory_limit": config.memory_limit,
         "env": dict(config.worker_env),
     }

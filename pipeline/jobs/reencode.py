@@ -44,7 +44,7 @@ from pipeline.dataset.write import (
     write_output_metadata,
 )
 from pipeline.errors import PrepError
-from pipeline.lock import exclusive_lock
+from pipeline.lock import exclusive_lock, refuse_if_held
 from pipeline.manifest import ByteCounter, ScanTotals, build_manifest, episode_row, episodes_schema, publish_manifest
 from pipeline.runner import Engine
 from pipeline.schemas import validate
@@ -382,6 +382,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     check_paths(src, out)
     ds, rejected = open_validated(src)  # metadata checked before any unit
     _refuse_foreign(out)
+    refuse_if_held(out / LOCK_REL, f"output {out}")  # a busy output is refused at once, before the session
     engine.start()  # the session is up (scheduler reached, cluster started) before anything is written
     atomic.check_writable(out / PREP_DIR)  # read-only, full or blocked outputs are refused before any work
     report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine)
