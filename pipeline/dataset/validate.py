@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -135,8 +135,7 @@ class ShapeCache:
         return verdict
 
 
-def check_jsonl(path: Path, name: str, problems: Problems,
-                extra: Callable[[Any], Iterator[str]] | None = None) -> None:
+def check_jsonl(path: Path, name: str, problems: Problems) -> None:
     """Every non-empty line of a JSON Lines file: JSON, and valid against schemas/<name>.schema.json."""
     from pipeline.dataset.v21 import iter_lines
 
@@ -152,9 +151,6 @@ def check_jsonl(path: Path, name: str, problems: Problems,
             continue
         if not cache_.is_valid(obj):
             for p in schema_problems(obj, name, limit=1):
-                problems.add(f"{where}: {p}")
-        elif extra is not None:
-            for p in extra(obj):
                 problems.add(f"{where}: {p}")
 
 
