@@ -47,8 +47,11 @@ def read_tasks(root: Path) -> dict[int, str]:
     task_col = "task" if "task" in cols else ("__index_level_0__" if "__index_level_0__" in cols else None)
     if "task_index" not in cols or task_col is None:
         raise DatasetError(path, f"expected columns task_index and task, found {cols}")
-    for idx, task in zip(table["task_index"].to_pylist(), table[task_col].to_pylist(), strict=True):
-        tasks[int(idx)] = str(task)
+    for row, (idx, task) in enumerate(zip(table["task_index"].to_pylist(), table[task_col].to_pylist(),
+                                          strict=True)):
+        if isinstance(idx, bool) or not isinstance(idx, int):  # null, a string: pipeline.dataset.validate names all
+            raise DatasetError(path, f"row {row}: task_index: {idx!r} (expected an integer)")
+        tasks[idx] = str(task)
     return tasks
 
 
