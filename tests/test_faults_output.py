@@ -111,6 +111,7 @@ def test_output_that_cannot_be_written(kind: str, request: pytest.FixtureRequest
             assert f"cannot write {disk}" in line and cause in line, line
             assert not made.exists(), f"{name} left {made} behind"
             seen[name] = line.split("error: ", 1)[1]
+        row.details["lines"] = seen
         assert sorted(p.name for p in disk.iterdir()) == ([] if kind == "read-only" else ["filler"])
         check_source(row, before, src)
         row.observed = "exit 3: " + short_paths(seen["reencode"].replace(str(disk), f"<{kind}>"))[:170]
@@ -134,6 +135,7 @@ def test_folder_or_file_in_the_way(tmp_path: Path) -> None:
         r = prep(*reencode_args(src, tmp_path / "a-file" / "out"))
         line = one_line(r, "reencode", 3)
         assert f"cannot write {tmp_path / 'a-file'}" in line and "Not a directory" in line, line
+        row.details["lines"] = {"verify": v, "budget": b, "reencode": line}
         assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
         check_source(row, before, src)
         row.observed = "verify: " + short_paths(v.split("error: ", 1)[1])[:150]
@@ -155,6 +157,7 @@ def test_scheduler_that_cannot_be_used(address: str, code: int, message: str, tm
         r = prep("reencode", "--src", str(src), "--dst", "224", "--out", str(out), "--scheduler", address,
                  "--no-progress")
         line = one_line(r, "reencode", code)
+        row.details["line"] = line
         assert message in line, line
         assert not out.exists(), f"left {sorted(p.name for p in out.rglob('*'))}"
         r2 = prep(*reencode_args(src, out, "--dst", "160"))
@@ -183,6 +186,7 @@ def test_disk_full_in_the_final_phase(can_mount: None, tmp_path: Path) -> None:
         out = disk / "out"
         r = prep(*reencode_args(src, out))
         line = one_line(r, "reencode", 3)
+        row.details["line"] = line
         assert "No space left on device (the output disk" in line and str(disk) in line, line
         assert "meta/info.json" in line and "rerun the same command to finish" in line, line
         assert str(src) not in line, f"the message names the source, not the full output: {line}"
