@@ -25,11 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from av.video.reformatter import VideoReformatter
 
 from pipeline import atomic
 from pipeline.dataset.model import Dataset, resolve_inside
@@ -62,65 +60,6 @@ class VideoFeatureUpdate:
     pix_fmt: str
     prep: dict[str, Any]
     encoder: dict[str, Any]
-
-
-# ---- image stats of a re-encoded file (LeRobot's sampling) -------------------------------------
-
-
-def estimate_num_samples(n: int, lo: int = 100, hi: int = 10_000, power: float = 0.75) -> int:
-    """LeRobot's `estimate_num_samples` (compute_stats.py)."""
-    lo = min(lo, n)
-    return max(lo, min(int(n**power), hi))
-
-
-def sample_indices(n: int) -> list[int]:
-    """LeRobot's `sample_indices`: evenly spaced frame indices of an episode."""
-    return [int(i) for i in np.round(np.linspace(0, n - 1, estimate_num_samples(n))).astype(int)]
-
-
-class SpanImageStats:
-    """Image stats per episode span of a file, fed frame by frame: per-channel min/max/mean/std in
-    [0, 1] shaped (3, 1, 1) and count = frames sampled, as LeRobot stores them. Exact integer
-    histograms, so the numbers are identical however often (and by whichever engine) they are made."""
-
-    def __init__(self, spans: list[tuple[int, int]]) -> None:
-        self.spans = spans
-        self.wanted: dict[int, int] = {}
-        for k, (start, n) in enumerate(spans):
-            for i in sample_indices(n):
-                self.wanted[start + i] = k
-        self.hist = np.zeros((len(spans), 3, 256), dtype=np.int64)
-        self.frames = np.zeros(len(spans), dtype=np.int64)
-        self.rgb = VideoReformatter()  # one scaler for all frames (frame.to_ndarray(format=...) builds one per call)
-
-    def add(self, index: int, frame: av.VideoFrame) -> None:
-        k = self.wanted.get(index)
-        if k is None:
-            return
-        flat = self.rgb.reformat(frame, format="rgb24").to_ndarray().reshape(-1, 3)
-        for c in range(3):
-            self.hist[k, c] += np.bincount(flat[:, c], minlength=256)
-        self.frames[k] += 1
-
-    def result(self) -> list[dict[str, Any]]:
-        levels = np.arange(256, dtype=np.int64)
-        out = []
-        for k in range(len(self.spans)):
-            h = self.hist[k]
-            n = np.maximum(h.sum(axis=1), 1)
-            s1, s2 = h @ levels, h @ (levels * levels)
-            mean = s1 / n
-            var = np.maximum(s2 / n - mean * mean, 0.0)
-            present = h > 0
-            lo = np.array([levels[p].min() if p.any() else 0 for p in present])
-            hi = np.array([levels[p].max() if p.any() else 0 for p in present])
-
-            def c11(v: np.ndarray) -> list[Any]:
-                return [[[float(x)]] for x in v]
-
-            out.append({"min": c11(lo / 255.0), "max": c11(hi / 255.0), "mean": c11(mean / 255.0),
-                        "std": c11(np.sqrt(var) / 255.0), "count": [int(self.frames[k])]})
-        return out
 
 
 # ---- copying what does not change ----------------------------------------------------------------

@@ -19,14 +19,14 @@ from typing import Any
 
 from pipeline import atomic
 from pipeline.dataset.model import CameraInfo, Dataset, resolve_inside
-from pipeline.dataset.write import PREP_DIR, EpisodeVideo, SpanImageStats
+from pipeline.dataset.write import PREP_DIR, EpisodeVideo
 from pipeline.errors import EpisodeError
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,
     Span,
     VideoExpect,
-    check_video,
+    check_probe,
 )
 from pipeline.video.encode import (
     DEFAULT_ENGINE,
@@ -38,6 +38,7 @@ from pipeline.video.encode import (
     FrameHook,
     filter_frames,
 )
+from pipeline.video.imagestats import SpanImageStats
 from pipeline.video.probe import VideoProbe, probe_video
 from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES, Geometry
 
@@ -196,13 +197,21 @@ def output_counts(probe: VideoProbe, spans: list[Span]) -> OutputCounts:
 
 def inspect_output(path: Path, unit: ReencodeUnit, spans: list[Span],
                    total_frames: int) -> tuple[VideoProbe | None, list[CheckFailure]]:
-    """`check_output` and the probe it made (None if unreadable)."""
+    """`check_output` and the probe it made (None if unreadable): the per-file checks of `prep verify` on the
+    file as it is on disk: its header and a demux of every packet (size, frame count per span and in total, header
+    count = packets, pts grid from 0, every frame a keyframe). The open skips FFmpeg's probe decode (the pixel
+    format is not checked)."""
     expect = VideoExpect(fps=unit.fps, size=unit.options.size, all_intra=True)
-    probe, failures = check_video(path, expect, spans, camera=unit.camera)
-    if probe is not None and probe.frames_from_packets != total_frames:
+    episode = spans[0].episode if spans else None
+    try:
+        probe = probe_video(path, episode=episode, pix_fmt=False)
+    except EpisodeError as exc:
+        return None, [CheckFailure("readable", "a readable video", exc.message, episode, unit.camera, str(path))]
+    failures = check_probe(probe, expect, spans, camera=unit.camera)
+    if probe.frames_from_packets != total_frames:
         failures.append(CheckFailure("frames_total", f"{total_frames} (source frames)",
                                      str(probe.frames_from_packets), None, unit.camera, str(path)))
-    if probe is not None and probe.pts_s and abs(probe.pts_s[0]) > TIMESTAMP_TOLERANCE_S:
+    if probe.pts_s and abs(probe.pts_s[0]) > TIMESTAMP_TOLERANCE_S:
         failures.append(CheckFailure("first_pts", "0", f"{probe.pts_s[0]:.6f}", None, unit.camera, str(path)))
     return probe, failures
 
@@ -236,7 +245,8 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     try:
         src = resolve_inside(Path(unit.src_root), unit.rel)
         dst = Path(unit.out_root) / unit.rel
-        probe = probe_video(src, episode=unit.spans[0].episode if unit.spans else None)
+        # pix_fmt=False: no probe decode at open (the source's pixel format is not needed here)
+        probe = probe_video(src, episode=unit.spans[0].episode if unit.spans else None, pix_fmt=False)
         result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
         result.src_codec = probe.codec
         spans = new_spans(probe, unit.spans, unit.fps)  # frame counts first: a dropped frame is named as such

@@ -89,6 +89,30 @@ class EncodeJob:
     hook: FrameHook | None = None
 
 
+# Opening an input runs FFmpeg's stream-info probe, which decodes the first frame(s) of some codecs
+# (h264) only to learn the pixel format: ~1.7 ms per 480x640 file (0.02 ms per frame of a 90-frame
+# clip). `skip_frame=all` stops that probe decode; the decoder we read frames from is a separate
+# context, set back to decode every frame (and to one thread) explicitly.
+SOURCE_OPEN_OPTIONS = {"skip_frame": "all", "threads": "1"}
+# One thread per filter graph (the ffmpeg CLI's `-filter_threads 1`). The default (one per core)
+# runs the scaler in slices on every core: measured +0.22 ms of CPU per frame (~7 %) on 2 cores,
+# for no gain when every core already runs its own file.
+FILTER_THREADS = 1
+
+
+def open_source(path: Path) -> tuple[av.container.InputContainer, av.VideoStream]:
+    """The source and its first video stream, set to decode every frame on one thread."""
+    inp = av.open(str(path), mode="r", options=SOURCE_OPEN_OPTIONS)
+    try:
+        ist = inp.streams.video[0]
+        ist.codec_context.skip_frame = "DEFAULT"
+        ist.codec_context.thread_count = 1
+    except BaseException:
+        inp.close()
+        raise
+    return inp, ist
+
+
 def encode_pyav(job: EncodeJob) -> int:
     """In-process: decode, filter graph (built once), encode; returns frames written."""
     rate = fps_fraction(job.fps)
@@ -96,9 +120,8 @@ def encode_pyav(job: EncodeJob) -> int:
     steps = filter_chain(job.geometry, job.profile.pix_fmt)
     n = 0
     try:
-        with av.open(str(job.src), mode="r") as inp, av.open(str(job.dst), mode="w", format="mp4") as out:
-            ist = inp.streams.video[0]
-            ist.codec_context.thread_count = 1
+        inp, ist = open_source(job.src)
+        with inp, av.open(str(job.dst), mode="w", format="mp4") as out:
             ost = out.add_stream(job.profile.encoder, rate=rate)
             assert isinstance(ost, av.VideoStream)
             w, h = job.geometry.size
@@ -132,9 +155,8 @@ def filter_frames(src: Path, geometry: Geometry, pix_fmt: str, hook: FrameHook) 
     steps = filter_chain(geometry, pix_fmt)
     n = 0
     try:
-        with av.open(str(src)) as inp:
-            ist = inp.streams.video[0]
-            ist.codec_context.thread_count = 1
+        inp, ist = open_source(src)
+        with inp:
             graph: av.filter.Graph | None = None
             for frame in inp.decode(ist):
                 if graph is None:
@@ -151,6 +173,7 @@ def filter_frames(src: Path, geometry: Geometry, pix_fmt: str, hook: FrameHook) 
 
 def _graph(frame: av.VideoFrame, steps: list[tuple[str, dict[str, str]]]) -> av.filter.Graph:
     graph = av.filter.Graph()
+    graph.threads = FILTER_THREADS
     nodes = [graph.add_buffer(width=frame.width, height=frame.height, format=frame.format,
                               time_base=Fraction(1, 1000))]
     nodes += [graph.add(name, filter_args(opts)) for name, opts in steps]
