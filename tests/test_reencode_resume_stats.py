@@ -47,3 +47,15 @@ def test_mismatched_sidecar_is_recomputed(unit: stage.ReencodeUnit) -> None:
     assert second.status == "kept"
     assert [e.stats for e in second.episodes] == [e.stats for e in first.episodes]
     assert json.loads(path.read_text())["key"]["settings"]["crf"] == ReencodeOptions().quality  # rewritten
+
+
+def test_empty_sidecar_is_recomputed(unit: stage.ReencodeUnit) -> None:
+    """The sidecar is renamed into place without fsync: after a power loss it may be empty or cut."""
+    first = reencode_unit(unit)
+    path = stats_sidecar(unit)
+    for damaged in ("", path.read_text()[:40]):
+        path.write_text(damaged)
+        again = reencode_unit(unit)
+        assert again.status == "kept", again.reason
+        assert [e.stats for e in again.episodes] == [e.stats for e in first.episodes]
+        assert json.loads(path.read_text())["stats"] == [e.stats for e in first.episodes]
