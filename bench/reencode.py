@@ -11,22 +11,24 @@ thread per process. In one run it prints and writes (bench/results/reencode.json
    output check (header + demux of the written file), the rest of `reencode_unit` (temp name, fsync,
    rename, stats sidecar); then the Dask worker on top (in-worker stage time - in-process stage time,
    the worker's CPU and page faults per frame);
-3. throughput, every case `--repeat` times (best and median; load average with each run):
+3. throughput, every case once per round, `--repeat` rounds (interleaved; best and median; load
+   average with each run):
    `ffmpeg-cli` one process per file at 1 and 2 at a time (no checks, stats or metadata);
    `prep-inprocess`: `reencode_unit` over every file in this process, no Dask;
    `prep`: the command's job (`reencode_dataset`) through the runner, 1 and 2 workers, on a
    LocalCluster started before the clock exactly as the runner starts one (--scheduler);
-4. experiments (`--experiments`, on by default; bench-only, the runner is unchanged): the same
-   `prep` runs on LocalClusters whose workers differ in one setting the runner could apply:
+4. experiments (`--variants`; bench-only, the runner is unchanged): the same `prep` runs on
+   LocalClusters whose workers differ in settings the runner could apply (`VARIANTS`):
    `no-malloc-trim` (the nanny's MALLOC_TRIM_THRESHOLD_=65536 removed from the worker environment),
-   `no-trim-no-profiler` (also distributed.worker.profile.enabled = False);
+   `no-profiler` (distributed.worker.profile.enabled = False: no stack sample every 10 ms),
+   `quiet-worker` (both, plus the event-loop tick at 1 s and the system monitor at 5 s);
 5. fixed costs: the whole `python -m pipeline.cli reencode` command on a `--fixed-episodes` corpus
    (default 6) at 1 and 2 workers, against its frames at the measured in-worker rate; imports and
    a LocalCluster start/close timed alone;
 6. quality: bytes per frame of every output, and PSNR (RGB) of the first `--quality-files` outputs
    against a crf-0 (lossless) encode of the same resized frames; `--sweep` adds x264 variants.
 
-    python bench/reencode.py [--episodes 48] [--repeat 3] [--workdir DIR] [--sweep] [--no-experiments]
+    python bench/reencode.py [--episodes 48] [--repeat 3] [--workdir DIR] [--sweep] [--variants LIST]
 """
 
 from __future__ import annotations
@@ -273,7 +275,8 @@ def run_inprocess(src: Path, out: Path) -> dict[str, float]:
 
 def _worker_usage() -> dict[str, float]:
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return {"cpu_s": r.ru_utime + r.ru_stime, "minflt": r.ru_minflt, "nivcsw": r.ru_nivcsw}
+    return {"cpu_s": r.ru_utime + r.ru_stime, "sys_s": r.ru_stime, "minflt": r.ru_minflt, "nvcsw": r.ru_nvcsw,
+            "nivcsw": r.ru_nivcsw}
 
 
 def run_prep(src: Path, out: Path, client: Any) -> dict[str, float]:
@@ -284,23 +287,34 @@ def run_prep(src: Path, out: Path, client: Any) -> dict[str, float]:
     after = client.run(_worker_usage)
     if not report.ok:
         raise SystemExit(f"prep reencode failed: {report.failures[:3]}")
-    delta = {k: sum(after[w][k] - before[w][k] for w in after) for k in ("cpu_s", "minflt", "nivcsw")}
+    delta = {k: sum(after[w][k] - before[w][k] for w in after) for k in after[next(iter(after))]}
     return {"seconds": report.seconds, **{f"worker_{k}": v for k, v in delta.items()}}
+
+
+# Worker settings the runner could apply, each measured against the runner's LocalCluster as it is
+# (bench-only: the runner is not changed here).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "runner as is": {},
+    "no-malloc-trim": {"drop_env": "MALLOC_TRIM_THRESHOLD_"},
+    "no-profiler": {"config": {"distributed.worker.profile.enabled": False}},
+    "quiet-worker": {"drop_env": "MALLOC_TRIM_THRESHOLD_",
+                     "config": {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
+                                "distributed.admin.system-monitor.interval": "5s"}},
+}
 
 
 @contextlib.contextmanager
 def cluster(workers: int, variant: str) -> Iterator[Any]:
-    """A LocalCluster started as the runner starts one, with the worker variant of an experiment."""
+    """A LocalCluster started as the runner starts one, with the worker settings of `variant`."""
     import dask
     from distributed import Client, LocalCluster
 
-    settings: dict[str, Any] = {}
-    if variant in ("no-malloc-trim", "no-trim-no-profiler"):
+    spec = VARIANTS[variant]
+    settings: dict[str, Any] = dict(spec.get("config", {}))
+    if "drop_env" in spec:
         env = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
-        env.pop("MALLOC_TRIM_THRESHOLD_", None)
+        env.pop(spec["drop_env"], None)
         settings["distributed.nanny.pre-spawn-environ"] = env
-    if variant == "no-trim-no-profiler":
-        settings["distributed.worker.profile.enabled"] = False
     with dask.config.set(settings):
         lc = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                           silence_logs=logging.ERROR, memory_limit=0)
@@ -312,27 +326,43 @@ def cluster(workers: int, variant: str) -> Iterator[Any]:
             lc.close()
 
 
-def repeat_case(name: str, workers: int, frames: int, repeat: int, fn: Callable[[int], dict[str, float]],
-                results: list[dict[str, Any]], variant: str = "runner as is") -> dict[str, Any]:
-    runs: list[dict[str, Any]] = []
+@dataclasses.dataclass
+class Case:
+    name: str
+    workers: int
+    variant: str
+    out: str  # output folder name under the workdir
+    run: Callable[[Path], dict[str, float]]
+    runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def run_rounds(cases: list[Case], workdir: Path, frames: int, repeat: int) -> list[dict[str, Any]]:
+    """Every case once per round, `repeat` rounds (interleaved, so that a burst of load from other jobs on a
+    shared machine does not fall on all runs of one case); best and median per case."""
     for k in range(repeat):
-        before = load()
-        r = fn(k)
-        runs.append({**r, "load_before": before, "load_after": load()})
-    secs = [float(r["seconds"]) for r in runs]
-    best = min(range(len(runs)), key=lambda i: secs[i])
-    row = {"case": name, "workers": workers, "variant": variant, "frames": frames,
-           "frames_per_s": frames / secs[best], "frames_per_s_median": frames / statistics.median(secs),
-           "spread": (max(secs) - min(secs)) / statistics.median(secs), "best": runs[best], "runs": runs}
-    results.append(row)
-    extra = ""
-    if "worker_cpu_s" in runs[best]:
-        extra = (f"  worker CPU {runs[best]['worker_cpu_s'] / frames * 1e3:.3f} ms/frame, "
-                 f"{runs[best]['worker_minflt'] / frames:.1f} faults/frame")
-    print(f"  {name:15s} {variant:20s} workers={workers}  {row['frames_per_s']:7.1f} frames/s best, "
-          f"{row['frames_per_s_median']:7.1f} median, spread {row['spread']:.0%}, load {runs[best]['load_before']}"
-          + extra, flush=True)
-    return row
+        print(f"  round {k + 1}/{repeat}", flush=True)
+        for c in cases:
+            out = workdir / c.out
+            shutil.rmtree(out, ignore_errors=True)
+            before = load()
+            r = c.run(out)
+            c.runs.append({**r, "load_before": before, "load_after": load()})
+            extra = ""
+            if "worker_cpu_s" in r:
+                extra = (f"  worker CPU {r['worker_cpu_s'] / frames * 1e3:.3f} ms/frame, "
+                         f"{r['worker_minflt'] / frames:.1f} faults/frame")
+            print(f"    {c.name:15s} {c.variant:15s} workers={c.workers}  {frames / r['seconds']:7.1f} frames/s, "
+                  f"load {before}" + extra, flush=True)
+    rows = []
+    for c in cases:
+        secs = [float(r["seconds"]) for r in c.runs]
+        best = min(range(len(secs)), key=lambda i: secs[i])
+        out = workdir / c.out
+        rows.append({"case": c.name, "workers": c.workers, "variant": c.variant, "frames": frames,
+                     "frames_per_s": frames / secs[best], "frames_per_s_median": frames / statistics.median(secs),
+                     "spread": (max(secs) - min(secs)) / statistics.median(secs), "best": c.runs[best],
+                     "runs": c.runs, "bytes_per_frame": video_bytes(out) / frames})
+    return rows
 
 
 # ---- 5. fixed costs -------------------------------------------------------------------------------
@@ -464,7 +494,8 @@ def main() -> int:
     ap.add_argument("--floor-files", type=int, default=24, help="files of the floor / breakdown measurement")
     ap.add_argument("--quality-files", type=int, default=6, help="files of the PSNR measurement")
     ap.add_argument("--workdir", type=Path, help="where the corpora and outputs go (default: a temp folder)")
-    ap.add_argument("--no-experiments", action="store_true", help="skip the worker-setting experiments")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help=f"worker settings to run prep under (default: all of {', '.join(VARIANTS)})")
     ap.add_argument("--sweep", action="store_true", help="also x264 variants: CPU, size and PSNR")
     ap.add_argument("--out", type=Path, default=Path("bench/results/reencode.json"))
     args = ap.parse_args()
@@ -483,48 +514,32 @@ def main() -> int:
 
         print(f"floor and breakdown ({args.floor_files} files, in this process) ...", flush=True)
         bd = breakdown(src, workdir, args.floor_files, args.repeat)
-        results: list[dict[str, Any]] = []
         outs: dict[str, Path] = {}
-
-        def fresh(name: str) -> Path:
-            out = workdir / f"out-{name}"
-            shutil.rmtree(out, ignore_errors=True)
-            return out
-
         print(f"throughput ({frames} frames, {frames // FRAMES_PER_EPISODE} files) ...", flush=True)
+        cases: list[Case] = []
         for w in (1, 2):
 
-            def cli(_k: int, w: int = w) -> dict[str, float]:
-                return run_cli(src, fresh(f"cli-{w}"), w)
+            def cli(out: Path, w: int = w) -> dict[str, float]:
+                return run_cli(src, out, w)
 
-            repeat_case("ffmpeg-cli", w, frames, args.repeat, cli, results)
-        outs["ffmpeg-cli"] = workdir / "out-cli-1"
-
-        def inprocess(_k: int) -> dict[str, float]:
-            return run_inprocess(src, fresh("inproc"))
-
-        repeat_case("prep-inprocess", 1, frames, args.repeat, inprocess, results)
-        variants = ["runner as is"] + ([] if args.no_experiments else ["no-malloc-trim", "no-trim-no-profiler"])
+            cases.append(Case("ffmpeg-cli", w, "-", f"out-cli-{w}", cli))
+        cases.append(Case("prep-inprocess", 1, "-", "out-inproc", lambda out: run_inprocess(src, out)))
+        variants = ["runner as is"] + [v for v in args.variants.split(",") if v and v != "runner as is"]
         for variant in variants:
             for w in (1, 2):
-                with cluster(w, variant) as client:
-                    name = f"prep-{variant.replace(' ', '-')}-{w}"
 
-                    def prep(_k: int, c: Any = client, n: str = name) -> dict[str, float]:
-                        return run_prep(src, fresh(n), c)
+                def prep(out: Path, w: int = w, variant: str = variant) -> dict[str, float]:
+                    with cluster(w, variant) as client:  # started and closed outside the clock
+                        return run_prep(src, out, client)
 
-                    repeat_case("prep", w, frames, args.repeat, prep, results, variant)
-                    outs.setdefault("prep", workdir / f"out-{name}")
-        for r in results:
-            out = workdir / ("out-" + ("inproc" if r["case"] == "prep-inprocess" else
-                                       f"cli-{r['workers']}" if r["case"] == "ffmpeg-cli" else
-                                       f"prep-{r['variant'].replace(' ', '-')}-{r['workers']}"))
-            r["bytes_per_frame"] = video_bytes(out) / frames
-            r["size_ratio"] = video_bytes(src) / video_bytes(out)
+                cases.append(Case("prep", w, variant, f"out-prep-{variant.replace(' ', '-')}-{w}", prep))
+        results = run_rounds(cases, workdir, frames, args.repeat)
+        outs["ffmpeg-cli"] = workdir / "out-cli-1"
+        outs["prep"] = workdir / "out-prep-runner-as-is-1"
 
         def fps(case: str, w: int, variant: str = "runner as is") -> float:
             return float(next(r["frames_per_s"] for r in results
-                              if r["case"] == case and r["workers"] == w and r["variant"] == variant))
+                              if r["case"] == case and r["workers"] == w and r["variant"] in (variant, "-")))
 
         print("fixed costs ...", flush=True)
         fixed = fixed_costs(small, workdir, small_frames, {w: fps("prep", w) for w in (1, 2)})
@@ -534,6 +549,10 @@ def main() -> int:
     def inworker_ms(w: int, variant: str) -> float:
         row = next(r for r in results if r["case"] == "prep" and r["workers"] == w and r["variant"] == variant)
         return float(row["best"]["worker_cpu_s"]) / frames * 1e3
+
+    def cli_cpu_ms(w: int) -> float:
+        row = next(r for r in results if r["case"] == "ffmpeg-cli" and r["workers"] == w)
+        return float(row["best"]["cpu_s"]) / frames * 1e3
 
     inproc = next(r for r in results if r["case"] == "prep-inprocess")
     inproc_ms = inproc["best"]["seconds"] / frames * 1e3
@@ -549,6 +568,10 @@ def main() -> int:
             "share_of_floor_2_workers": p2 / 2 / bd["floor_frames_per_s"],
             "worker_cpu_ms_per_frame_1": inworker_ms(1, variant),
             "worker_cpu_ms_per_frame_2": inworker_ms(2, variant),
+            # CPU seconds per frame are less disturbed by other jobs than wall seconds: the same ratios by CPU
+            "cpu_cli_over_prep_1": cli_cpu_ms(1) / inworker_ms(1, variant),
+            "cpu_cli_over_prep_2": cli_cpu_ms(2) / inworker_ms(2, variant),
+            "cpu_floor_over_prep_1": bd["floor_ms_per_frame"] / inworker_ms(1, variant),
         }
     summary["cli_speedup_1_to_2"] = fps("ffmpeg-cli", 2) / fps("ffmpeg-cli", 1)
     summary["inprocess_wall_ms_per_frame"] = inproc_ms
@@ -615,7 +638,9 @@ def report(doc: dict[str, Any]) -> None:
               f"CLI {s['cli_speedup_1_to_2']:.2f}x); "
               f"in-process {v['inprocess_vs_inworker_1']:+.1%} vs in-worker (target within "
               f"{t['inprocess_vs_inworker']:.0%}); {v['share_of_floor_1_worker']:.0%} / "
-              f"{v['share_of_floor_2_workers']:.0%} of the floor per worker (target {t['share_of_floor']:.0%})")
+              f"{v['share_of_floor_2_workers']:.0%} of the floor per worker (target {t['share_of_floor']:.0%}); "
+              f"by CPU per frame: CLI/prep {v['cpu_cli_over_prep_1']:.2f}x / {v['cpu_cli_over_prep_2']:.2f}x, "
+              f"floor/prep {v['cpu_floor_over_prep_1']:.0%}")
     f = doc["fixed_costs"]
     print(f"\nfixed costs: python start {f['python_start_s']:.2f} s, imports {f['imports_s']:.2f} s, LocalCluster "
           "start+close " + ", ".join(f"{w} worker(s) {v:.2f} s" for w, v in f["localcluster_start_close_s"].items()))
