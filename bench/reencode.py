@@ -23,8 +23,8 @@ thread per process. In one run it prints and writes (bench/results/reencode.json
    `no-profiler` (distributed.worker.profile.enabled = False: no stack sample every 10 ms),
    `quiet-worker` (both, plus the event-loop tick at 1 s and the system monitor at 5 s);
 5. fixed costs: the whole `python -m pipeline.cli reencode` command on a `--fixed-episodes` corpus
-   (default 6) at 1 and 2 workers, against its frames at the measured in-worker rate; imports and
-   a LocalCluster start/close timed alone;
+   (default 6) at 1 and 2 workers: its wall time less the seconds of its own encode map (from its
+   report); imports and a LocalCluster start/close timed alone;
 6. quality: bytes per frame of every output, and PSNR (RGB) of the first `--quality-files` outputs
    against a crf-0 (lossless) encode of the same resized frames; `--sweep` adds x264 variants.
 
@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import json
 import logging
 import os
 import platform
@@ -353,22 +354,69 @@ def run_rounds(cases: list[Case], workdir: Path, frames: int, repeat: int) -> li
                          f"{r['worker_minflt'] / frames:.1f} faults/frame")
             print(f"    {c.name:15s} {c.variant:15s} workers={c.workers}  {frames / r['seconds']:7.1f} frames/s, "
                   f"load {before}" + extra, flush=True)
-    rows = []
-    for c in cases:
-        secs = [float(r["seconds"]) for r in c.runs]
+    return [{"case": c.name, "workers": c.workers, "variant": c.variant, "frames": frames, "runs": c.runs,
+             "bytes_per_frame": video_bytes(workdir / c.out) / frames} for c in cases]
+
+
+def derive(doc: dict[str, Any]) -> None:
+    """Per-case figures and the summary, from the raw runs (so that an old result file can be re-derived)."""
+    results, bd, frames = doc["results"], doc["breakdown"], doc["corpus"]["frames"]
+    for r in results:
+        secs = [float(run["seconds"]) for run in r["runs"]]
         best = min(range(len(secs)), key=lambda i: secs[i])
-        out = workdir / c.out
-        rows.append({"case": c.name, "workers": c.workers, "variant": c.variant, "frames": frames,
-                     "frames_per_s": frames / secs[best], "frames_per_s_median": frames / statistics.median(secs),
-                     "spread": (max(secs) - min(secs)) / statistics.median(secs), "best": c.runs[best],
-                     "runs": c.runs, "bytes_per_frame": video_bytes(out) / frames})
-    return rows
+        r.update({"frames_per_s": frames / secs[best], "frames_per_s_median": frames / statistics.median(secs),
+                  "spread": (max(secs) - min(secs)) / statistics.median(secs), "best": r["runs"][best],
+                  # CPU of the worker processes (prep), of the ffmpeg processes (CLI), of this process (in-process)
+                  "cpu_ms_per_frame_median": statistics.median(
+                      float(run.get("worker_cpu_s", run.get("cpu_s", 0.0))) for run in r["runs"]) / frames * 1e3})
+
+    def row(case: str, w: int, variant: str = "runner as is") -> dict[str, Any]:
+        return dict(next(r for r in results if r["case"] == case and r["workers"] == w
+                         and r["variant"] in (variant, "-")))
+
+    def fps(case: str, w: int, variant: str = "runner as is") -> float:
+        return float(row(case, w, variant)["frames_per_s"])
+
+    def cpu(case: str, w: int, variant: str = "runner as is") -> float:
+        return float(row(case, w, variant)["cpu_ms_per_frame_median"])
+
+    summary: dict[str, Any] = {"variants": {}}
+    for variant in dict.fromkeys(r["variant"] for r in results if r["case"] == "prep"):
+        p1, p2 = fps("prep", 1, variant), fps("prep", 2, variant)
+        summary["variants"][variant] = {
+            "prep_vs_cli_1_worker": p1 / fps("ffmpeg-cli", 1),
+            "prep_vs_cli_2_workers": p2 / fps("ffmpeg-cli", 2),
+            "speedup_1_to_2": p2 / p1,
+            "inprocess_vs_inworker_1": fps("prep-inprocess", 1) / p1 - 1,
+            "share_of_floor_1_worker": p1 / bd["floor_frames_per_s"],
+            "share_of_floor_2_workers": p2 / 2 / bd["floor_frames_per_s"],
+            "worker_cpu_ms_per_frame_1": cpu("prep", 1, variant),
+            "worker_cpu_ms_per_frame_2": cpu("prep", 2, variant),
+            # CPU per frame is less disturbed by other jobs than wall time: the same ratios by CPU (medians)
+            "cpu_cli_over_prep_1": cpu("ffmpeg-cli", 1) / cpu("prep", 1, variant),
+            "cpu_cli_over_prep_2": cpu("ffmpeg-cli", 2) / cpu("prep", 2, variant),
+            "cpu_inprocess_vs_inworker_1": cpu("prep", 1, variant) / cpu("prep-inprocess", 1) - 1,
+            "cpu_floor_over_prep_1": bd["floor_ms_per_frame"] / cpu("prep", 1, variant),
+            "cpu_floor_over_prep_2": bd["floor_ms_per_frame"] / cpu("prep", 2, variant),
+        }
+    summary["cli_speedup_1_to_2"] = fps("ffmpeg-cli", 2) / fps("ffmpeg-cli", 1)
+    s0 = summary["variants"]["runner as is"]
+    summary["targets_met"] = {
+        "prep_vs_cli_per_core": min(s0["prep_vs_cli_1_worker"], s0["prep_vs_cli_2_workers"]) >= TARGET_PER_CORE,
+        "speedup_1_to_2": s0["speedup_1_to_2"] >= TARGET_SPEEDUP,
+        "inprocess_within_5pct_of_inworker": abs(s0["inprocess_vs_inworker_1"]) <= TARGET_INPROCESS_GAP,
+        "share_of_floor": min(s0["share_of_floor_1_worker"], s0["share_of_floor_2_workers"]) >= TARGET_FLOOR_SHARE,
+    }
+    doc["summary"] = summary
+    loads = [x for r in results for run in r["runs"] for x in (run["load_before"][0], run["load_after"][0])]
+    doc["host"]["load1_min_max_during_runs"] = [min(loads), max(loads)]
 
 
 # ---- 5. fixed costs -------------------------------------------------------------------------------
 
 
-def fixed_costs(src: Path, workdir: Path, frames: int, per_worker_fps: dict[int, float]) -> dict[str, Any]:
+def fixed_costs(src: Path, workdir: Path, frames: int) -> dict[str, Any]:
+    """The whole command, timed from outside, against the seconds of its own encode map (its report)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                          os.environ.get("PYTHONPATH", "")])}
     t0 = time.perf_counter()
@@ -400,9 +448,10 @@ def fixed_costs(src: Path, workdir: Path, frames: int, per_worker_fps: dict[int,
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise SystemExit(f"prep reencode failed: {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
-        work = frames / per_worker_fps[w]
-        rows.append({"workers": w, "command_wall_s": wall, "frames": frames, "work_s_at_measured_rate": work,
-                     "fixed_s": wall - work, "frames_per_s": frames / wall, "load": load()})
+        work = float(json.loads((out / "prep/reencode_report.json").read_text())["seconds"])
+        rows.append({"workers": w, "command_wall_s": wall, "frames": frames, "encode_map_s": work,
+                     "fixed_s": wall - work, "frames_per_s": frames / wall, "frames_per_s_in_map": frames / work,
+                     "load": load()})
         shutil.rmtree(out, ignore_errors=True)
     return {"python_start_s": bare, "imports_s": imports - bare,
             "localcluster_start_close_s": cluster_s, "commands": rows}
@@ -498,7 +547,15 @@ def main() -> int:
                     help=f"worker settings to run prep under (default: all of {', '.join(VARIANTS)})")
     ap.add_argument("--sweep", action="store_true", help="also x264 variants: CPU, size and PSNR")
     ap.add_argument("--out", type=Path, default=Path("bench/results/reencode.json"))
+    ap.add_argument("--rederive", type=Path, help="only re-derive the figures of an earlier result file and print them")
     args = ap.parse_args()
+    if args.rederive:
+        doc = json.loads(args.rederive.read_text())
+        derive(doc)
+        atomic.write_json(args.out, doc, indent=2)
+        report(doc)
+        print(f"wrote {args.out}")
+        return 0
 
     uptime_start = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
     t_start = time.perf_counter()
@@ -537,59 +594,18 @@ def main() -> int:
         outs["ffmpeg-cli"] = workdir / "out-cli-1"
         outs["prep"] = workdir / "out-prep-runner-as-is-1"
 
-        def fps(case: str, w: int, variant: str = "runner as is") -> float:
-            return float(next(r["frames_per_s"] for r in results
-                              if r["case"] == case and r["workers"] == w and r["variant"] in (variant, "-")))
-
         print("fixed costs ...", flush=True)
-        fixed = fixed_costs(small, workdir, small_frames, {w: fps("prep", w) for w in (1, 2)})
+        fixed = fixed_costs(small, workdir, small_frames)
         print("quality ...", flush=True)
         qual = quality(src, outs, args.quality_files, args.sweep)
 
-    def inworker_ms(w: int, variant: str) -> float:
-        row = next(r for r in results if r["case"] == "prep" and r["workers"] == w and r["variant"] == variant)
-        return float(row["best"]["worker_cpu_s"]) / frames * 1e3
-
-    def cli_cpu_ms(w: int) -> float:
-        row = next(r for r in results if r["case"] == "ffmpeg-cli" and r["workers"] == w)
-        return float(row["best"]["cpu_s"]) / frames * 1e3
-
-    inproc = next(r for r in results if r["case"] == "prep-inprocess")
-    inproc_ms = inproc["best"]["seconds"] / frames * 1e3
-    summary: dict[str, Any] = {"variants": {}}
-    for variant in variants:
-        p1, p2 = fps("prep", 1, variant), fps("prep", 2, variant)
-        summary["variants"][variant] = {
-            "prep_vs_cli_1_worker": p1 / fps("ffmpeg-cli", 1),
-            "prep_vs_cli_2_workers": p2 / fps("ffmpeg-cli", 2),
-            "speedup_1_to_2": p2 / p1,
-            "inprocess_vs_inworker_1": fps("prep-inprocess", 1) / p1 - 1,
-            "share_of_floor_1_worker": p1 / bd["floor_frames_per_s"],
-            "share_of_floor_2_workers": p2 / 2 / bd["floor_frames_per_s"],
-            "worker_cpu_ms_per_frame_1": inworker_ms(1, variant),
-            "worker_cpu_ms_per_frame_2": inworker_ms(2, variant),
-            # CPU seconds per frame are less disturbed by other jobs than wall seconds: the same ratios by CPU
-            "cpu_cli_over_prep_1": cli_cpu_ms(1) / inworker_ms(1, variant),
-            "cpu_cli_over_prep_2": cli_cpu_ms(2) / inworker_ms(2, variant),
-            "cpu_floor_over_prep_1": bd["floor_ms_per_frame"] / inworker_ms(1, variant),
-        }
-    summary["cli_speedup_1_to_2"] = fps("ffmpeg-cli", 2) / fps("ffmpeg-cli", 1)
-    summary["inprocess_wall_ms_per_frame"] = inproc_ms
-    s0 = summary["variants"]["runner as is"]
-    summary["targets_met"] = {
-        "prep_vs_cli_per_core": min(s0["prep_vs_cli_1_worker"], s0["prep_vs_cli_2_workers"]) >= TARGET_PER_CORE,
-        "speedup_1_to_2": s0["speedup_1_to_2"] >= TARGET_SPEEDUP,
-        "inprocess_within_5pct_of_inworker": abs(s0["inprocess_vs_inworker_1"]) <= TARGET_INPROCESS_GAP,
-        "share_of_floor": min(s0["share_of_floor_1_worker"], s0["share_of_floor_2_workers"]) >= TARGET_FLOOR_SHARE,
-    }
-    loads = [x for r in results for run in r["runs"] for x in (run["load_before"][0], run["load_after"][0])]
     doc = {
         "bench": "reencode", "prep_version": __version__, "created_utc": utc_now(), "command": sys.argv,
         "duration_s": time.perf_counter() - t_start,
         "host": {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
                  "cores_available": machine_cores(), "uptime_start": uptime_start,
                  "uptime_end": subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip(),
-                 "load1_min_max_during_runs": [min(loads), max(loads)], "av": av.__version__,
+                 "av": av.__version__,
                  "ffmpeg": ffmpeg_version()},
         "corpus": {"kind": "synthetic v2.1", "episodes": args.episodes, "cameras": 3,
                    "frames_per_episode": FRAMES_PER_EPISODE, "source": "480x640 h264 crf 23 GOP 30",
@@ -598,12 +614,15 @@ def main() -> int:
                        "preset": PROFILE.preset},
         "targets": {"prep_vs_cli_per_core": TARGET_PER_CORE, "speedup_1_to_2_workers": TARGET_SPEEDUP,
                     "inprocess_vs_inworker": TARGET_INPROCESS_GAP, "share_of_floor": TARGET_FLOOR_SHARE},
-        "breakdown": bd, "results": results, "fixed_costs": fixed, "quality": qual, "summary": summary,
+        "breakdown": bd, "results": results, "fixed_costs": fixed, "quality": qual,
         "note": "frames/s = source frames / wall seconds of the encode phase (the runner's map; the cluster is "
                 "started before the clock); best and median of --repeat runs, spread = (max-min)/median; "
                 "breakdown = CPU ms per frame measured alone in this process; prep's time includes its per-file "
-                "checks and image stats, the CLI's does not. The machine is shared: see the load averages.",
+                "checks and image stats, the CLI's does not. CPU ms/frame = median over the runs of the CPU of the "
+                "worker processes (prep), of the ffmpeg processes (CLI), of this process (in-process). The machine "
+                "is shared: see the load averages.",
     }
+    derive(doc)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_json(args.out, doc, indent=2)
     report(doc)
@@ -620,14 +639,13 @@ def report(doc: dict[str, Any]) -> None:
     print(f"  floor = decode + scale + encode+mux: {bd['floor_ms_per_frame']:.3f} ms/frame = "
           f"{bd['floor_frames_per_s']:.0f} frames/s per core")
     print(f"\n{'case':16s}{'variant':22s}{'workers':>8s}{'best f/s':>10s}{'median':>9s}{'spread':>8s}"
-          f"{'B/frame':>9s}{'wkr CPU ms/f':>13s}{'faults/f':>9s}  load")
+          f"{'B/frame':>9s}{'CPU ms/f':>9s}{'faults/f':>9s}  load (best run)")
     for r in doc["results"]:
         b = r["best"]
-        cpu = f"{b['worker_cpu_s'] / r['frames'] * 1e3:.3f}" if "worker_cpu_s" in b else (
-            f"{b['cpu_s'] / r['frames'] * 1e3:.3f}")
+        cpu = f"{r['cpu_ms_per_frame_median']:.3f}"
         flt = f"{b['worker_minflt'] / r['frames']:.1f}" if "worker_minflt" in b else "-"
         print(f"{r['case']:16s}{r['variant']:22s}{r['workers']:>8d}{r['frames_per_s']:>10.1f}"
-              f"{r['frames_per_s_median']:>9.1f}{r['spread']:>8.0%}{r['bytes_per_frame']:>9.0f}{cpu:>13s}{flt:>9s}"
+              f"{r['frames_per_s_median']:>9.1f}{r['spread']:>8.0%}{r['bytes_per_frame']:>9.0f}{cpu:>9s}{flt:>9s}"
               f"  {b['load_before']}")
     s = doc["summary"]
     t = doc["targets"]
@@ -638,16 +656,20 @@ def report(doc: dict[str, Any]) -> None:
               f"CLI {s['cli_speedup_1_to_2']:.2f}x); "
               f"in-process {v['inprocess_vs_inworker_1']:+.1%} vs in-worker (target within "
               f"{t['inprocess_vs_inworker']:.0%}); {v['share_of_floor_1_worker']:.0%} / "
-              f"{v['share_of_floor_2_workers']:.0%} of the floor per worker (target {t['share_of_floor']:.0%}); "
-              f"by CPU per frame: CLI/prep {v['cpu_cli_over_prep_1']:.2f}x / {v['cpu_cli_over_prep_2']:.2f}x, "
-              f"floor/prep {v['cpu_floor_over_prep_1']:.0%}")
+              f"{v['share_of_floor_2_workers']:.0%} of the floor per worker (target {t['share_of_floor']:.0%})\n"
+              f"    by CPU per frame (medians): CLI/prep {v['cpu_cli_over_prep_1']:.2f}x / "
+              f"{v['cpu_cli_over_prep_2']:.2f}x; in-worker {v['cpu_inprocess_vs_inworker_1']:+.1%} vs in-process; "
+              f"floor/prep {v['cpu_floor_over_prep_1']:.0%} / {v['cpu_floor_over_prep_2']:.0%}")
     f = doc["fixed_costs"]
     print(f"\nfixed costs: python start {f['python_start_s']:.2f} s, imports {f['imports_s']:.2f} s, LocalCluster "
           "start+close " + ", ".join(f"{w} worker(s) {v:.2f} s" for w, v in f["localcluster_start_close_s"].items()))
     for c in f["commands"]:
+        if "encode_map_s" not in c:  # a result file from before the fixed costs were read from the report
+            continue
         print(f"  prep reencode, {doc['corpus']['fixed_cost_episodes']} episodes ({c['frames']} frames), "
-              f"{c['workers']} worker(s): {c['command_wall_s']:.1f} s wall = {c['work_s_at_measured_rate']:.1f} s of "
-              f"encoding at the measured rate + {c['fixed_s']:.1f} s fixed ({c['frames_per_s']:.0f} frames/s overall)")
+              f"{c['workers']} worker(s): {c['command_wall_s']:.1f} s wall = {c['encode_map_s']:.1f} s encode map "
+              f"({c['frames_per_s_in_map']:.0f} frames/s) + {c['fixed_s']:.1f} s fixed (imports, 2 LocalClusters, "
+              f"metadata, output scan); {c['frames_per_s']:.0f} frames/s overall")
     q = doc["quality"]
     print(f"\nquality ({q['files']} files, RGB PSNR against a crf-0 encode of the same resized frames):")
     for name, row in q["cases"].items():
