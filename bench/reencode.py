@@ -17,7 +17,8 @@ thread per process. In one run it prints and writes (bench/results/reencode.json
    `prep-inprocess`: `reencode_unit` over every file in this process, no Dask;
    `prep`: the command's job (`reencode_dataset`) through the runner, 1 and 2 workers, on a
    LocalCluster started before the clock exactly as the runner starts one (--scheduler);
-4. experiments (`--variants`; bench-only, the runner is unchanged): the same `prep` runs on
+4. experiments (bench-only, the runner is unchanged): the same `prep` runs (`--variants`), and an
+   A/B of the stage through the runner's map on one worker (`--ab-rounds`, `--ab-files`), on
    LocalClusters whose workers differ in settings the runner could apply (`VARIANTS`):
    `no-malloc-trim` (the nanny's MALLOC_TRIM_THRESHOLD_=65536 removed from the worker environment),
    `no-profiler` (distributed.worker.profile.enabled = False: no stack sample every 10 ms),
@@ -412,6 +413,56 @@ def derive(doc: dict[str, Any]) -> None:
     doc["host"]["load1_min_max_during_runs"] = [min(loads), max(loads)]
 
 
+def ab_experiment(src: Path, workdir: Path, variants: list[str], rounds: int, n_files: int) -> dict[str, Any]:
+    """Worker settings A/B: the stage through the runner's map (`run_map`, its batching) on one worker, each
+    variant once per round in turn, plus the stage in this process; CPU ms per frame of the worker process
+    (less disturbed by other jobs than wall time) and the per-round difference against the runner as is."""
+    from pipeline.runner import run_map
+    from pipeline.stages.reencode import reencode_failed
+
+    ds, _ = open_dataset(src)
+    runs: dict[str, list[dict[str, float]]] = {v: [] for v in ["in-process", *variants]}
+    for k in range(rounds):
+        for variant in runs:
+            out = workdir / "out-ab"
+            shutil.rmtree(out, ignore_errors=True)
+            units = reencode_units(ds, out, ReencodeOptions())[:n_files]
+            frames = sum(s.frames_expected or 0 for u in units for s in u.spans)
+            before = load()
+            if variant == "in-process":
+                r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+                results = [reencode_unit(u) for u in units]
+                wall = time.perf_counter() - t0
+                r1 = resource.getrusage(resource.RUSAGE_SELF)
+                use = {"cpu_s": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
+                       "minflt": r1.ru_minflt - r0.ru_minflt}
+            else:
+                with cluster(1, variant) as client:
+                    (u0,) = client.run(_worker_usage).values()
+                    t0 = time.perf_counter()
+                    results = run_map(reencode_unit, units, on_error=reencode_failed, desc="ab",
+                                      config=RunConfig(scheduler=client.scheduler.address, progress=False))
+                    wall = time.perf_counter() - t0
+                    (u1,) = client.run(_worker_usage).values()
+                use = {key: u1[key] - u0[key] for key in u0}
+            if any(r.status != "encoded" for r in results):
+                raise SystemExit(f"A/B {variant}: {[r.reason for r in results if r.status != 'encoded'][:3]}")
+            row = {"cpu_ms_per_frame": use["cpu_s"] / frames * 1e3, "faults_per_frame": use["minflt"] / frames,
+                   "wall_ms_per_frame": wall / frames * 1e3, "load_before": before[0]}
+            runs[variant].append(row)
+            print(f"    A/B round {k + 1} {variant:15s} CPU {row['cpu_ms_per_frame']:.3f} ms/frame, wall "
+                  f"{row['wall_ms_per_frame']:.3f}, {row['faults_per_frame']:.1f} faults/frame, load {before[0]}",
+                  flush=True)
+    base = runs[variants[0]]
+    summary = {v: {"cpu_ms_per_frame_median": statistics.median(r["cpu_ms_per_frame"] for r in rs),
+                   "wall_ms_per_frame_median": statistics.median(r["wall_ms_per_frame"] for r in rs),
+                   "faults_per_frame_median": statistics.median(r["faults_per_frame"] for r in rs),
+                   "cpu_vs_runner_as_is_median": statistics.median(
+                       r["cpu_ms_per_frame"] / b["cpu_ms_per_frame"] - 1 for r, b in zip(rs, base, strict=True))}
+               for v, rs in runs.items()}
+    return {"files": n_files, "rounds": rounds, "runs": runs, "summary": summary}
+
+
 # ---- 5. fixed costs -------------------------------------------------------------------------------
 
 
@@ -546,6 +597,8 @@ def main() -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help=f"worker settings to run prep under (default: all of {', '.join(VARIANTS)})")
     ap.add_argument("--sweep", action="store_true", help="also x264 variants: CPU, size and PSNR")
+    ap.add_argument("--ab-rounds", type=int, default=4, help="rounds of the worker-settings A/B (0: skip it)")
+    ap.add_argument("--ab-files", type=int, default=48, help="files per A/B run")
     ap.add_argument("--out", type=Path, default=Path("bench/results/reencode.json"))
     ap.add_argument("--rederive", type=Path, help="only re-derive the figures of an earlier result file and print them")
     args = ap.parse_args()
@@ -594,6 +647,10 @@ def main() -> int:
         outs["ffmpeg-cli"] = workdir / "out-cli-1"
         outs["prep"] = workdir / "out-prep-runner-as-is-1"
 
+        ab = None
+        if args.ab_rounds:
+            print(f"worker settings A/B ({args.ab_files} files, 1 worker, {args.ab_rounds} rounds) ...", flush=True)
+            ab = ab_experiment(src, workdir, list(VARIANTS), args.ab_rounds, args.ab_files)
         print("fixed costs ...", flush=True)
         fixed = fixed_costs(small, workdir, small_frames)
         print("quality ...", flush=True)
@@ -614,7 +671,7 @@ def main() -> int:
                        "preset": PROFILE.preset},
         "targets": {"prep_vs_cli_per_core": TARGET_PER_CORE, "speedup_1_to_2_workers": TARGET_SPEEDUP,
                     "inprocess_vs_inworker": TARGET_INPROCESS_GAP, "share_of_floor": TARGET_FLOOR_SHARE},
-        "breakdown": bd, "results": results, "fixed_costs": fixed, "quality": qual,
+        "breakdown": bd, "results": results, "worker_settings_ab": ab, "fixed_costs": fixed, "quality": qual,
         "note": "frames/s = source frames / wall seconds of the encode phase (the runner's map; the cluster is "
                 "started before the clock); best and median of --repeat runs, spread = (max-min)/median; "
                 "breakdown = CPU ms per frame measured alone in this process; prep's time includes its per-file "
@@ -660,6 +717,15 @@ def report(doc: dict[str, Any]) -> None:
               f"    by CPU per frame (medians): CLI/prep {v['cpu_cli_over_prep_1']:.2f}x / "
               f"{v['cpu_cli_over_prep_2']:.2f}x; in-worker {v['cpu_inprocess_vs_inworker_1']:+.1%} vs in-process; "
               f"floor/prep {v['cpu_floor_over_prep_1']:.0%} / {v['cpu_floor_over_prep_2']:.0%}")
+    ab = doc.get("worker_settings_ab")
+    if ab:
+        print(f"\nworker settings A/B ({ab['files']} files, 1 worker, {ab['rounds']} rounds, medians; CPU of the "
+              "worker process):")
+        for v, row in ab["summary"].items():
+            print(f"  {v:20s} CPU {row['cpu_ms_per_frame_median']:.3f} ms/frame "
+                  f"({row['cpu_vs_runner_as_is_median']:+.1%} vs runner as is), "
+                  f"wall {row['wall_ms_per_frame_median']:.3f}, "
+                  f"{row['faults_per_frame_median']:.1f} page faults/frame")
     f = doc["fixed_costs"]
     print(f"\nfixed costs: python start {f['python_start_s']:.2f} s, imports {f['imports_s']:.2f} s, LocalCluster "
           "start+close " + ", ".join(f"{w} worker(s) {v:.2f} s" for w, v in f["localcluster_start_close_s"].items()))
