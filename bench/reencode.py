@@ -60,9 +60,9 @@ import numpy as np
 
 from pipeline import __version__, atomic
 from pipeline.clock import utc_now
-from pipeline.commands.reencode import reencode_dataset
 from pipeline.dataset import open_dataset
-from pipeline.runner import RunConfig, machine_cores
+from pipeline.jobs.reencode import reencode_dataset
+from pipeline.runner import RunConfig, machine_cores, open_engine
 from pipeline.stages.reencode import ReencodeOptions, check_output, reencode_unit, reencode_units
 from pipeline.synth import SynthSpec, write_synthetic
 from pipeline.video.checks import Span
@@ -102,7 +102,7 @@ def corpus(workdir: Path, episodes: int) -> Path:
 
 def source_files(src: Path) -> list[Path]:
     ds, _ = open_dataset(src)
-    return [src / rel for rel in ds.video_files()]
+    return [src / rel for rel, _ in ds.iter_video_files()]
 
 
 # ---- 1-2. floor and per-frame breakdown (in this process, one core) -----------------------------
@@ -199,7 +199,7 @@ def breakdown(src: Path, workdir: Path, n_files: int, repeat: int) -> dict[str, 
     parts["image stats"] = timed(files, stats, repeat)
     unit_opts = ReencodeOptions()
     ds, _ = open_dataset(src)
-    probe_unit = reencode_units(ds, scratch / "unit", unit_opts)[0]
+    probe_unit = next(iter(reencode_units(ds, scratch / "unit", unit_opts)))
     span = [Span(probe_unit.spans[0].episode, 0.0, None, FRAMES_PER_EPISODE)]
     parts["output check"] = timed(files, lambda f: check_output(dst, probe_unit, span, FRAMES_PER_EPISODE), repeat)
     units = [u for u in reencode_units(ds, scratch / "unit", unit_opts) if Path(u.src_root) / u.rel in set(files)]
@@ -241,7 +241,7 @@ def breakdown(src: Path, workdir: Path, n_files: int, repeat: int) -> dict[str, 
 def cli_jobs(src: Path, out: Path) -> list[EncodeJob]:
     ds, _ = open_dataset(src)
     return [EncodeJob(src / rel, out / rel, ds.fps, GEOMETRY, PROFILE, PROFILE.default_crf)
-            for rel in ds.video_files()]
+            for rel, _ in ds.iter_video_files()]
 
 
 def run_cli(src: Path, out: Path, workers: int) -> dict[str, float]:
@@ -264,7 +264,7 @@ def run_cli(src: Path, out: Path, workers: int) -> dict[str, float]:
 
 def run_inprocess(src: Path, out: Path) -> dict[str, float]:
     ds, _ = open_dataset(src)
-    units = reencode_units(ds, out, ReencodeOptions())
+    units = list(reencode_units(ds, out, ReencodeOptions()))
     c0, t0 = time.process_time(), time.perf_counter()
     stage = 0.0
     for u in units:
@@ -284,8 +284,8 @@ def _worker_usage() -> dict[str, float]:
 def run_prep(src: Path, out: Path, client: Any) -> dict[str, float]:
     """The command's job through the runner on an already started cluster (`--scheduler`)."""
     before = client.run(_worker_usage)
-    report = reencode_dataset(src, out, ReencodeOptions(), RunConfig(scheduler=client.scheduler.address,
-                                                                     progress=False))
+    with open_engine(RunConfig(scheduler=client.scheduler.address, progress=False)) as engine:
+        report = reencode_dataset(src, out, ReencodeOptions(), engine)
     after = client.run(_worker_usage)
     if not report.ok:
         raise SystemExit(f"prep reencode failed: {report.failures[:3]}")
@@ -417,7 +417,6 @@ def ab_experiment(src: Path, workdir: Path, variants: list[str], rounds: int, n_
     """Worker settings A/B: the stage through the runner's map (`run_map`, its batching) on one worker, each
     variant once per round in turn, plus the stage in this process; CPU ms per frame of the worker process
     (less disturbed by other jobs than wall time) and the per-round difference against the runner as is."""
-    from pipeline.runner import run_map
     from pipeline.stages.reencode import reencode_failed
 
     ds, _ = open_dataset(src)
@@ -426,7 +425,7 @@ def ab_experiment(src: Path, workdir: Path, variants: list[str], rounds: int, n_
         for variant in runs:
             out = workdir / "out-ab"
             shutil.rmtree(out, ignore_errors=True)
-            units = reencode_units(ds, out, ReencodeOptions())[:n_files]
+            units = list(reencode_units(ds, out, ReencodeOptions()))[:n_files]
             frames = sum(s.frames_expected or 0 for u in units for s in u.spans)
             before = load()
             if variant == "in-process":
@@ -440,8 +439,9 @@ def ab_experiment(src: Path, workdir: Path, variants: list[str], rounds: int, n_
                 with cluster(1, variant) as client:
                     (u0,) = client.run(_worker_usage).values()
                     t0 = time.perf_counter()
-                    results = run_map(reencode_unit, units, on_error=reencode_failed, desc="ab",
-                                      config=RunConfig(scheduler=client.scheduler.address, progress=False))
+                    with open_engine(RunConfig(scheduler=client.scheduler.address, progress=False)) as engine:
+                        results = [r for b in engine.map(reencode_unit, units, on_error=reencode_failed, desc="ab")
+                                   for r in b.results]
                     wall = time.perf_counter() - t0
                     (u1,) = client.run(_worker_usage).values()
                 use = {key: u1[key] - u0[key] for key in u0}
@@ -524,7 +524,7 @@ def psnr(se: float, n: int) -> float | None:
 def quality(src: Path, outs: dict[str, Path], n_files: int, sweep: bool) -> dict[str, Any]:
     """PSNR of each case's output against a crf-0 (lossless) encode of the same resized frames."""
     ds, _ = open_dataset(src)
-    rels = list(ds.video_files())[:n_files]
+    rels = [rel for rel, _ in ds.iter_video_files()][:n_files]
     refs: dict[str, np.ndarray] = {}
     resized: dict[str, list[av.VideoFrame]] = {}
     for rel in rels:
