@@ -239,7 +239,9 @@ def updated_info(info: dict[str, Any], updates: dict[str, VideoFeatureUpdate]) -
         for k in ENCODER_KEYS:
             if k in vinfo and k in up.encoder:
                 vinfo[k] = up.encoder[k]
-        vinfo.update({f"prep.{k}": v for k, v in up.prep.items()})
+        # Provenance (`up.prep`) is not written here: keys that differ between two outputs (the source's
+        # codec) would make LeRobot's merge refuse them ("Same features is expected"); it goes to
+        # <out>/prep/provenance.json instead.
     return out
 
 

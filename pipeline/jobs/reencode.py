@@ -66,6 +66,7 @@ LOCK_REL = f"{PREP_DIR}/reencode.lock"
 REPORT_REL = f"{PREP_DIR}/reencode_report.json"
 MANIFEST_REL = f"{PREP_DIR}/manifest.json"
 COMPARISON_REL = f"{PREP_DIR}/comparison.json"
+PROVENANCE_REL = f"{PREP_DIR}/provenance.json"
 FAILURES_LISTED = 10_000
 ENCODE_COST_S = 0.3  # seconds per 90-frame file before any is measured
 COPY_COST_S = 0.002
@@ -305,6 +306,13 @@ class SidecarVideos:
 # ---- publish: the output's manifest and the comparison ---------------------------------------------
 
 
+def provenance(ds: Dataset, reduce: ReencodeReduce, updates: dict[str, VideoFeatureUpdate]) -> dict[str, Any]:
+    """What each camera of the output was made from and how (outside info.json, which LeRobot's merge
+    compares feature by feature)."""
+    return {"schema": "prep.provenance/1", "prep_version": __version__, "source": str(ds.root),
+            "cameras": {cam: up.prep for cam, up in updates.items()}}
+
+
 def output_manifest(ds: Dataset, out: Path, reduce: ReencodeReduce, info: dict[str, Any],
                     table: RowGroupWriter) -> dict[str, Any]:
     """The output's manifest, as `prep scan` of the output would write it, from the job's own results."""
@@ -416,6 +424,7 @@ def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeRep
         reduce.bytes.add(path.relative_to(out).as_posix(), path.stat().st_size)
     report.complete = True
     info = updated_info(ds.info, updates)
+    atomic.write_json(out / PROVENANCE_REL, provenance(ds, reduce, updates), indent=2)
     table = RowGroupWriter(out / PREP_DIR / "manifest.episodes.parquet.tmp", episodes_schema(ds.camera_keys))
     try:
         manifest = output_manifest(ds, out, reduce, info, table)

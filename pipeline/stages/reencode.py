@@ -10,12 +10,15 @@ place. Finally compute the image stats of the new frames, saved beside the outpu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from pipeline import atomic
 from pipeline.dataset.model import CameraInfo, Dataset, resolve_inside
@@ -27,6 +30,7 @@ from pipeline.video.checks import (
     Span,
     VideoExpect,
     check_video,
+    episode_slice,
 )
 from pipeline.video.encode import (
     DEFAULT_ENGINE,
@@ -158,21 +162,42 @@ def reencode_failed(unit: ReencodeUnit, exc: BaseException) -> ReencodeResult:
 def new_spans(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> list[Span]:
     """Each episode's span in the output, where frame i sits at i/fps; checks the source's counts.
 
-    The output holds every source frame in order, so an episode starting at source frame k
-    (the number of source frames before its from_timestamp) starts at k/fps.
+    An episode's source frames are the ones LeRobot reads: its `length` frames from `from_timestamp`
+    (`episode_slice`; a `to_timestamp` one frame short does not lose a frame). The output holds every
+    source frame in order, so an episode starting at source frame k starts at k/fps and ends exactly at
+    (k + length)/fps.
     """
-    tol = TIMESTAMP_TOLERANCE_S
     out: list[Span] = []
     for span in sorted(spans, key=lambda s: s.from_timestamp):
-        n = probe.frames_in_span(span.from_timestamp, span.to_timestamp, tol)
-        start = probe.frames_before(span.from_timestamp, tol)
+        start, hi = episode_slice(probe, span)
+        n = hi - start
         if span.frames_expected is not None and n != span.frames_expected:
             raise EpisodeError(span.episode, probe.path,
-                               f"source holds {n} frames for this episode but the metadata says "
+                               f"source holds {n} frames for episode {span.episode} but the metadata says "
                                f"{span.frames_expected}")
         to = None if span.to_timestamp is None else (start + n) / fps
         out.append(Span(span.episode, start / fps, to, n))
     return out
+
+
+def check_timing(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> None:
+    """Refuse a source whose frame k of an episode does not sit where LeRobot looks it up (from_timestamp +
+    k/fps, within its 1e-4 s tolerance, or within half the stream's time base when pts are rounded to it):
+    restamping such a file onto the grid would move a frame away from its state/action row."""
+    tol = max(TIMESTAMP_TOLERANCE_S, probe.time_base_s / 2 + 1e-9)
+    step = 1.0 / fps
+    for span in spans:
+        lo, hi = episode_slice(probe, span)
+        pts = probe.pts[lo:hi]
+        off = np.abs(pts - (span.from_timestamp + np.arange(len(pts)) * step))
+        bad = np.flatnonzero(off > tol)
+        if len(bad):
+            k = int(bad[0])
+            raise EpisodeError(span.episode, probe.path,
+                               f"episode {span.episode}: frame {k} is at {float(pts[k]):.6f} s, "
+                               f"{float(off[k]) * 1000:.1f} ms from where LeRobot looks it up "
+                               f"({span.from_timestamp + k * step:.6f} s; {len(bad)} frames off the 1/fps grid, "
+                               "variable frame rate): not restamped")
 
 
 def check_output(path: Path, unit: ReencodeUnit, spans: list[Span], total_frames: int) -> list[CheckFailure]:
@@ -211,9 +236,27 @@ def stats_sidecar(unit: ReencodeUnit) -> Path:
     return Path(unit.out_root) / PREP_DIR / "stats" / f"{unit.rel}.json"
 
 
+FINGERPRINT_BLOCK = 65_536  # bytes hashed at the start, middle and end of a source file
+
+
+def source_fingerprint(path: Path) -> dict[str, Any]:
+    """Size, mtime and a hash of three blocks of the file: a source replaced by other content (even of the
+    same size and frame count) no longer matches, without reading whole files on every rerun."""
+    st = path.stat()
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for offset in sorted({0, max(0, st.st_size // 2 - FINGERPRINT_BLOCK // 2),
+                              max(0, st.st_size - FINGERPRINT_BLOCK)}):
+            fh.seek(offset)
+            h.update(fh.read(FINGERPRINT_BLOCK))
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "blake2b": h.hexdigest()}
+
+
 def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[str, Any]:
-    """What the stats depend on: the output settings, the source file and the episode spans (as JSON reads back)."""
+    """What the output file and its stats depend on: the output settings, the source file (its
+    fingerprint) and the episode spans (as JSON reads back)."""
     key = {"settings": unit.options.output_settings(), "source": unit.rel, "source_bytes": probe.bytes,
+           "source_fingerprint": source_fingerprint(Path(probe.path)),
            "spans": [[s.episode, s.from_timestamp, s.frames_expected] for s in spans]}
     loaded: dict[str, Any] = json.loads(json.dumps(key))
     return loaded
@@ -240,6 +283,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         result.src_codec = probe.codec
         spans = new_spans(probe, unit.spans, unit.fps)  # frame counts first: a dropped frame is named as such
         check_source(probe, unit)
+        check_timing(probe, unit.spans, unit.fps)
         total = probe.frames_from_packets
         w, h = unit.options.size
         geometry = RESIZE_MODES[unit.options.resize](probe.width, probe.height, w, h)
@@ -247,14 +291,14 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         # frames it records), so they do not depend on the engine or on whether a file was resumed.
         stats = SpanImageStats([(round(s.from_timestamp * unit.fps), s.frames_expected or 0) for s in spans])
         sidecar, key = stats_sidecar(unit), stats_key(unit, probe, spans)
-        kept_stats: list[dict[str, Any]] | None = None
-        out_probe, out_failures = inspect_output(dst, unit, spans, total) if dst.is_file() else (None, [])
+        # A finished output is kept only when its sidecar says it was made from this very source (same
+        # fingerprint, settings and spans) and it still passes its checks; its stats come from the sidecar.
+        kept_stats = load_stats(sidecar, key) if dst.is_file() else None
+        out_probe, out_failures = inspect_output(dst, unit, spans, total) if kept_stats is not None else (None, [])
         if out_probe is not None and not out_failures:
             result.status = "kept"
-            kept_stats = load_stats(sidecar, key)  # a resumed file's stats, without decoding it again
-            if kept_stats is None:
-                filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
         else:
+            kept_stats = None
             hooked = unit.options.engine in ENGINES_WITH_HOOK
             out_probe = _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None)
             if not hooked:
