@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -42,6 +43,7 @@ from pipeline.dataset.write import (
     write_output_metadata,
 )
 from pipeline.errors import PrepError
+from pipeline.jobs.preverify import SOURCE_CHECK_REL, SourceCheck, check_source
 from pipeline.lock import exclusive_lock
 from pipeline.manifest import ByteCounter, ScanTotals, build_manifest, episode_row, episodes_schema, publish_manifest
 from pipeline.runner import Engine
@@ -81,6 +83,7 @@ class ReencodeReport:
     files: int = 0
     encoded: int = 0
     kept: int = 0
+    copied: int = 0  # depth cameras' files copied unchanged
     failed: int = 0
     frames: int = 0
     frames_encoded: int = 0
@@ -89,6 +92,13 @@ class ReencodeReport:
     failures: list[dict[str, Any]] = field(default_factory=list)
     comparison: dict[str, Any] | None = None
     manifest: str | None = None
+    depth_copied: list[str] = field(default_factory=list)  # cameras copied unchanged (depth maps)
+    source_errors: int = 0  # errors verify found in the source (before any repair)
+    source_warnings: int = 0
+    repaired: dict[str, int] = field(default_factory=dict)  # repair -> episodes it rewrote (listed in prep/)
+    repaired_checks: list[str] = field(default_factory=list)  # the source's failed checks the repairs cover
+    accepted_invalid_source: bool = False  # errors remain in the output: never a drop-in dataset
+    drop_in: bool = False  # complete, and made from a source with no unrepaired error
 
     @property
     def ok(self) -> bool:
@@ -171,10 +181,11 @@ def plan_videos(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator[Re
     return reencode_units(ds, out, options)
 
 
-def plan_data(ds: Dataset, out: Path) -> Iterator[DataUnit]:
+def plan_data(ds: Dataset, out: Path, options: ReencodeOptions | None = None) -> Iterator[DataUnit]:
     shared = ds.codebase_version == "v3.0"
+    fps = ds.fps if options is not None and "timestamps" in options.repairs else None
     for rel, eps in ds.iter_data_files():
-        yield DataUnit(str(ds.root), str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1)
+        yield DataUnit(str(ds.root), str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1, fps)
 
 
 # ---- reduce --------------------------------------------------------------------------------------
@@ -201,6 +212,7 @@ class ReencodeReduce:
         self.bytes = ByteCounter(ds)
         self.write_errors: list[str] = []
         self.data_failures: list[dict[str, Any]] = []
+        self.repaired_timestamps = array("q")  # episodes whose parquet timestamps were rewritten
 
     def fail(self, entry: dict[str, Any]) -> None:
         if len(self.report.failures) < FAILURES_LISTED:
@@ -217,13 +229,17 @@ class ReencodeReduce:
             return
         rep.encoded += r.status == "encoded"
         rep.kept += r.status == "kept"
+        rep.copied += r.status == "copied"
         rep.frames_encoded += r.frames if r.status == "encoded" else 0
         self.cameras_seen.setdefault(r.camera, (r, r.output))
+        if r.copied and r.camera not in rep.depth_copied:
+            rep.depth_copied.append(r.camera)
         self.bytes.add(r.rel, r.out_bytes, camera=r.camera)
         c = self.cam_no[r.camera]
         out = r.output
         for i, ev in enumerate(r.episodes):
-            self.stats.add(r.camera, ev.stats)
+            if not r.copied:
+                self.stats.add(r.camera, ev.stats)
             pos = self.ds.episodes.position(ev.episode)
             if pos is None:
                 continue
@@ -244,6 +260,7 @@ class ReencodeReduce:
                     self.data_failures.append({"path": d.path, "episode": e, "reason": d.reason})
             return
         self.bytes.add(d.rel, d.bytes)
+        self.repaired_timestamps.extend(d.repaired)
         for e, rows in zip(d.episodes, d.rows, strict=True):
             pos = self.ds.episodes.position(e)
             if pos is None:
@@ -261,8 +278,8 @@ class ReencodeReduce:
             encoder.update({"video.g": 1, "video.bf": 0, "video.preset": prof.preset})
         out: dict[str, VideoFeatureUpdate] = {}
         for cam in self.ds.camera_keys:
-            if cam not in self.cameras_seen:
-                continue
+            if cam not in self.cameras_seen or self.cameras_seen[cam][0].copied:
+                continue  # a depth camera copied unchanged keeps its metadata
             r = self.cameras_seen[cam][0]
             prep = {"resize": self.options.resize, "profile": self.options.profile, "crf": self.options.quality,
                     "source_width": r.src_width, "source_height": r.src_height, "source_codec": r.src_codec}
@@ -367,15 +384,23 @@ def comparison(native: Dataset, source_bytes: dict[str, int], prep_bytes: int, p
 # ---- the job -------------------------------------------------------------------------------------
 
 
-def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Engine) -> ReencodeReport:
-    """Re-encode `src` into the dataset `out` through `engine`; resumable; never writes under `src`."""
+def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Engine, *,
+                     accept_invalid_source: bool = False) -> ReencodeReport:
+    """Re-encode `src` into the dataset `out` through `engine`; resumable; never writes under `src`.
+
+    The source is verified first (no decode): errors that `options.repairs` do not fix refuse it
+    (`SourceRefused`, nothing written) unless `accept_invalid_source`."""
     src, out = src.absolute(), out.absolute()
     check_options(options)
     check_paths(src, out)
     ds, rejected = open_dataset(src)
+    source = check_source(src, engine, options.repairs, accept_invalid_source)
     _refuse_foreign(out)
     out.mkdir(parents=True, exist_ok=True)
-    report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine)
+    report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine,
+                            source_errors=source.errors_total, source_warnings=source.warnings_total,
+                            accepted_invalid_source=source.accepted_invalid,
+                            repaired_checks=list(source.repaired_checks))
     with exclusive_lock(out / LOCK_REL, f"output {out}"):
         _claim_output(src, out, options)
         atomic.remove_stale_temps(out)
@@ -389,7 +414,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
                 reduce.add_video(unit, result)
         report.seconds = time.perf_counter() - t0
         atomic.remove_stale_temps(out)  # temp files of workers killed mid-task (their task was retried)
-        for d in engine.results(copy_data, plan_data(ds, out), on_error=copy_failed, desc="copy data",
+        for d in engine.results(copy_data, plan_data(ds, out, options), on_error=copy_failed, desc="copy data",
                                 unit_name="file", total=len(ds.file_groups("data")), cost_s=COPY_COST_S):
             reduce.add_data(d)
         atomic.remove_stale_temps(out)
@@ -407,14 +432,25 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
         for entry in reduce.data_failures:  # after the metadata's, as before (missing parquet files)
             reduce.fail(entry)
         try:
+            _publish_source_check(out, source, reduce, report)
             if not report.failures:
                 _publish(ds, out, reduce, report, copied)
+                report.drop_in = not source.accepted_invalid
             doc = {"schema": "prep.reencode_report/1", **asdict(report)}
             validate(doc, "reencode_report", source=str(out / REPORT_REL))
             atomic.write_json(out / REPORT_REL, doc, indent=2)
         except OSError as exc:
             raise PrepError(_write_error(out, "writing metadata and reports", _os_error(exc))) from None
     return report
+
+
+def _publish_source_check(out: Path, source: SourceCheck, reduce: ReencodeReduce, report: ReencodeReport) -> None:
+    """<out>/prep/source_check.json: what verify found in the source, what was repaired (every episode),
+    and whether the output may be called drop-in."""
+    if reduce.repaired_timestamps:
+        report.repaired["timestamps"] = len(reduce.repaired_timestamps)
+    doc = {**source.to_json(), "repaired_episodes": {"timestamps": sorted(set(reduce.repaired_timestamps))}}
+    atomic.write_json(out / SOURCE_CHECK_REL, doc, indent=1)
 
 
 def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeReport, copied: Any) -> None:

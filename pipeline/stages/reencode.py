@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -46,6 +47,9 @@ from pipeline.video.probe import VideoProbe, probe_video
 from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES, Geometry
 
 FPS_TOLERANCE = 0.01  # relative: a source may jitter, but 25 fps labelled 30 is refused
+# A frame is restamped onto the 1/fps grid only when it is already there up to rounding: LeRobot's tolerance
+# (1e-4 s), half the stream's time base, or timestamps rounded to whole milliseconds by a recorder or muxer.
+RESTAMP_TOLERANCE_S = 0.0005 + 1e-9
 
 
 @dataclass(slots=True, frozen=True)
@@ -57,6 +61,7 @@ class ReencodeOptions:
     profile: str = DEFAULT_PROFILE
     crf: int | None = None  # None: the profile's default
     engine: str = DEFAULT_ENGINE
+    repairs: tuple[str, ...] = ()  # `--repair NAME` (pipeline.jobs.preverify.REPAIRS): they change the output
 
     @property
     def quality(self) -> int:
@@ -64,7 +69,11 @@ class ReencodeOptions:
 
     def output_settings(self) -> dict[str, object]:
         """What determines the output files (the engine does not change what is checked)."""
-        return {"size": list(self.size), "resize": self.resize, "profile": self.profile, "crf": self.quality}
+        out: dict[str, object] = {"size": list(self.size), "resize": self.resize, "profile": self.profile,
+                                  "crf": self.quality}
+        if self.repairs:
+            out["repair"] = sorted(self.repairs)
+        return out
 
 
 @dataclass(slots=True, frozen=True)
@@ -77,6 +86,7 @@ class ReencodeUnit:
     spans: tuple[Span, ...]  # the episodes in the source file, by source timestamps
     options: ReencodeOptions
     declared_size: tuple[int, int] | None = None  # (width, height) as meta/info.json declares the camera
+    depth: bool = False  # info.json marks the camera `video.is_depth_map`: copied unchanged, never lossy
 
 
 @dataclass(slots=True)
@@ -108,6 +118,7 @@ class ReencodeResult:
     src_height: int = 0
     src_codec: str = ""
     output: OutputCounts | None = None
+    copied: bool = False  # a depth camera's file, copied unchanged (status "copied", or "kept" on a rerun)
 
 
 def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
@@ -120,16 +131,32 @@ def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
     return None
 
 
+def is_depth_feature(info: dict[str, Any], camera: str) -> bool:
+    """Whether info.json marks a video feature as a depth map (`video.is_depth_map`, in `info` or `video_info`)."""
+    feat = (info.get("features") or {}).get(camera) or {}
+    for key in ("info", "video_info"):
+        sub = feat.get(key)
+        if isinstance(sub, dict) and sub.get("video.is_depth_map") is True:
+            return True
+    return False
+
+
+def is_high_bit_gray(pix_fmt: str) -> bool:
+    """gray10le, gray12le, gray16be, ...: more than 8 bits of one channel (a depth camera's levels)."""
+    return pix_fmt.startswith("gray") and pix_fmt not in ("gray", "gray8")
+
+
 def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator[ReencodeUnit]:
     """One unit per source video file (v3.0: with every episode it holds), lazily, in plan order."""
     cameras = {cam.key: cam for cam in ds.cameras}
+    depth = {cam: is_depth_feature(ds.info, cam) for cam in cameras}
     for camera, rel, episodes in ds.iter_camera_files():
         spans = tuple(
             Span(ep.index, ep.video(camera).from_timestamp, ep.video(camera).to_timestamp, ep.frames_expected)
             for ep in episodes
         )
         yield ReencodeUnit(str(ds.root), str(out), rel, camera, ds.fps, spans, options,
-                           declared_size(cameras[camera]))
+                           declared_size(cameras[camera]), depth[camera])
 
 
 def mean_fps(probe: VideoProbe) -> float:
@@ -182,9 +209,9 @@ def new_spans(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> list[Sp
 
 def check_timing(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> None:
     """Refuse a source whose frame k of an episode does not sit where LeRobot looks it up (from_timestamp +
-    k/fps, within its 1e-4 s tolerance, or within half the stream's time base when pts are rounded to it):
-    restamping such a file onto the grid would move a frame away from its state/action row."""
-    tol = max(TIMESTAMP_TOLERANCE_S, probe.time_base_s / 2 + 1e-9)
+    k/fps, up to the rounding of `RESTAMP_TOLERANCE_S` or of the stream's time base): restamping such a file
+    (a variable frame rate) onto the grid would move a frame away from its state/action row."""
+    tol = max(TIMESTAMP_TOLERANCE_S, RESTAMP_TOLERANCE_S, probe.time_base_s / 2 + 1e-9)
     step = 1.0 / fps
     for span in spans:
         lo, hi = episode_slice(probe, span)
@@ -281,6 +308,8 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         probe = probe_video(src, episode=unit.spans[0].episode if unit.spans else None)
         result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
         result.src_codec = probe.codec
+        if unit.depth or is_high_bit_gray(probe.pix_fmt):
+            return _copy_depth(unit, src, dst, probe, result, t0)
         spans = new_spans(probe, unit.spans, unit.fps)  # frame counts first: a dropped frame is named as such
         check_source(probe, unit)
         check_timing(probe, unit.spans, unit.fps)
@@ -315,6 +344,29 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         result.output = output_counts(out_probe, spans)
     except EpisodeError as exc:
         result.status, result.reason = "failed", exc.message
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, result: ReencodeResult,
+                t0: float) -> ReencodeResult:
+    """A depth camera's file copied byte for byte (a lossy 8-bit 4:2:0 encode would squeeze thousands of
+    depth levels into a few hundred): its spans, metadata and stats stay the source's. Kept on a rerun when
+    the sidecar's source fingerprint matches."""
+    spans = list(unit.spans)
+    sidecar, key = stats_sidecar(unit), {**stats_key(unit, probe, spans), "copied": True}
+    if dst.is_file() and dst.stat().st_size == probe.bytes and load_stats(sidecar, key) is not None:
+        result.status = "kept"
+    else:
+        with atomic.atomic_path(dst) as tmp:
+            shutil.copyfile(src, tmp)
+        atomic.write_json(sidecar, {"key": key, "stats": [{} for _ in spans]}, indent=None)
+        result.status = "copied"
+    result.copied = True
+    result.episodes = [EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, {})
+                       for s in spans]
+    result.frames, result.out_bytes = probe.frames_from_packets, dst.stat().st_size
+    result.output = output_counts(probe, spans)
     result.seconds = time.perf_counter() - t0
     return result
 
