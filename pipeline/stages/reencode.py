@@ -14,7 +14,7 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -329,13 +329,19 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         else:
             kept_stats = None
             hooked = unit.options.engine in ENGINES_WITH_HOOK
-            out_probe = _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None)
-            if not hooked:
-                filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
+
+            def checked() -> None:
+                """The output passed its checks: its stats and the sidecar (which says what the output was
+                made from) are written before the output is renamed into place, so a kept output always
+                has one."""
+                if not hooked:
+                    filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
+                atomic.write_json(sidecar, {"key": key, "stats": stats.result()}, indent=None)
+
+            out_probe = _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None,
+                                        checked)
             result.status = "encoded"
         span_stats = kept_stats if kept_stats is not None else stats.result()
-        if kept_stats is None:
-            atomic.write_json(sidecar, {"key": key, "stats": span_stats}, indent=None)
         result.episodes = [
             EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, st)
             for s, st in zip(spans, span_stats, strict=True)
@@ -372,7 +378,7 @@ def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, res
 
 
 def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry, spans: list[Span],
-                    total: int, hook: FrameHook | None) -> VideoProbe:
+                    total: int, hook: FrameHook | None, checked: Callable[[], None]) -> VideoProbe:
     opts = unit.options
     with atomic.atomic_path(dst) as tmp:
         job = EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality, hook)
@@ -381,4 +387,5 @@ def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry
         if failures or probe is None:  # atomic_path removes the temp file
             raise EpisodeError(None, src, "output failed its checks: " + "; ".join(
                 f"{f.check}: expected {f.expected}, found {f.found}" for f in failures[:3]))
+        checked()
     return probe
