@@ -23,7 +23,7 @@ from pipeline.stages.reencode import ReencodeOptions
 from pipeline.stages.verify import VerifyOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compat"))
-from parity_cases import build_case  # noqa: E402
+from parity_cases import build_case
 
 CAM = "observation.images.top"
 
@@ -219,14 +219,15 @@ def test_repair_timestamps_wallclock_output_frames_equal_source(tmp_path: Path) 
     assert json.loads((out / "prep/source_check.json").read_text())["repaired_episodes"]["timestamps"] == [0, 1]
     for p in sorted((out / "data").rglob("*.parquet")):
         t = pq.read_table(p)
-        drift = np.abs(pq.read_table(src / p.relative_to(out))["timestamp"].to_numpy() - t["frame_index"].to_numpy() / 30)
+        before = pq.read_table(src / p.relative_to(out))["timestamp"].to_numpy()
+        drift = np.abs(before - t["frame_index"].to_numpy() / 30)
         assert 0.2 < drift.max() <= 0.26
         assert np.allclose(t["timestamp"].to_numpy(), t["frame_index"].to_numpy() / 30, atol=1e-6)
     assert verify_in_process(out, VerifyOptions(decode=True)).failures == []
     for mp4 in sorted((src / "videos").rglob("*.mp4")):
         want: list[np.ndarray] = []
         geometry = RESIZE_MODES["pad"](96, 72, 64, 64)
-        filter_frames(mp4, geometry, "yuv444p", lambda _i, f: want.append(f.to_ndarray(format="rgb24")))
+        filter_frames(mp4, geometry, "yuv444p", lambda _i, f, w=want: w.append(f.to_ndarray(format="rgb24")))
         got = _frames(out / mp4.relative_to(src))
         assert len(got) == len(want) == 20
         for g, w in zip(got, want, strict=True):
