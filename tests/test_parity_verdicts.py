@@ -233,3 +233,28 @@ def test_repair_timestamps_wallclock_output_frames_equal_source(tmp_path: Path) 
         for g, w in zip(got, want, strict=True):
             mse = float(np.mean((g.astype(np.float64) - w) ** 2))
             assert 10 * np.log10(255.0**2 / max(mse, 1e-9)) >= 40.0
+
+
+def test_repair_stats_writes_episodes_stats_anew(tmp_path: Path) -> None:
+    """v2.1 without meta/episodes_stats.jsonl (LeRobot 0.3.3 cannot open it offline): refused by default;
+    --repair stats writes it anew, each numeric column's stats equal to those LeRobot's writer computed
+    for the same rows (the clean control), each camera's from the new frames."""
+    src = built(tmp_path, "missing-episode-stats", "v2.1")
+    with pytest.raises(SourceRefused):
+        reencode(src, tmp_path / "refused")
+    out = tmp_path / "out"
+    report = reencode(src, out, repairs=("stats",))
+    assert report.ok and report.drop_in and report.repaired == {"stats": 2}
+    clean = built(tmp_path, "clean-synth", "v2.1")
+    want = [json.loads(ln) for ln in (clean / "meta/episodes_stats.jsonl").read_text().splitlines()]
+    got = [json.loads(ln) for ln in (out / "meta/episodes_stats.jsonl").read_text().splitlines()]
+    assert [g["episode_index"] for g in got] == [0, 1]
+    for g, w in zip(got, want, strict=True):
+        assert set(g["stats"]) == set(w["stats"])
+        for feat, st in w["stats"].items():
+            if feat == CAM:
+                assert g["stats"][feat]["count"] == [20]  # the new frames' stats, not the source's
+                continue
+            for k in ("min", "max", "mean", "std", "count"):
+                assert np.allclose(g["stats"][feat][k], st[k], atol=1e-6), (feat, k)
+    assert verify_in_process(out, VerifyOptions()).failures == []

@@ -133,9 +133,10 @@ def summary(r: ReencodeReport) -> str:
         lines.append(f"FAILED    {f['path']}{where}: {f['reason']}")
     if len(r.failures) > 20:
         lines.append(f"FAILED    ... and {len(r.failures) - 20} more (see {Path(r.out) / REPORT_REL})")
-    if r.repaired:
-        lines.append("repaired  " + ", ".join(f"{k}: {n:,} episodes" for k, n in r.repaired.items())
-                     + f" (listed in {Path(r.out) / 'prep/source_check.json'}; parquet rewritten)")
+    what = {"timestamps": "parquet timestamp column rewritten", "stats": "meta/episodes_stats.jsonl written anew"}
+    for k, n in r.repaired.items():
+        lines.append(f"repaired  {k}: {n:,} episodes ({what.get(k, k)}; listed in "
+                     f"{Path(r.out) / 'prep/source_check.json'})")
     if r.accepted_invalid_source:
         lines.append(f"source    INVALID ({r.source_errors:,} errors, accepted with --accept-invalid-source): the "
                      "output is NOT a drop-in dataset (see prep/source_check.json)")

@@ -21,6 +21,7 @@ import filecmp
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -284,10 +285,32 @@ class StatsAggregate:
                 for cam, (n, mean, m2, lo, hi) in sorted(self._acc.items())}
 
 
-def _write_v21_stats(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str]) -> None:
+DataStats = Callable[[int], dict[str, Any]]  # episode -> {column: stats} (`--repair stats`)
+
+
+def _write_v21_stats_anew(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str],
+                          data_stats: DataStats) -> None:
+    """meta/episodes_stats.jsonl written from scratch (`--repair stats`), one line per episode in order:
+    each numeric column's stats from the parquet rows, each re-encoded camera's from its new frames."""
+    with atomic.atomic_path(out / "meta/episodes_stats.jsonl") as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for e in ds.episodes.episode_index:
+            ep = int(e)
+            stats = dict(data_stats(ep))
+            for cam in cameras:
+                ev = videos.get(ep, cam)
+                if ev is not None:
+                    stats[cam] = ev.stats
+            fh.write(json.dumps({"episode_index": ep, "stats": stats}, ensure_ascii=False) + "\n")
+
+
+def _write_v21_stats(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str],
+                     data_stats: DataStats | None = None) -> None:
     """meta/episodes_stats.jsonl line by line (streaming), each re-encoded camera's stats replaced."""
     from pipeline.dataset.v21 import iter_lines
 
+    if data_stats is not None:
+        _write_v21_stats_anew(ds, out, videos, cameras, data_stats)
+        return
     path = ds.root / "meta/episodes_stats.jsonl"
     if not path.is_file():
         return
@@ -376,13 +399,14 @@ def write_output_metadata(
     videos: EpisodeVideos,
     aggregate: dict[str, dict[str, Any]],
     updates: dict[str, VideoFeatureUpdate],
+    data_stats: DataStats | None = None,
 ) -> list[Path]:
     """Write the output's metadata from each episode's new videos (`videos`) and the dataset stats of the
     re-encoded cameras (`aggregate`); info.json last. Returns the files written."""
     cameras = list(updates)
     written = []
     if ds.codebase_version == "v2.1":
-        _write_v21_stats(ds, out, videos, cameras)
+        _write_v21_stats(ds, out, videos, cameras, data_stats)
         written.append(out / "meta/episodes_stats.jsonl")
     else:
         _write_v30_episodes(ds, out, videos, cameras)

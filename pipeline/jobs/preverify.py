@@ -29,6 +29,9 @@ REPAIRS: dict[str, frozenset[str]] = {
     # allows only where each frame is on the grid up to the stream's time base (never a variable rate)
     # (and a median frame interval off the rate only by that rounding: the stage checks the mean rate)
     "timestamps": frozenset({"timestamp_start", "timestamp_step", "parquet_columns", "pts_grid", "fps"}),
+    # v2.1 meta/episodes_stats.jsonl (missing or unreadable) written anew: every numeric column's stats from
+    # the parquet rows, every camera's from the frames being encoded
+    "stats": frozenset({"metadata_files"}),
 }
 
 
@@ -92,6 +95,8 @@ def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_inv
     def fixed(f: CheckFailure) -> bool:
         if f.check == "parquet_columns":  # only a missing timestamp column is made from frame_index
             return f.check in covered and f.found == "missing timestamp"
+        if f.check == "metadata_files":  # of the files the readers require, only the stats are made anew
+            return f.check in covered and (f.path or "").endswith("meta/episodes_stats.jsonl")
         return f.check in covered
 
     errors = [f for f in report.failures if f.is_error]

@@ -48,7 +48,7 @@ from pipeline.lock import exclusive_lock
 from pipeline.manifest import ByteCounter, ScanTotals, build_manifest, episode_row, episodes_schema, publish_manifest
 from pipeline.runner import Engine
 from pipeline.schemas import validate
-from pipeline.stages.copy import DataCopied, DataUnit, copy_data, copy_failed
+from pipeline.stages.copy import DataCopied, DataUnit, copy_data, copy_failed, data_stats_sidecar
 from pipeline.stages.reencode import (
     ReencodeOptions,
     ReencodeResult,
@@ -181,11 +181,21 @@ def plan_videos(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator[Re
     return reencode_units(ds, out, options)
 
 
+def stats_features(ds: Dataset) -> tuple[str, ...]:
+    """The columns LeRobot 0.3.x keeps per-episode stats of: every feature but videos, images and strings."""
+    feats = ds.info.get("features") or {}
+    return tuple(k for k, v in feats.items() if isinstance(v, dict) and v.get("dtype") not in ("video", "image",
+                                                                                               "string"))
+
+
 def plan_data(ds: Dataset, out: Path, options: ReencodeOptions | None = None) -> Iterator[DataUnit]:
     shared = ds.codebase_version == "v3.0"
-    fps = ds.fps if options is not None and "timestamps" in options.repairs else None
+    repairs = options.repairs if options is not None else ()
+    fps = ds.fps if "timestamps" in repairs else None
+    feats = stats_features(ds) if "stats" in repairs and ds.codebase_version == "v2.1" else ()
     for rel, eps in ds.iter_data_files():
-        yield DataUnit(str(ds.root), str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1, fps)
+        yield DataUnit(str(ds.root), str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1, fps,
+                       feats)
 
 
 # ---- reduce --------------------------------------------------------------------------------------
@@ -286,6 +296,27 @@ class ReencodeReduce:
             out[cam] = VideoFeatureUpdate(self.options.size[0], self.options.size[1], prof.codec, prof.pix_fmt,
                                           prep, encoder)
         return out
+
+
+class SidecarDataStats:
+    """`--repair stats`: each episode's column stats, read back from the sidecar the copy stage saved beside
+    each data parquet (`prep/stats/data/<rel>.json`), a few files cached."""
+
+    def __init__(self, ds: Dataset, out: Path) -> None:
+        self.ds, self.out = ds, out
+        self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def __call__(self, episode: int) -> dict[str, Any]:
+        pos = self.ds.episodes.position(episode)
+        if pos is None:
+            return {}
+        rel = self.ds.episodes[pos].data.rel
+        if rel not in self._cache:
+            self._cache[rel] = json.loads(data_stats_sidecar(self.out, rel).read_text(encoding="utf-8"))
+            if len(self._cache) > 16:
+                self._cache.popitem(last=False)
+        stats: dict[str, Any] = self._cache[rel].get(str(episode), {})
+        return stats
 
 
 class SidecarVideos:
@@ -449,13 +480,20 @@ def _publish_source_check(out: Path, source: SourceCheck, reduce: ReencodeReduce
     and whether the output may be called drop-in."""
     if reduce.repaired_timestamps:
         report.repaired["timestamps"] = len(reduce.repaired_timestamps)
-    doc = {**source.to_json(), "repaired_episodes": {"timestamps": sorted(set(reduce.repaired_timestamps))}}
+    if "stats" in reduce.options.repairs and reduce.ds.codebase_version == "v2.1":
+        report.repaired["stats"] = len(reduce.ds.episodes)  # episodes_stats.jsonl written anew for every one
+    repaired: dict[str, list[int]] = {"timestamps": sorted(set(reduce.repaired_timestamps))}
+    if "stats" in report.repaired:
+        repaired["stats"] = [int(e) for e in reduce.ds.episodes.episode_index]
+    doc = {**source.to_json(), "repaired_episodes": repaired}
     atomic.write_json(out / SOURCE_CHECK_REL, doc, indent=1)
 
 
 def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeReport, copied: Any) -> None:
     updates = reduce.updates()
-    written = write_output_metadata(ds, out, SidecarVideos(reduce, out), reduce.stats.result(), updates)
+    data_stats = SidecarDataStats(ds, out) if "stats" in reduce.options.repairs and ds.codebase_version == "v2.1" \
+        else None
+    written = write_output_metadata(ds, out, SidecarVideos(reduce, out), reduce.stats.result(), updates, data_stats)
     for path in written:
         reduce.bytes.add(path.relative_to(out).as_posix(), path.stat().st_size)
     report.complete = True

@@ -12,6 +12,7 @@ import filecmp
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +32,7 @@ class DataUnit:
     episodes: tuple[int, ...]
     shared: bool  # v3.0: rows of several episodes, told apart by the episode_index column
     repair_fps: float | None = None  # `--repair timestamps`: rewrite timestamp = frame_index / fps
+    stats_features: tuple[str, ...] = ()  # `--repair stats`: per-episode stats of these columns, to a sidecar
 
 
 @dataclass(slots=True)
@@ -86,6 +88,42 @@ def copy_data(unit: DataUnit) -> DataCopied:
             out.total_rows = sum(by_ep.values())
     except (pa.ArrowException, OSError, KeyError) as exc:
         out.rows, out.rows_error = [None] * len(unit.episodes), f"unreadable parquet ({exc})"
+        return out
+    if unit.stats_features:
+        try:
+            atomic.write_json(data_stats_sidecar(Path(unit.out_root), unit.rel),
+                              {str(e): st for e, st in episode_stats(dst, unit.stats_features).items()}, indent=None)
+        except (pa.ArrowException, KeyError, ValueError) as exc:
+            out.status, out.reason, out.path = "failed", f"cannot compute stats ({exc})", str(dst)
+        except OSError as exc:
+            out.status, out.write_error = "failed", f"{exc.strerror or exc}"
+    return out
+
+
+def data_stats_sidecar(out_root: Path, rel: str) -> Path:
+    """Where `--repair stats` keeps the per-episode stats of one data parquet's columns."""
+    return out_root / "prep" / "stats" / "data" / f"{rel}.json"
+
+
+def episode_stats(path: Path, features: tuple[str, ...]) -> dict[int, dict[str, dict[str, list[Any]]]]:
+    """Per episode, LeRobot 0.3.x's `compute_episode_stats` of each numeric column: min, max, mean, std
+    (population) over the episode's rows, per dimension (a scalar column: shape [1]), and count [rows]."""
+    names = [f for f in features if f in pq.read_schema(path).names]
+    table = pq.read_table(path, columns=sorted({*names, "episode_index"}))
+    episodes = table["episode_index"].to_numpy(zero_copy_only=False).astype(np.int64)
+    arrays: dict[str, np.ndarray] = {}
+    for name in names:
+        col = table[name].combine_chunks()
+        if pa.types.is_list(col.type) or pa.types.is_fixed_size_list(col.type):
+            arrays[name] = np.asarray(col.to_pylist(), dtype=np.float64)
+        else:
+            arrays[name] = col.to_numpy(zero_copy_only=False).astype(np.float64)[:, None]
+    out: dict[int, dict[str, dict[str, list[Any]]]] = {}
+    for e in np.unique(episodes):
+        rows = episodes == e
+        out[int(e)] = {name: {"min": a[rows].min(axis=0).tolist(), "max": a[rows].max(axis=0).tolist(),
+                              "mean": a[rows].mean(axis=0).tolist(), "std": a[rows].std(axis=0).tolist(),
+                              "count": [int(rows.sum())]} for name, a in arrays.items()}
     return out
 
 

@@ -113,7 +113,8 @@ def to_timestamp_short(d: Path, fmt: str) -> Built:
       {"v2.1": Expect(REFUSES, "utils.py:load_episodes_stats (L231) opens meta/episodes_stats.jsonl from "
                       "LeRobotDatasetMetadata.load_metadata (L103); then " + V21_HUB, "file opened unconditionally"),
        "v3.0": Expect(LOADS, "utils.py:load_episodes (L377-383) drops the stats/ columns when loading",
-                      "per-episode stats are not read by the reader")})
+                      "per-episode stats are not read by the reader")},
+      reencode_variants=((), ("--repair", "stats")))
 def missing_episode_stats(d: Path, fmt: str) -> Built:
     b = synth(d, fmt)
     if fmt == "v2.1":
