@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -86,8 +87,38 @@ def test_verify_severity_mirrors_the_reader(tmp_path: Path, name: str, fmt: str,
     assert {(c, e) for c, e, s in got if s == "warning"} == warnings, got
     assert report.passed == (not errors)
     head = report.head_json()
-    assert head["lerobot_loads"][fmt]["loads"] == (not errors)
+    assert head["lerobot_loads"][fmt]["loads"] == (False if errors else (True if decode else None))
     assert head["totals"]["errors"] == report.errors_total and head["totals"]["warnings"] == len(warnings)
+
+
+def _dropped_frames_kept_rows(root: Path, drop: tuple[int, ...] = (12, 13)) -> None:
+    """What LeRobot 0.4.4's streaming recorder does when its encoder queue drops frames: the video holds
+    fewer frames for episode 0, restamped consecutively; the episode spans follow the video; the rows stay."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from inject import _decode, write_video
+    from parity_cases.meta import episodes_files, rewrite_parquet, set_column
+
+    video = next((root / "videos").rglob("*.mp4"))
+    frames, gop, _ = _decode(video)
+    kept = [f for i, (_t, f) in enumerate(frames) if i not in drop]
+    write_video(video, [(i / 30, f) for i, f in enumerate(kept)], 30, gop=gop)
+    n0 = 20 - len(drop)
+    for p in episodes_files(root):
+        def spans(t: Any) -> Any:
+            t = set_column(t, f"videos/{CAM}/from_timestamp", [0.0, n0 / 30])
+            return set_column(t, f"videos/{CAM}/to_timestamp", [n0 / 30, (n0 + 20) / 30])
+        rewrite_parquet(p, spans)
+
+
+def test_dropped_frames_with_rows_kept_is_an_error(tmp_path: Path) -> None:
+    """Episode 0's 20 rows read its 18 frames and then episode 1's first two (LeRobot hands wrong frames):
+    an error on episode 0 (not just the to_timestamp warning), and reencode refuses the file."""
+    root = built(tmp_path, "clean-synth", "v3.0")
+    _dropped_frames_kept_rows(root)
+    report = verify_in_process(root, VerifyOptions())
+    assert ("frames_overlap", 0, "error") in findings(report) and not report.passed
+    result = reencode(root, tmp_path / "out", accept_invalid_source=True)
+    assert not result.complete and "run into episode 1" in result.failures[0]["reason"]
 
 
 def test_preroll_is_an_info_finding_and_counts_the_presented_frames(tmp_path: Path) -> None:
@@ -114,7 +145,7 @@ def test_verify_cli_exits_0_with_warnings_and_writes_severities(tmp_path: Path) 
     assert "PASSED    (2 warnings)" in r.stdout
     doc = json.loads(out.read_text())
     assert [(f["check"], f["severity"]) for f in doc["failures"]] == [("to_timestamp", "warning")] * 2
-    assert doc["lerobot_loads"] == {"v3.0": {"reader": "lerobot 0.4.x", "loads": True, "pixels_checked": False}}
+    assert doc["lerobot_loads"] == {"v3.0": {"reader": "lerobot 0.4.x", "loads": None, "pixels_checked": False}}
 
 
 # ---- reencode: the source's verdict first, then outputs LeRobot loads ---------------------------------

@@ -70,9 +70,10 @@ def summary(report: VerifyReport) -> str:
 
 def _prediction(report: VerifyReport) -> str:
     (version, p), = report.head_json()["lerobot_loads"].items()
-    verdict = "loads" if p["loads"] else "refuses or raises"
-    return f"{p['reader']} ({version}) predicted: {verdict}" + ("" if p["pixels_checked"] else
-                                                                 " (pixels not decoded: add --decode)")
+    if p["loads"] is None:
+        return f"{p['reader']} ({version}): no error found; the pixels were not decoded (add --decode to predict)"
+    verdict = "loads" if p["loads"] else "refuses, raises or hands a wrong frame"
+    return f"{p['reader']} ({version}) predicted: {verdict}"
 
 
 def _episode_list(episodes: list[int], limit: int = 20) -> str:

@@ -71,6 +71,8 @@ def dataset_findings(ds: Dataset, rejected: list[EpisodeError], rejected_total: 
 
 def lerobot_loads(codebase_version: str, errors: int, decoded: bool) -> dict[str, Any]:
     """verify's prediction for the reader of the dataset's format line: loads <=> no error. Without
-    --decode the pixels were not looked at, so a corrupt frame could still be handed to training."""
-    return {codebase_version: {"reader": READERS.get(codebase_version, "lerobot"), "loads": errors == 0,
+    --decode the pixels were not looked at (a concealed corrupt frame or a size change could still be
+    handed to training), so no error then predicts nothing (`loads: null`)."""
+    loads = False if errors else (True if decoded else None)
+    return {codebase_version: {"reader": READERS.get(codebase_version, "lerobot"), "loads": loads,
                                "pixels_checked": decoded}}

@@ -202,6 +202,13 @@ def new_spans(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> list[Sp
             raise EpisodeError(span.episode, probe.path,
                                f"source holds {n} frames for episode {span.episode} but the metadata says "
                                f"{span.frames_expected}")
+        if out and out[-1].frames_expected is not None and \
+                round(out[-1].from_timestamp * fps) + out[-1].frames_expected > start:
+            prev = out[-1]
+            raise EpisodeError(prev.episode, probe.path,
+                               f"episode {prev.episode}'s {prev.frames_expected} frames from "
+                               f"{prev.from_timestamp:.6f} s run into episode {span.episode}'s (a recorder that "
+                               "dropped frames but kept the rows): LeRobot would hand them as this episode's")
         to = None if span.to_timestamp is None else (start + n) / fps
         out.append(Span(span.episode, start / fps, to, n))
     return out

@@ -7,6 +7,7 @@ its own: frame count, pts on the i/fps grid from the span's start, keyframes.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,21 +311,39 @@ def check_coverage(
     Cost: O(packets + spans x log packets).
     """
     claims = np.zeros(len(probe.pts) + 1, dtype=np.int64)
+    slices = []
     for s in spans:
         lo, hi = episode_slice(probe, s)
         claims[lo] += 1
         claims[hi] -= 1
+        slices.append((lo, hi, s))
+    out = _overlaps(probe, slices, camera)
     orphans = probe.pts[np.cumsum(claims[:-1]) <= 0]
     if not len(orphans):
-        return []
+        return out
     first = float(orphans[0])
     ordered = sorted(spans, key=lambda s: s.from_timestamp)
     starts = np.array([s.from_timestamp for s in ordered], dtype=np.float64)
     k = int(np.searchsorted(starts, first + TIMESTAMP_TOLERANCE_S, side="right")) - 1
     episode = (ordered[k] if k >= 0 else ordered[0]).episode if ordered else None
     # LeRobot never reads a frame no episode claims: loading is unaffected (a warning).
-    return [CheckFailure("frames_outside_spans", "0 (every frame in an episode's span)",
-                         f"{len(orphans)} (first at {first:.6f} s)", episode, camera, probe.path, WARNING)]
+    out.append(CheckFailure("frames_outside_spans", "0 (every frame in an episode's span)",
+                            f"{len(orphans)} (first at {first:.6f} s)", episode, camera, probe.path, WARNING))
+    return out
+
+
+def _overlaps(probe: VideoProbe, slices: list[tuple[int, int, Span]], camera: str | None) -> list[CheckFailure]:
+    """An episode whose `length` frames from its from_timestamp run into the next episode's: LeRobot hands
+    the other episode's frames as this one's (a recorder that dropped frames but kept the row count)."""
+    out = []
+    ordered = sorted(slices, key=lambda x: (x[0], x[1]))
+    for (lo, hi, s), (lo2, _hi2, s2) in itertools.pairwise(ordered):
+        if hi > lo2 and lo2 >= lo:
+            out.append(CheckFailure("frames_overlap", f"{s.frames_expected} frames of its own from "
+                                    f"{s.from_timestamp:.6f} s", f"the last {hi - lo2} of them are episode "
+                                    f"{s2.episode}'s (from {s2.from_timestamp:.6f} s)", s.episode, camera,
+                                    probe.path))
+    return out
 
 
 def check_video(
