@@ -425,6 +425,9 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     check_options(options)
     check_paths(src, out)
     ds, rejected = open_dataset(src)
+    if (out / LOCK_REL).exists():  # a live run into this output: refused now, not after verifying the source
+        with exclusive_lock(out / LOCK_REL, f"output {out}"):
+            pass
     source = check_source(src, engine, options.repairs, accept_invalid_source)
     _refuse_foreign(out)
     out.mkdir(parents=True, exist_ok=True)
