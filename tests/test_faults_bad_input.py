@@ -206,6 +206,15 @@ def run_case(row: Row, case: Case, tmp_path: Path) -> None:
     before = snapshot(src)
     out = tmp_path / "out"
     r = prep(*reencode_args(src, out))
+    if "REFUSED" in r.stdout:
+        # verify (no decode) found errors in the source: refused before anything is written, verify's table
+        # naming the episode(s); with --accept-invalid-source each bad input then fails alone, as below.
+        assert r.returncode == 1 and not out.exists(), r.stdout + r.stderr
+        assert "--accept-invalid-source" in r.stdout
+        table = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("error")]
+        named = {int(t[1]) for t in table if len(t) > 1 and t[1].isdigit()}
+        assert named & set(case.episodes) or not named, (case.episodes, r.stdout)  # a file's failure: listed once
+        r = prep(*reencode_args(src, out, "--accept-invalid-source"))
     text = r.stdout + r.stderr
     row.details = {"exit": r.returncode, "stdout": r.stdout[-1500:], "stderr": r.stderr[-1500:]}
     check_source(row, before, src)

@@ -80,7 +80,8 @@ def test_second_concurrent_run_refused(tmp_path: Path) -> None:
 
 
 def test_stale_lock_in_partial_output_cleared(tmp_path: Path) -> None:
-    """A dead run's lock in an output it had started (options.json and 3 videos in place)."""
+    """A dead run's lock in an output it had started (options.json and 3 videos in place, each with the
+    sidecar a run writes before renaming a video into place: it names the source the video was made from)."""
     src = corpus("v21")
     reference = baseline_digest("v21")
     before = snapshot(src)
@@ -89,9 +90,11 @@ def test_stale_lock_in_partial_output_cleared(tmp_path: Path) -> None:
     shutil.copyfile(baseline("v21") / "prep/options.json", out / "prep/options.json")
     videos = sorted(baseline("v21").rglob("*.mp4"))[:3]
     for v in videos:
-        dst = out / v.relative_to(baseline("v21"))
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(v, dst)
+        rel = v.relative_to(baseline("v21"))
+        sidecar = f"prep/stats/{rel}.json"
+        for a, b in ((v, out / rel), (baseline("v21") / sidecar, out / sidecar)):
+            b.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(a, b)
     with scenario("lock: stale lock (holder pid dead) in a partly done output",
                   "lock cleared; run completes keeping the 3 done videos; equals the clean run") as row:
         pid = stale_lock(out)

@@ -22,8 +22,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.faults]
 CMD = [sys.executable, "-m", "pipeline.cli", "reencode", "--dst", "224", "--no-progress"]
 
 
-def run(src: Path, out: Path, workers: int = 2) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CMD, "--src", str(src), "--out", str(out), "--workers", str(workers)],
+def run(src: Path, out: Path, workers: int = 2, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CMD, "--src", str(src), "--out", str(out), "--workers", str(workers), *extra],
                           capture_output=True, text=True, check=False, timeout=600)
 
 
@@ -107,9 +107,19 @@ def test_bad_inputs_fail_alone(synth_v21: Path, copy_dataset: Callable[[Path, st
     (src / "meta/episodes.jsonl").write_text("\n".join(lines) + "\n")
 
     out = tmp_path / "out"
+    # By default the source is refused before anything is encoded: verify's table names each file and episode.
     r = run(src, out)
     assert r.returncode == 1, r.stdout + r.stderr
+    assert "REFUSED" in r.stdout and "--accept-invalid-source" in r.stdout
+    assert not out.exists()
+    table = [ln.split() for ln in r.stdout.splitlines()]
+    assert ["error", "0", "cam_high", "readable"] in [row[:4] for row in table]
+    assert ["error", "2", "cam_high", "frames_from_packets", "85", "(frames_expected)", "90"] in table
+    # Accepted as invalid: each bad input fails alone, the others are done.
+    r = run(src, out, 2, "--accept-invalid-source")
+    assert r.returncode == 1, r.stdout + r.stderr
     report = json.loads((out / "prep/reencode_report.json").read_text())
+    assert report["accepted_invalid_source"] and not report["drop_in"]
     reasons = {f["path"]: f["reason"] for f in report["failures"]}
     assert "zero-byte" in reasons[zero]
     assert trunc in reasons

@@ -90,11 +90,12 @@ def test_v30_to_v21_each_episode_its_own_all_intra_file(corpora: Path) -> None:
     result = run(corpora / "v30", out, "v2.1")
     assert result.ok and result.staged_removed and not (out / "prep/reencoded").exists()
     assert result.convert is not None and result.convert.files == 5 * 3
-    assert sorted(result.carried) == ["prep/comparison.json", "prep/reencode_report.json"]
+    assert sorted(result.carried) == ["prep/comparison.json", "prep/provenance.json", "prep/reencode_report.json",
+                                      "prep/source_check.json"]
     info = json.loads((out / "meta/info.json").read_text())
     assert info["codebase_version"] == "v2.1" and info["total_videos"] == 10
     assert info["features"][CAMS[0]]["shape"][:2] == [32, 32]
-    assert info["features"][CAMS[0]]["info"]["prep.profile"] == "h264-intra"
+    assert json.loads((out / "prep/provenance.json").read_text())["cameras"][CAMS[0]]["profile"] == "h264-intra"
     assert len(list(out.glob("videos/chunk-000/*/episode_*.mp4"))) == 10
     assert episode_packets(out) == episode_packets(corpora / "v30_same")
     got, want = v21_camera_stats(out), v30_camera_stats(corpora / "v30_same")

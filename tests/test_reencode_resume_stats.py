@@ -36,7 +36,9 @@ def test_kept_file_reuses_saved_stats(unit: stage.ReencodeUnit, monkeypatch: pyt
     assert [e.stats for e in second.episodes] == [e.stats for e in first.episodes]
 
 
-def test_mismatched_sidecar_is_recomputed(unit: stage.ReencodeUnit) -> None:
+def test_mismatched_sidecar_is_redone(unit: stage.ReencodeUnit) -> None:
+    """The sidecar says what the output was made from: one that does not match (other settings) means
+    the output file is not known to be this source's, so both are redone."""
     first = reencode_unit(unit)
     path = stats_sidecar(unit)
     doc = json.loads(path.read_text())
@@ -44,18 +46,48 @@ def test_mismatched_sidecar_is_recomputed(unit: stage.ReencodeUnit) -> None:
     doc["stats"][0]["mean"] = [[[0.0]], [[0.0]], [[0.0]]]
     path.write_text(json.dumps(doc))
     second = reencode_unit(unit)
-    assert second.status == "kept"
+    assert second.status == "encoded"
     assert [e.stats for e in second.episodes] == [e.stats for e in first.episodes]
     assert json.loads(path.read_text())["key"]["settings"]["crf"] == ReencodeOptions().quality  # rewritten
 
 
 def test_empty_sidecar_is_recomputed(unit: stage.ReencodeUnit) -> None:
-    """The sidecar is renamed into place without fsync: after a power loss it may be empty or cut."""
+    """The sidecar is renamed into place without fsync: after a power loss it may be empty or cut; the
+    output is then not trusted (a kept output needs its sidecar) and is made again, with the same stats."""
     first = reencode_unit(unit)
     path = stats_sidecar(unit)
     for damaged in ("", path.read_text()[:40]):
         path.write_text(damaged)
         again = reencode_unit(unit)
-        assert again.status == "kept", again.reason
+        assert again.status == "encoded", again.reason
         assert [e.stats for e in again.episodes] == [e.stats for e in first.episodes]
         assert json.loads(path.read_text())["stats"] == [e.stats for e in first.episodes]
+
+
+def _padded(data: bytes, size: int) -> bytes:
+    """An mp4 padded to `size` bytes with a trailing `free` box (which demuxers skip)."""
+    pad = size - len(data)
+    assert pad == 0 or pad >= 8
+    return data if pad == 0 else data + pad.to_bytes(4, "big") + b"free" + bytes(pad - 8)
+
+
+def test_replaced_source_of_the_same_size_and_frames_is_redone(unit: stage.ReencodeUnit, tmp_path: Path) -> None:
+    """A source video replaced by other content with the same size in bytes and the same frame count: the
+    fingerprint (size, mtime, a hash of three blocks) differs, so the output and its stats are redone."""
+    import os
+
+    src = Path(unit.src_root) / unit.rel
+    other = write_synthetic(tmp_path / "other", SynthSpec(episodes=1, height=240, width=320, seed=99,
+                                                          cameras=("observation.images.cam",)))
+    a, b = src.read_bytes(), (other / unit.rel).read_bytes()
+    size = max(len(a), len(b)) + 8
+    src.write_bytes(_padded(a, size))
+    first = reencode_unit(unit)
+    assert first.status == "encoded", first.reason
+    st = src.stat()
+    src.write_bytes(_padded(b, size))
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))  # even the same mtime: the content hash differs
+    assert src.stat().st_size == st.st_size
+    second = reencode_unit(unit)
+    assert second.status == "encoded", second.reason
+    assert [e.stats for e in second.episodes] != [e.stats for e in first.episodes]

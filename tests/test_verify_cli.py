@@ -43,7 +43,7 @@ def test_cli_on_a_cluster_reports_one_broken_camera(
     assert code == 1
     assert "episode  camera" in text and "FAILED" in text and "episodes 2, 3" in text
     lines = [ln.split() for ln in text.splitlines()]
-    assert ["2", "cam_left_wrist", "frames_from_packets", "90", "(frames_expected)", "89"] in lines
+    assert ["error", "2", "cam_left_wrist", "frames_from_packets", "90", "(frames_expected)", "89"] in lines
     report = json.loads(out.read_text())
     validate(report, "verify")
     assert report["passed"] is False
@@ -66,7 +66,7 @@ def test_cli_real_fixture_fails_expect_frames_naming_its_episodes(
     # (that it passes without --expect-frames is test_verify_faults.py::test_real_fixture_...)
     assert main(["verify", str(real_v21), "--expect-frames", "90", *RUN]) == 1
     text = capsys.readouterr().out
-    assert "FAILED    10 failures in episodes 0, 1, 2, 3, 4, 5, 6, 7, 8, 9" in text
+    assert "FAILED    10 errors in episodes 0, 1, 2, 3, 4, 5, 6, 7, 8, 9" in text
     assert "frames_expected  90 (--expect-frames)  421" in text
 
 

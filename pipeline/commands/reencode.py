@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pipeline.jobs.reencode import ReencodeReport
 
 ENCODE = "pipeline.video.encode"  # PROFILES and ENGINES live there (it imports PyAV: read only when needed)
+PREVERIFY = "pipeline.jobs.preverify"  # REPAIRS (no heavy imports at module level)
 
 
 def _encode_help(text: str) -> LazyHelp:
@@ -66,6 +67,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--keep-staged", action="store_true", help="with --format: keep the re-encode in the source's "
                    "layout (<out>/prep/reencoded) after the conversion")
     add_limit_options(p)
+    p.add_argument("--repair", action="append", default=[], choices=LazyChoices(PREVERIFY, "REPAIRS"),
+                   metavar="WHAT", help="fix the source's errors in the output: timestamps = the parquet "
+                   "`timestamp` column rewritten as frame_index/fps (v3.0 spans exact) where the video frames are on "
+                   "the 1/fps grid but the parquet is not; the parquet files are then no longer byte-identical "
+                   "(every repaired episode is listed in <out>/prep/source_check.json). Choices: %(choices)s")
+    p.add_argument("--accept-invalid-source", action="store_true",
+                   help="re-encode a source that verify finds errors in (LeRobot's reader would refuse it or trip "
+                   "over it); the output is marked so in <out>/prep/source_check.json and never called drop-in")
     add_run_options(p)
     p.set_defaults(func=run)
 
@@ -106,9 +115,13 @@ def summary(r: ReencodeReport) -> str:
         f"output    {r.out}",
         f"settings  {o['size'][0]}x{o['size'][1]} resize={o['resize']} profile={o['profile']} crf={o['crf']} "
         f"engine={r.engine}",
-        f"files     {r.files:,}: {r.encoded:,} encoded, {r.kept:,} kept (already complete), {r.failed:,} failed",
+        f"files     {r.files:,}: {r.encoded:,} encoded, {r.kept:,} kept (already complete), "
+        + (f"{r.copied:,} copied, " if r.copied else "") + f"{r.failed:,} failed",
         f"frames    {r.frames:,} ({r.frames_encoded:,} encoded in {r.seconds:.1f} s, {fps:,.0f} frames/s)",
     ]
+    if r.depth_copied:
+        lines.append(f"depth     {', '.join(r.depth_copied)}: copied unchanged (a depth map is never re-encoded "
+                     "lossy; its files, spans and stats are the source's)")
     if r.comparison:
         c = r.comparison
         lines.append(f"size      native {c['native']['gb_per_hour']:.3f} GB/hr -> prepared "
@@ -121,6 +134,17 @@ def summary(r: ReencodeReport) -> str:
         lines.append(f"FAILED    {f['path']}{where}: {f['reason']}")
     if len(r.failures) > 20:
         lines.append(f"FAILED    ... and {len(r.failures) - 20} more (see {Path(r.out) / REPORT_REL})")
+    what = {"timestamps": "parquet timestamp column rewritten", "stats": "meta/episodes_stats.jsonl written anew"}
+    for k, n in r.repaired.items():
+        lines.append(f"repaired  {k}: {n:,} episodes ({what.get(k, k)}; listed in "
+                     f"{Path(r.out) / 'prep/source_check.json'})")
+    if r.accepted_invalid_source:
+        lines.append(f"source    INVALID ({r.source_errors:,} errors, accepted with --accept-invalid-source): the "
+                     "output is NOT a drop-in dataset (see prep/source_check.json)")
+    elif r.ok:
+        lines.append("verdict   drop-in: the source passed verify's checks"
+                     + (f" after the repairs ({', '.join(r.repaired_checks)})" if r.repaired_checks else "")
+                     + (f" ({r.source_warnings} warnings)" if r.source_warnings else ""))
     if r.failures:
         lines.append("metadata  not written (meta/info.json): the output is incomplete; fix or remove the failed "
                      "input and rerun the same command to finish (done files are kept)")
@@ -150,25 +174,37 @@ def run(args: argparse.Namespace) -> int:
     src = resolve_src(args.src, args.root)
     out = args.out.absolute() if args.out else default_out(src, size)
 
+    from pipeline.jobs.preverify import SourceRefused
     from pipeline.jobs.reencode import reencode_dataset
     from pipeline.runner import open_engine
     from pipeline.stages.reencode import ReencodeOptions
     from pipeline.video.encode import DEFAULT_ENGINE, DEFAULT_PROFILE
 
     options = ReencodeOptions(size=size, resize=args.resize, profile=args.profile or DEFAULT_PROFILE, crf=args.crf,
-                              engine=args.engine or DEFAULT_ENGINE)
-    if args.format is not None:
-        from pipeline.jobs.convert import reencode_as
+                              engine=args.engine or DEFAULT_ENGINE, repairs=tuple(sorted(set(args.repair))))
+    try:
+        if args.format is not None:
+            from pipeline.jobs.convert import reencode_as
 
-        try:
-            limits = limits_of(args)
-        except ValueError as exc:
-            raise PrepError(str(exc)) from None
+            if args.accept_invalid_source:
+                raise PrepError("--accept-invalid-source with --format is not supported: re-encode in the source's "
+                                "format first, then `prep convert` the output")
+            try:
+                limits = limits_of(args)
+            except ValueError as exc:
+                raise PrepError(str(exc)) from None
+            with open_engine(run_config(args)) as engine:
+                result = reencode_as(src, out, options, args.format, engine, limits=limits,
+                                     keep_staged=args.keep_staged)
+            print(format_summary(result))
+            return 0 if result.ok else 1
         with open_engine(run_config(args)) as engine:
-            result = reencode_as(src, out, options, args.format, engine, limits=limits, keep_staged=args.keep_staged)
-        print(format_summary(result))
-        return 0 if result.ok else 1
-    with open_engine(run_config(args)) as engine:
-        report = reencode_dataset(src, out, options, engine)
+            report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source)
+    except SourceRefused as exc:
+        from pipeline.commands.verify import failures_table
+
+        print(failures_table(exc.check.blocking, total=exc.check.errors_total))
+        print(f"REFUSED   {src}: {exc}")
+        return 1
     print(summary(report))
     return 0 if report.ok else 1

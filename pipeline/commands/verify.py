@@ -2,7 +2,8 @@
 
 Proves a corpus is sound before training: every frame count by origin agrees (metadata, parquet,
 container header, packets, and with --decode the decoder), timestamps sit on the 1/fps grid, and
-the optional corpus rules hold (episode length, frame size, all-intra). Exit 0 only when all pass.
+the optional corpus rules hold (episode length, frame size, all-intra). Exit 0 when no finding is an
+error (warnings are printed), 1 on errors.
 The job (plan, stage, reduce, publish) is `pipeline.jobs.verify`; this module parses and prints.
 """
 
@@ -23,12 +24,12 @@ TABLE_ROWS = 40
 
 
 def failures_table(failures: list[CheckFailure], limit: int = TABLE_ROWS, total: int | None = None) -> str:
-    rows = [("episode", "camera", "check", "expected", "found")]
+    rows = [("severity", "episode", "camera", "check", "expected", "found")]
     for f in failures[:limit]:
-        rows.append((str(f.episode) if f.episode is not None else "-", _short_camera(f.camera), f.check,
+        rows.append((f.severity, str(f.episode) if f.episode is not None else "-", _short_camera(f.camera), f.check,
                      _clip(f.expected), _clip(f.found)))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4] for r in rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] for r in rows]
     if total is not None and total > min(limit, len(failures)):
         lines.append(f"... and {total - min(limit, len(failures))} more failures (write them all with --json PATH)")
     elif len(failures) > limit:
@@ -58,11 +59,21 @@ def summary(report: VerifyReport) -> str:
         + (f" ({t['episodes_rejected_by_metadata']} rejected by metadata)" if report.rejected else ""),
         f"frames    {t['frames_expected']:,} expected (metadata lengths)",
         f"checks    {', '.join(f'{k}: {v}' for k, v in sorted(t['failures_by_check'].items())) or 'all passed'}",
+        f"lerobot   {_prediction(report)}",
         f"time      {t['seconds']:.1f} s ({t['episodes_per_s']:.1f} episodes/s)",
-        "PASSED" if report.passed else f"FAILED    {t['failures']} failures in episodes "
-        + _episode_list(report.failed_episodes),
+        (f"PASSED    ({t['warnings']} warnings)" if t["warnings"] else "PASSED") if report.passed else
+        f"FAILED    {t['errors']} errors in episodes " + _episode_list(report.failed_episodes)
+        + (f" ({t['warnings']} warnings)" if t["warnings"] else ""),
     ]
     return "\n".join(lines)
+
+
+def _prediction(report: VerifyReport) -> str:
+    (version, p), = report.head_json()["lerobot_loads"].items()
+    if p["loads"] is None:
+        return f"{p['reader']} ({version}): no error found; the pixels were not decoded (add --decode to predict)"
+    verdict = "loads" if p["loads"] else "refuses, raises or hands a wrong frame"
+    return f"{p['reader']} ({version}) predicted: {verdict}"
 
 
 def _episode_list(episodes: list[int], limit: int = 20) -> str:
@@ -86,7 +97,9 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("verify", help="prove a dataset is sound: frame counts, timestamps, keyframes",
                        description="Verify a LeRobot dataset (v2.1 or v3.0): per episode and camera, the "
                        "frame counts by origin (metadata, parquet, header, packets, decoded) must agree, "
-                       "timestamps and pts must sit on the 1/fps grid. Exit 0 only when every check passes.")
+                       "timestamps and pts must sit on the 1/fps grid. Each finding is an error (LeRobot's reader "
+                       "refuses the dataset, raises, or hands a wrong frame), a warning (metadata inconsistent, "
+                       "loading unaffected) or info. Exit 0 when there is no error (warnings printed), 1 on errors.")
     p.add_argument("src", type=dataset_path, help="dataset root (the folder holding meta/info.json)")
     p.add_argument("--expect-frames", type=positive_int, metavar="N",
                    help="every episode must have exactly N frames (e.g. 90 = 3 s at 30 fps)")

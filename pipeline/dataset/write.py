@@ -21,6 +21,7 @@ import filecmp
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -178,7 +179,9 @@ def updated_info(info: dict[str, Any], updates: dict[str, VideoFeatureUpdate]) -
         for k in ENCODER_KEYS:
             if k in vinfo and k in up.encoder:
                 vinfo[k] = up.encoder[k]
-        vinfo.update({f"prep.{k}": v for k, v in up.prep.items()})
+        # Provenance (`up.prep`) is not written here: keys that differ between two outputs (the source's
+        # codec) would make LeRobot's merge refuse them ("Same features is expected"); it goes to
+        # <out>/prep/provenance.json instead.
     return out
 
 
@@ -221,10 +224,32 @@ class StatsAggregate:
                 for cam, (n, mean, m2, lo, hi) in sorted(self._acc.items())}
 
 
-def _write_v21_stats(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str]) -> None:
+DataStats = Callable[[int], dict[str, Any]]  # episode -> {column: stats} (`--repair stats`)
+
+
+def _write_v21_stats_anew(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str],
+                          data_stats: DataStats) -> None:
+    """meta/episodes_stats.jsonl written from scratch (`--repair stats`), one line per episode in order:
+    each numeric column's stats from the parquet rows, each re-encoded camera's from its new frames."""
+    with atomic.atomic_path(out / "meta/episodes_stats.jsonl") as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for e in ds.episodes.episode_index:
+            ep = int(e)
+            stats = dict(data_stats(ep))
+            for cam in cameras:
+                ev = videos.get(ep, cam)
+                if ev is not None:
+                    stats[cam] = ev.stats
+            fh.write(json.dumps({"episode_index": ep, "stats": stats}, ensure_ascii=False) + "\n")
+
+
+def _write_v21_stats(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str],
+                     data_stats: DataStats | None = None) -> None:
     """meta/episodes_stats.jsonl line by line (streaming), each re-encoded camera's stats replaced."""
     from pipeline.dataset.v21 import iter_lines
 
+    if data_stats is not None:
+        _write_v21_stats_anew(ds, out, videos, cameras, data_stats)
+        return
     path = ds.root / "meta/episodes_stats.jsonl"
     if not path.is_file():
         return
@@ -313,6 +338,7 @@ def write_output_metadata(
     videos: EpisodeVideos,
     aggregate: dict[str, dict[str, Any]],
     updates: dict[str, VideoFeatureUpdate],
+    data_stats: DataStats | None = None,
     *,
     with_info: bool = True,
 ) -> list[Path]:
@@ -322,7 +348,7 @@ def write_output_metadata(
     cameras = list(updates)
     written = []
     if ds.codebase_version == "v2.1":
-        _write_v21_stats(ds, out, videos, cameras)
+        _write_v21_stats(ds, out, videos, cameras, data_stats)
         written.append(out / "meta/episodes_stats.jsonl")
     else:
         _write_v30_episodes(ds, out, videos, cameras)

@@ -450,7 +450,8 @@ class ReencodeAsReport:
         return (self.reencode is None or bool(self.reencode.ok)) and self.convert is not None and self.convert.ok
 
 
-CARRIED = ("reencode_report.json", "comparison.json")  # the staged copy's reports kept beside the output's
+# the staged copy's reports kept beside the output's (provenance and the source's verdict: pipeline.jobs.reencode)
+CARRIED = ("reencode_report.json", "comparison.json", "provenance.json", "source_check.json")
 
 
 def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engine, *,

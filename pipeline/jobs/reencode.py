@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -44,11 +45,12 @@ from pipeline.dataset.write import (
     write_output_metadata,
 )
 from pipeline.errors import PrepError
+from pipeline.jobs.preverify import SOURCE_CHECK_REL, SourceCheck, check_source
 from pipeline.lock import exclusive_lock, refuse_if_held
 from pipeline.manifest import ByteCounter, ScanTotals, build_manifest, episode_row, episodes_schema, publish_manifest
 from pipeline.runner import Engine
 from pipeline.schemas import validate
-from pipeline.stages.copy import DataCopied, DataUnit, copy_data, copy_failed
+from pipeline.stages.copy import DataCopied, DataUnit, copy_data, copy_failed, data_stats_sidecar
 from pipeline.stages.reencode import (
     ReencodeOptions,
     ReencodeResult,
@@ -68,6 +70,7 @@ LOCK_REL = f"{PREP_DIR}/reencode.lock"
 REPORT_REL = f"{PREP_DIR}/reencode_report.json"
 MANIFEST_REL = f"{PREP_DIR}/manifest.json"
 COMPARISON_REL = f"{PREP_DIR}/comparison.json"
+PROVENANCE_REL = f"{PREP_DIR}/provenance.json"
 FAILURES_LISTED = 10_000
 ENCODE_COST_S = 0.3  # seconds per 90-frame file before any is measured
 COPY_COST_S = 0.002
@@ -82,6 +85,7 @@ class ReencodeReport:
     files: int = 0
     encoded: int = 0
     kept: int = 0
+    copied: int = 0  # depth cameras' files copied unchanged
     failed: int = 0
     frames: int = 0
     frames_encoded: int = 0
@@ -90,6 +94,13 @@ class ReencodeReport:
     failures: list[dict[str, Any]] = field(default_factory=list)
     comparison: dict[str, Any] | None = None
     manifest: str | None = None
+    depth_copied: list[str] = field(default_factory=list)  # cameras copied unchanged (depth maps)
+    source_errors: int = 0  # errors verify found in the source (before any repair)
+    source_warnings: int = 0
+    repaired: dict[str, int] = field(default_factory=dict)  # repair -> episodes it rewrote (listed in prep/)
+    repaired_checks: list[str] = field(default_factory=list)  # the source's failed checks the repairs cover
+    accepted_invalid_source: bool = False  # errors remain in the output: never a drop-in dataset
+    drop_in: bool = False  # complete, and made from a source with no unrepaired error
 
     @property
     def ok(self) -> bool:
@@ -186,10 +197,21 @@ def plan_videos(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator[Re
     return reencode_units(ds, out, options)
 
 
-def plan_data(ds: Dataset, out: Path) -> Iterator[DataUnit]:
+def stats_features(ds: Dataset) -> tuple[str, ...]:
+    """The columns LeRobot 0.3.x keeps per-episode stats of: every feature but videos, images and strings."""
+    feats = ds.info.get("features") or {}
+    return tuple(k for k, v in feats.items() if isinstance(v, dict) and v.get("dtype") not in ("video", "image",
+                                                                                               "string"))
+
+
+def plan_data(ds: Dataset, out: Path, options: ReencodeOptions | None = None) -> Iterator[DataUnit]:
     shared = ds.codebase_version == "v3.0"
+    repairs = options.repairs if options is not None else ()
+    fps = ds.fps if "timestamps" in repairs else None
+    feats = stats_features(ds) if "stats" in repairs and ds.codebase_version == "v2.1" else ()
     for rel, eps in ds.iter_data_files():
-        yield DataUnit(str(ds.root), str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1)
+        yield DataUnit(str(ds.root), str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1, fps,
+                       feats)
 
 
 # ---- reduce --------------------------------------------------------------------------------------
@@ -216,6 +238,7 @@ class ReencodeReduce:
         self.bytes = ByteCounter(ds)
         self.write_errors: list[str] = []
         self.data_failures: list[dict[str, Any]] = []
+        self.repaired_timestamps = array("q")  # episodes whose parquet timestamps were rewritten
 
     def fail(self, entry: dict[str, Any]) -> None:
         if len(self.report.failures) < FAILURES_LISTED:
@@ -232,13 +255,17 @@ class ReencodeReduce:
             return
         rep.encoded += r.status == "encoded"
         rep.kept += r.status == "kept"
+        rep.copied += r.status == "copied"
         rep.frames_encoded += r.frames if r.status == "encoded" else 0
         self.cameras_seen.setdefault(r.camera, (r, r.output))
+        if r.copied and r.camera not in rep.depth_copied:
+            rep.depth_copied.append(r.camera)
         self.bytes.add(r.rel, r.out_bytes, camera=r.camera)
         c = self.cam_no[r.camera]
         out = r.output
         for i, ev in enumerate(r.episodes):
-            self.stats.add(r.camera, ev.stats)
+            if not r.copied:
+                self.stats.add(r.camera, ev.stats)
             pos = self.ds.episodes.position(ev.episode)
             if pos is None:
                 continue
@@ -259,6 +286,7 @@ class ReencodeReduce:
                     self.data_failures.append({"path": d.path, "episode": e, "reason": d.reason})
             return
         self.bytes.add(d.rel, d.bytes)
+        self.repaired_timestamps.extend(d.repaired)
         for e, rows in zip(d.episodes, d.rows, strict=True):
             pos = self.ds.episodes.position(e)
             if pos is None:
@@ -276,14 +304,35 @@ class ReencodeReduce:
             encoder.update({"video.g": 1, "video.bf": 0, "video.preset": prof.preset})
         out: dict[str, VideoFeatureUpdate] = {}
         for cam in self.ds.camera_keys:
-            if cam not in self.cameras_seen:
-                continue
+            if cam not in self.cameras_seen or self.cameras_seen[cam][0].copied:
+                continue  # a depth camera copied unchanged keeps its metadata
             r = self.cameras_seen[cam][0]
             prep = {"resize": self.options.resize, "profile": self.options.profile, "crf": self.options.quality,
                     "source_width": r.src_width, "source_height": r.src_height, "source_codec": r.src_codec}
             out[cam] = VideoFeatureUpdate(self.options.size[0], self.options.size[1], prof.codec, prof.pix_fmt,
                                           prep, encoder)
         return out
+
+
+class SidecarDataStats:
+    """`--repair stats`: each episode's column stats, read back from the sidecar the copy stage saved beside
+    each data parquet (`prep/stats/data/<rel>.json`), a few files cached."""
+
+    def __init__(self, ds: Dataset, out: Path) -> None:
+        self.ds, self.out = ds, out
+        self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def __call__(self, episode: int) -> dict[str, Any]:
+        pos = self.ds.episodes.position(episode)
+        if pos is None:
+            return {}
+        rel = self.ds.episodes[pos].data.rel
+        if rel not in self._cache:
+            self._cache[rel] = json.loads(data_stats_sidecar(self.out, rel).read_text(encoding="utf-8"))
+            if len(self._cache) > 16:
+                self._cache.popitem(last=False)
+        stats: dict[str, Any] = self._cache[rel].get(str(episode), {})
+        return stats
 
 
 class SidecarVideos:
@@ -319,6 +368,13 @@ class SidecarVideos:
 
 
 # ---- publish: the output's manifest and the comparison ---------------------------------------------
+
+
+def provenance(ds: Dataset, reduce: ReencodeReduce, updates: dict[str, VideoFeatureUpdate]) -> dict[str, Any]:
+    """What each camera of the output was made from and how (outside info.json, which LeRobot's merge
+    compares feature by feature)."""
+    return {"schema": "prep.provenance/1", "prep_version": __version__, "source": str(ds.root),
+            "cameras": {cam: up.prep for cam, up in updates.items()}}
 
 
 def output_manifest(ds: Dataset, out: Path, reduce: ReencodeReduce, info: dict[str, Any],
@@ -375,8 +431,12 @@ def comparison(native: Dataset, source_bytes: dict[str, int], prep_bytes: int, p
 # ---- the job -------------------------------------------------------------------------------------
 
 
-def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Engine) -> ReencodeReport:
-    """Re-encode `src` into the dataset `out` through `engine`; resumable; never writes under `src`."""
+def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Engine, *,
+                     accept_invalid_source: bool = False) -> ReencodeReport:
+    """Re-encode `src` into the dataset `out` through `engine`; resumable; never writes under `src`.
+
+    The source is verified first (no decode): errors that `options.repairs` do not fix refuse it
+    (`SourceRefused`, nothing written) unless `accept_invalid_source`."""
     src, out = src.absolute(), out.absolute()
     check_options(options)
     check_paths(src, out)
@@ -384,8 +444,12 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     _refuse_foreign(out)
     refuse_if_held(out / LOCK_REL, f"output {out}")  # a busy output is refused at once, before the session
     engine.start()  # the session is up (scheduler reached, cluster started) before anything is written
+    source = check_source(src, engine, options.repairs, accept_invalid_source)  # verify without decode
     atomic.check_writable(out / PREP_DIR)  # read-only, full or blocked outputs are refused before any work
-    report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine)
+    report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine,
+                            source_errors=source.errors_total, source_warnings=source.warnings_total,
+                            accepted_invalid_source=source.accepted_invalid,
+                            repaired_checks=list(source.repaired_checks))
     with exclusive_lock(out / LOCK_REL, f"output {out}"):
         _claim_output(src, out, options)
         atomic.remove_stale_temps(out)
@@ -399,7 +463,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
                 reduce.add_video(unit, result)
         report.seconds = time.perf_counter() - t0
         atomic.remove_stale_temps(out)  # temp files of workers killed mid-task (their task was retried)
-        for d in engine.results(copy_data, plan_data(ds, out), on_error=copy_failed, desc="copy data",
+        for d in engine.results(copy_data, plan_data(ds, out, options), on_error=copy_failed, desc="copy data",
                                 unit_name="file", total=len(ds.file_groups("data")), cost_s=COPY_COST_S):
             reduce.add_data(d)
         atomic.remove_stale_temps(out)
@@ -420,7 +484,10 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
             reduce.fail(entry)
         phase = "metadata"
         try:
+            _publish_source_check(out, source, reduce, report)
             updates = _publish(ds, out, reduce, report, copied) if not report.failures else None
+            if updates is not None:
+                report.drop_in = not source.accepted_invalid
             doc = {"schema": "prep.reencode_report/1", **asdict(report)}
             validate(doc, "reencode_report", source=str(out / REPORT_REL))
             atomic.write_json(out / REPORT_REL, doc, indent=2)
@@ -434,18 +501,35 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     return report
 
 
+def _publish_source_check(out: Path, source: SourceCheck, reduce: ReencodeReduce, report: ReencodeReport) -> None:
+    """<out>/prep/source_check.json: what verify found in the source, what was repaired (every episode),
+    and whether the output may be called drop-in."""
+    if reduce.repaired_timestamps:
+        report.repaired["timestamps"] = len(reduce.repaired_timestamps)
+    if "stats" in reduce.options.repairs and reduce.ds.codebase_version == "v2.1":
+        report.repaired["stats"] = len(reduce.ds.episodes)  # episodes_stats.jsonl written anew for every one
+    repaired: dict[str, list[int]] = {"timestamps": sorted(set(reduce.repaired_timestamps))}
+    if "stats" in report.repaired:
+        repaired["stats"] = [int(e) for e in reduce.ds.episodes.episode_index]
+    doc = {**source.to_json(), "repaired_episodes": repaired}
+    atomic.write_json(out / SOURCE_CHECK_REL, doc, indent=1)
+
+
 def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeReport,
              copied: Any) -> dict[str, VideoFeatureUpdate]:
     """The output's metadata (all but meta/info.json), its manifest and the comparison; returns the camera
     updates of info.json, which the job writes last (after reencode_report.json)."""
     updates = reduce.updates()
-    written = write_output_metadata(ds, out, SidecarVideos(reduce, out), reduce.stats.result(), updates,
+    data_stats = SidecarDataStats(ds, out) if "stats" in reduce.options.repairs and ds.codebase_version == "v2.1" \
+        else None
+    written = write_output_metadata(ds, out, SidecarVideos(reduce, out), reduce.stats.result(), updates, data_stats,
                                     with_info=False)
     for path in written:
         reduce.bytes.add(path.relative_to(out).as_posix(), path.stat().st_size)
     info = updated_info(ds.info, updates)
     info_bytes = len((json.dumps(info, indent=4, ensure_ascii=False) + "\n").encode("utf-8"))
     reduce.bytes.add("meta/info.json", info_bytes)  # counted now, written last (atomic.write_json's bytes)
+    atomic.write_json(out / PROVENANCE_REL, provenance(ds, reduce, updates), indent=2)
     report.complete = True
     table = RowGroupWriter(out / PREP_DIR / "manifest.episodes.parquet.tmp", episodes_schema(ds.camera_keys))
     try:

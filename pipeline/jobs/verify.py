@@ -37,6 +37,7 @@ from pipeline.errors import EpisodeError
 from pipeline.jobs import parts
 from pipeline.runner import Engine, RunConfig, open_engine
 from pipeline.schemas import validate
+from pipeline.stages.dataset_checks import dataset_findings, lerobot_loads
 from pipeline.stages.verify import (
     FILE_CHECKS,
     CameraCounts,
@@ -55,10 +56,10 @@ FAILURES_KEPT = 10_000  # failures held in memory (VerifyReport.failures); the t
 SEEN_KEYS = 65_536  # whole-file failures remembered to list each once (a file's units are adjacent in the plan)
 VALIDATED_ITEMS = 1_000  # failures and episodes of a streamed report checked against the schema
 COST_S = 0.006
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: findings carry a severity
 CAMERA_FIELDS = ("frames_from_header", "frames_from_packets", "frames_decoded", "keyframes", "codec", "width",
                  "height")
-FAILURE_FIELDS = ("check", "expected", "found", "episode", "camera", "path")
+FAILURE_FIELDS = ("check", "expected", "found", "episode", "camera", "path", "severity")
 
 TABLE_SCHEMA = pa.schema([
     ("episode", pa.int64()), ("status", pa.string()), ("frames_expected", pa.int64()),
@@ -69,7 +70,7 @@ TABLE_SCHEMA = pa.schema([
                                     ("height", pa.int64())]))),
     ("failures", pa.list_(pa.struct([("check", pa.string()), ("expected", pa.string()), ("found", pa.string()),
                                      ("episode", pa.int64()), ("camera", pa.string()), ("path", pa.string()),
-                                     ("listed", pa.bool_())]))),
+                                     ("severity", pa.string()), ("listed", pa.bool_())]))),
 ])
 
 
@@ -86,29 +87,9 @@ def plan(ds: Dataset, options: VerifyOptions, rejected: list[EpisodeError]) -> I
 
 
 def dataset_failures(ds: Dataset, rejected: list[EpisodeError]) -> list[CheckFailure]:
-    """Cheap dataset-level consistency: info.json totals and episode numbering vs what was found
-    (array operations over the episode columns)."""
-    out: list[CheckFailure] = []
-    info_path = str(ds.root / "meta/info.json")
-    for r in rejected:
-        out.append(CheckFailure("metadata", "a valid episode record", r.message, r.episode, None, r.path))
-    n_rejected = max(ds.rejected_count, len(rejected))
-    found = len(ds.episodes) + n_rejected
-    declared = ds.info.get("total_episodes")
-    if declared is not None and declared != found:
-        out.append(CheckFailure("total_episodes", f"{declared} (info.json)", f"{found} episode records",
-                                None, None, info_path))
-    declared_frames = ds.info.get("total_frames")
-    if declared_frames is not None and not n_rejected and declared_frames != ds.total_frames_expected:
-        out.append(CheckFailure("total_frames", f"{declared_frames} (info.json)",
-                                f"{ds.total_frames_expected} (sum of episode lengths)", None, None, info_path))
-    indices = ds.episodes.episode_index
-    off = np.flatnonzero(indices != np.arange(len(indices)))
-    if not n_rejected and len(off):
-        gap = int(off[0])
-        out.append(CheckFailure("episode_indices", f"0..{len(indices) - 1}", f"episode {int(indices[gap])} at "
-                                f"position {gap}", None, None, info_path))
-    return out
+    """Cheap dataset-level consistency (`pipeline.stages.dataset_checks`): required metadata files,
+    info.json totals and episode numbering vs what was found."""
+    return dataset_findings(ds, rejected, max(ds.rejected_count, len(rejected)))
 
 
 # ---- codecs: completion records and the per-episode table ------------------------------------------
@@ -128,7 +109,8 @@ def decode(obj: list[Any]) -> list[EpisodeVerify]:
 def _row(e: EpisodeVerify, listed: set[int]) -> dict[str, Any]:
     return {
         "episode": e.episode, "status": "passed" if e.passed else "failed", "frames_expected": e.frames_expected,
-        "frames_in_parquet": e.frames_in_parquet, "checks_failed": sorted({f.check for f in e.failures}),
+        "frames_in_parquet": e.frames_in_parquet, "checks_failed": sorted({f.check for f in e.failures
+                                                                           if f.is_error}),
         "cameras": [{"camera": cam, **asdict(c)} for cam, c in e.cameras.items()],
         "failures": [{**asdict(f), "listed": i in listed} for i, f in enumerate(e.failures)],
     }
@@ -141,8 +123,8 @@ def _from_row(row: dict[str, Any]) -> EpisodeVerify:
 
 
 def _failure_json(f: CheckFailure) -> dict[str, Any]:
-    return {"episode": f.episode, "camera": f.camera, "check": f.check, "expected": f.expected,
-            "found": f.found, "path": f.path}
+    return {"episode": f.episode, "camera": f.camera, "check": f.check, "severity": f.severity,
+            "expected": f.expected, "found": f.found, "path": f.path}
 
 
 def _episode_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -207,6 +189,8 @@ class VerifyReduce:
         self.table = table
         self.kept: list[CheckFailure] = first[:FAILURES_KEPT]
         self.failures = len(first)
+        self.errors = sum(1 for f in first if f.is_error)
+        self.warnings = sum(1 for f in first if f.severity == "warning")
         self.by_check: dict[str, int] = {}
         for f in first:
             self.by_check[f.check] = self.by_check.get(f.check, 0) + 1
@@ -244,6 +228,8 @@ class VerifyReduce:
                 continue
             listed.add(i)
             self.failures += 1
+            self.errors += f.is_error
+            self.warnings += f.severity == "warning"
             self.by_check[f.check] = self.by_check.get(f.check, 0) + 1
             if len(self.kept) < FAILURES_KEPT:
                 self.kept.append(f)
@@ -267,7 +253,9 @@ class VerifyReport:
     episodes_checked: int = 0
     episodes_passed: int = 0
     frames_expected: int = 0
-    failures_total: int = 0
+    failures_total: int = 0  # every finding, whatever its severity
+    errors_total: int = 0
+    warnings_total: int = 0
     failures_by_check: dict[str, int] = field(default_factory=dict)
     failed_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     dataset_failures: list[CheckFailure] = field(default_factory=list)
@@ -275,7 +263,8 @@ class VerifyReport:
 
     @property
     def passed(self) -> bool:
-        return self.failures_total == 0
+        """No error (warnings and info findings do not fail a dataset)."""
+        return self.errors_total == 0
 
     @property
     def episodes(self) -> EpisodeResults:
@@ -314,6 +303,7 @@ class VerifyReport:
                 "decode": opts.decode,
             },
             "passed": self.passed,
+            "lerobot_loads": lerobot_loads(ds.codebase_version, self.errors_total, opts.decode),
             "totals": {
                 "episodes": n + self.rejected_total,
                 "episodes_passed": self.episodes_passed,
@@ -321,6 +311,8 @@ class VerifyReport:
                 "episodes_rejected_by_metadata": self.rejected_total,
                 "frames_expected": self.frames_expected,
                 "failures": self.failures_total,
+                "errors": self.errors_total,
+                "warnings": self.warnings_total,
                 "failures_by_check": dict(self.failures_by_check),
                 "seconds": self.seconds,
                 "episodes_per_s": n / self.seconds if self.seconds > 0 else 0.0,
@@ -434,7 +426,8 @@ def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_pa
         report = VerifyReport(
             dataset=ds, options=options, failures=reduce.kept, rejected=rejected, seconds=time.monotonic() - t0,
             table=table_path, episodes_checked=reduce.episodes, episodes_passed=reduce.passed,
-            frames_expected=reduce.frames, failures_total=reduce.failures, failures_by_check=reduce.by_check,
+            frames_expected=reduce.frames, failures_total=reduce.failures, errors_total=reduce.errors,
+            warnings_total=reduce.warnings, failures_by_check=reduce.by_check,
             failed_ids=np.frombuffer(reduce.failed_ids, dtype=np.int64).copy() if reduce.failed_ids else
             np.zeros(0, dtype=np.int64), dataset_failures=first)
         if work is None:

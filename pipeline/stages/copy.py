@@ -12,7 +12,9 @@ import filecmp
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -29,6 +31,8 @@ class DataUnit:
     rel: str
     episodes: tuple[int, ...]
     shared: bool  # v3.0: rows of several episodes, told apart by the episode_index column
+    repair_fps: float | None = None  # `--repair timestamps`: rewrite timestamp = frame_index / fps
+    stats_features: tuple[str, ...] = ()  # `--repair stats`: per-episode stats of these columns, to a sidecar
 
 
 @dataclass(slots=True)
@@ -43,6 +47,7 @@ class DataCopied:
     rows: list[int | None] = field(default_factory=list)  # per episode; None: the parquet is unreadable
     total_rows: int = 0  # rows of the whole file (every episode in it)
     rows_error: str | None = None
+    repaired: list[int] = field(default_factory=list)  # episodes whose timestamp column was rewritten
 
 
 def copy_data(unit: DataUnit) -> DataCopied:
@@ -56,12 +61,19 @@ def copy_data(unit: DataUnit) -> DataCopied:
         return out
     dst = Path(unit.out_root) / unit.rel
     try:
-        out.bytes = src.stat().st_size
-        if not (dst.is_file() and dst.stat().st_size == out.bytes and filecmp.cmp(src, dst, shallow=False)):
-            with atomic.atomic_path(dst) as tmp:
-                shutil.copyfile(src, tmp)
+        if unit.repair_fps is not None:
+            out.repaired = repair_timestamps(src, dst, unit.repair_fps)
+            out.bytes = dst.stat().st_size
+        else:
+            out.bytes = src.stat().st_size
+            if not (dst.is_file() and dst.stat().st_size == out.bytes and filecmp.cmp(src, dst, shallow=False)):
+                with atomic.atomic_path(dst) as tmp:
+                    shutil.copyfile(src, tmp)
     except atomic.WriteError as exc:  # the output cannot be written: named with its disk, not the source
         out.status, out.write_error = "failed", str(exc)
+        return out
+    except (pa.ArrowException, KeyError) as exc:
+        out.status, out.reason, out.path = "failed", f"cannot repair timestamps ({exc})", str(src)
         return out
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
@@ -78,7 +90,70 @@ def copy_data(unit: DataUnit) -> DataCopied:
             out.total_rows = sum(by_ep.values())
     except (pa.ArrowException, OSError, KeyError) as exc:
         out.rows, out.rows_error = [None] * len(unit.episodes), f"unreadable parquet ({exc})"
+        return out
+    if unit.stats_features:
+        try:
+            atomic.write_json(data_stats_sidecar(Path(unit.out_root), unit.rel),
+                              {str(e): st for e, st in episode_stats(dst, unit.stats_features).items()}, indent=None)
+        except (pa.ArrowException, KeyError, ValueError) as exc:
+            out.status, out.reason, out.path = "failed", f"cannot compute stats ({exc})", str(dst)
+        except OSError as exc:
+            out.status, out.write_error = "failed", f"{exc.strerror or exc}"
     return out
+
+
+def data_stats_sidecar(out_root: Path, rel: str) -> Path:
+    """Where `--repair stats` keeps the per-episode stats of one data parquet's columns."""
+    return out_root / "prep" / "stats" / "data" / f"{rel}.json"
+
+
+def episode_stats(path: Path, features: tuple[str, ...]) -> dict[int, dict[str, dict[str, list[Any]]]]:
+    """Per episode, LeRobot 0.3.x's `compute_episode_stats` of each numeric column: min, max, mean, std
+    (population) over the episode's rows, per dimension (a scalar column: shape [1]), and count [rows]."""
+    names = [f for f in features if f in pq.read_schema(path).names]
+    table = pq.read_table(path, columns=sorted({*names, "episode_index"}))
+    episodes = table["episode_index"].to_numpy(zero_copy_only=False).astype(np.int64)
+    arrays: dict[str, np.ndarray] = {}
+    for name in names:
+        col = table[name].combine_chunks()
+        if pa.types.is_list(col.type) or pa.types.is_fixed_size_list(col.type):
+            arrays[name] = np.asarray(col.to_pylist(), dtype=np.float64)
+        else:
+            arrays[name] = col.to_numpy(zero_copy_only=False).astype(np.float64)[:, None]
+    out: dict[int, dict[str, dict[str, list[Any]]]] = {}
+    for e in np.unique(episodes):
+        rows = episodes == e
+        out[int(e)] = {name: {"min": a[rows].min(axis=0).tolist(), "max": a[rows].max(axis=0).tolist(),
+                              "mean": a[rows].mean(axis=0).tolist(), "std": a[rows].std(axis=0).tolist(),
+                              "count": [int(rows.sum())]} for name, a in arrays.items()}
+    return out
+
+
+def repair_timestamps(src: Path, dst: Path, fps: float) -> list[int]:
+    """Write `src` to `dst` with `timestamp = frame_index / fps` (in the column's own type), where the video
+    frames are on the 1/fps grid but the parquet timestamps are not (wall-clock stamps, float drift): what
+    LeRobot computes from the timestamps then finds each row's frame. Every other column is unchanged; the
+    file is no longer byte-identical. Returns the episodes whose timestamps changed."""
+    table = pq.read_table(src)
+    if "frame_index" not in table.column_names:
+        raise KeyError("no frame_index column to derive timestamps from")
+    frame_index = table["frame_index"].to_numpy(zero_copy_only=False).astype(np.float64)
+    exact = frame_index / fps
+    col = table.schema.field("timestamp") if "timestamp" in table.column_names else pa.field("timestamp",
+                                                                                               pa.float32())
+    new = pa.array(exact, type=pa.float64()).cast(col.type)
+    if "timestamp" in table.column_names:
+        old = table["timestamp"].to_numpy(zero_copy_only=False).astype(np.float64)
+        changed = np.abs(old - new.to_numpy(zero_copy_only=False).astype(np.float64)) > 0
+        table = table.set_column(table.column_names.index("timestamp"), col, new)
+    else:
+        changed = np.ones(len(exact), dtype=bool)
+        table = table.append_column(col, new)
+    episodes = table["episode_index"].to_numpy(zero_copy_only=False) if "episode_index" in table.column_names else \
+        np.zeros(len(exact), dtype=np.int64)
+    with atomic.atomic_path(dst) as tmp:
+        pq.write_table(table, tmp)
+    return sorted({int(e) for e in np.unique(episodes[changed])})
 
 
 def copy_failed(unit: DataUnit, exc: BaseException) -> DataCopied:

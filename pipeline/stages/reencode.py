@@ -10,13 +10,17 @@ place. Finally compute the image stats of the new frames, saved beside the outpu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from pipeline import atomic
 from pipeline.dataset.model import CameraInfo, Dataset, resolve_inside
@@ -28,6 +32,7 @@ from pipeline.video.checks import (
     Span,
     VideoExpect,
     check_probe,
+    episode_slice,
 )
 from pipeline.video.encode import (
     DEFAULT_ENGINE,
@@ -44,6 +49,9 @@ from pipeline.video.probe import VideoProbe, probe_video
 from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES, Geometry
 
 FPS_TOLERANCE = 0.01  # relative: a source may jitter, but 25 fps labelled 30 is refused
+# A frame is restamped onto the 1/fps grid only when it is already there up to rounding: LeRobot's tolerance
+# (1e-4 s), half the stream's time base, or timestamps rounded to whole milliseconds by a recorder or muxer.
+RESTAMP_TOLERANCE_S = 0.0005 + 1e-9
 
 
 @dataclass(slots=True, frozen=True)
@@ -55,6 +63,7 @@ class ReencodeOptions:
     profile: str = DEFAULT_PROFILE
     crf: int | None = None  # None: the profile's default
     engine: str = DEFAULT_ENGINE
+    repairs: tuple[str, ...] = ()  # `--repair NAME` (pipeline.jobs.preverify.REPAIRS): they change the output
 
     @property
     def quality(self) -> int:
@@ -62,7 +71,11 @@ class ReencodeOptions:
 
     def output_settings(self) -> dict[str, object]:
         """What determines the output files (the engine does not change what is checked)."""
-        return {"size": list(self.size), "resize": self.resize, "profile": self.profile, "crf": self.quality}
+        out: dict[str, object] = {"size": list(self.size), "resize": self.resize, "profile": self.profile,
+                                  "crf": self.quality}
+        if self.repairs:
+            out["repair"] = sorted(self.repairs)
+        return out
 
 
 @dataclass(slots=True, frozen=True)
@@ -75,6 +88,7 @@ class ReencodeUnit:
     spans: tuple[Span, ...]  # the episodes in the source file, by source timestamps
     options: ReencodeOptions
     declared_size: tuple[int, int] | None = None  # (width, height) as meta/info.json declares the camera
+    depth: bool = False  # info.json marks the camera `video.is_depth_map`: copied unchanged, never lossy
 
 
 @dataclass(slots=True)
@@ -106,6 +120,7 @@ class ReencodeResult:
     src_height: int = 0
     src_codec: str = ""
     output: OutputCounts | None = None
+    copied: bool = False  # a depth camera's file, copied unchanged (status "copied", or "kept" on a rerun)
 
 
 def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
@@ -118,16 +133,32 @@ def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
     return None
 
 
+def is_depth_feature(info: dict[str, Any], camera: str) -> bool:
+    """Whether info.json marks a video feature as a depth map (`video.is_depth_map`, in `info` or `video_info`)."""
+    feat = (info.get("features") or {}).get(camera) or {}
+    for key in ("info", "video_info"):
+        sub = feat.get(key)
+        if isinstance(sub, dict) and sub.get("video.is_depth_map") is True:
+            return True
+    return False
+
+
+def is_high_bit_gray(pix_fmt: str) -> bool:
+    """gray10le, gray12le, gray16be, ...: more than 8 bits of one channel (a depth camera's levels)."""
+    return pix_fmt.startswith("gray") and pix_fmt not in ("gray", "gray8")
+
+
 def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator[ReencodeUnit]:
     """One unit per source video file (v3.0: with every episode it holds), lazily, in plan order."""
     cameras = {cam.key: cam for cam in ds.cameras}
+    depth = {cam: is_depth_feature(ds.info, cam) for cam in cameras}
     for camera, rel, episodes in ds.iter_camera_files():
         spans = tuple(
             Span(ep.index, ep.video(camera).from_timestamp, ep.video(camera).to_timestamp, ep.frames_expected)
             for ep in episodes
         )
         yield ReencodeUnit(str(ds.root), str(out), rel, camera, ds.fps, spans, options,
-                           declared_size(cameras[camera]))
+                           declared_size(cameras[camera]), depth[camera])
 
 
 def mean_fps(probe: VideoProbe) -> float:
@@ -161,21 +192,49 @@ def reencode_failed(unit: ReencodeUnit, exc: BaseException) -> ReencodeResult:
 def new_spans(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> list[Span]:
     """Each episode's span in the output, where frame i sits at i/fps; checks the source's counts.
 
-    The output holds every source frame in order, so an episode starting at source frame k
-    (the number of source frames before its from_timestamp) starts at k/fps.
+    An episode's source frames are the ones LeRobot reads: its `length` frames from `from_timestamp`
+    (`episode_slice`; a `to_timestamp` one frame short does not lose a frame). The output holds every
+    source frame in order, so an episode starting at source frame k starts at k/fps and ends exactly at
+    (k + length)/fps.
     """
-    tol = TIMESTAMP_TOLERANCE_S
     out: list[Span] = []
     for span in sorted(spans, key=lambda s: s.from_timestamp):
-        n = probe.frames_in_span(span.from_timestamp, span.to_timestamp, tol)
-        start = probe.frames_before(span.from_timestamp, tol)
+        start, hi = episode_slice(probe, span)
+        n = hi - start
         if span.frames_expected is not None and n != span.frames_expected:
             raise EpisodeError(span.episode, probe.path,
-                               f"source holds {n} frames for this episode but the metadata says "
+                               f"source holds {n} frames for episode {span.episode} but the metadata says "
                                f"{span.frames_expected}")
+        if out and out[-1].frames_expected is not None and \
+                round(out[-1].from_timestamp * fps) + out[-1].frames_expected > start:
+            prev = out[-1]
+            raise EpisodeError(prev.episode, probe.path,
+                               f"episode {prev.episode}'s {prev.frames_expected} frames from "
+                               f"{prev.from_timestamp:.6f} s run into episode {span.episode}'s (a recorder that "
+                               "dropped frames but kept the rows): LeRobot would hand them as this episode's")
         to = None if span.to_timestamp is None else (start + n) / fps
         out.append(Span(span.episode, start / fps, to, n))
     return out
+
+
+def check_timing(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> None:
+    """Refuse a source whose frame k of an episode does not sit where LeRobot looks it up (from_timestamp +
+    k/fps, up to the rounding of `RESTAMP_TOLERANCE_S` or of the stream's time base): restamping such a file
+    (a variable frame rate) onto the grid would move a frame away from its state/action row."""
+    tol = max(TIMESTAMP_TOLERANCE_S, RESTAMP_TOLERANCE_S, probe.time_base_s / 2 + 1e-9)
+    step = 1.0 / fps
+    for span in spans:
+        lo, hi = episode_slice(probe, span)
+        pts = probe.pts[lo:hi]
+        off = np.abs(pts - (span.from_timestamp + np.arange(len(pts)) * step))
+        bad = np.flatnonzero(off > tol)
+        if len(bad):
+            k = int(bad[0])
+            raise EpisodeError(span.episode, probe.path,
+                               f"episode {span.episode}: frame {k} is at {float(pts[k]):.6f} s, "
+                               f"{float(off[k]) * 1000:.1f} ms from where LeRobot looks it up "
+                               f"({span.from_timestamp + k * step:.6f} s; {len(bad)} frames off the 1/fps grid, "
+                               "variable frame rate): not restamped")
 
 
 def check_output(path: Path, unit: ReencodeUnit, spans: list[Span], total_frames: int) -> list[CheckFailure]:
@@ -222,9 +281,27 @@ def stats_sidecar(unit: ReencodeUnit) -> Path:
     return Path(unit.out_root) / PREP_DIR / "stats" / f"{unit.rel}.json"
 
 
+FINGERPRINT_BLOCK = 65_536  # bytes hashed at the start, middle and end of a source file
+
+
+def source_fingerprint(path: Path) -> dict[str, Any]:
+    """Size, mtime and a hash of three blocks of the file: a source replaced by other content (even of the
+    same size and frame count) no longer matches, without reading whole files on every rerun."""
+    st = path.stat()
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for offset in sorted({0, max(0, st.st_size // 2 - FINGERPRINT_BLOCK // 2),
+                              max(0, st.st_size - FINGERPRINT_BLOCK)}):
+            fh.seek(offset)
+            h.update(fh.read(FINGERPRINT_BLOCK))
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "blake2b": h.hexdigest()}
+
+
 def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[str, Any]:
-    """What the stats depend on: the output settings, the source file and the episode spans (as JSON reads back)."""
+    """What the output file and its stats depend on: the output settings, the source file (its
+    fingerprint) and the episode spans (as JSON reads back)."""
     key = {"settings": unit.options.output_settings(), "source": unit.rel, "source_bytes": probe.bytes,
+           "source_fingerprint": source_fingerprint(Path(probe.path)),
            "spans": [[s.episode, s.from_timestamp, s.frames_expected] for s in spans]}
     loaded: dict[str, Any] = json.loads(json.dumps(key))
     return loaded
@@ -263,8 +340,11 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         probe = probe_video(src, episode=unit.spans[0].episode if unit.spans else None, pix_fmt=False)
         result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
         result.src_codec = probe.codec
+        if unit.depth or is_high_bit_gray(probe.pix_fmt):
+            return _copy_depth(unit, src, dst, probe, result, t0)
         spans = new_spans(probe, unit.spans, unit.fps)  # frame counts first: a dropped frame is named as such
         check_source(probe, unit)
+        check_timing(probe, unit.spans, unit.fps)
         total = probe.frames_from_packets
         w, h = unit.options.size
         geometry = RESIZE_MODES[unit.options.resize](probe.width, probe.height, w, h)
@@ -272,22 +352,28 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         # frames it records), so they do not depend on the engine or on whether a file was resumed.
         stats = SpanImageStats([(round(s.from_timestamp * unit.fps), s.frames_expected or 0) for s in spans])
         sidecar, key = stats_sidecar(unit), stats_key(unit, probe, spans)
-        kept_stats: list[dict[str, Any]] | None = None
-        out_probe, out_failures = inspect_output(dst, unit, spans, total) if dst.is_file() else (None, [])
+        # A finished output is kept only when its sidecar says it was made from this very source (same
+        # fingerprint, settings and spans) and it still passes its checks; its stats come from the sidecar.
+        kept_stats = load_stats(sidecar, key) if dst.is_file() else None
+        out_probe, out_failures = inspect_output(dst, unit, spans, total) if kept_stats is not None else (None, [])
         if out_probe is not None and not out_failures:
             result.status = "kept"
-            kept_stats = load_stats(sidecar, key)  # a resumed file's stats, without decoding it again
-            if kept_stats is None:
-                filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
         else:
+            kept_stats = None
             hooked = unit.options.engine in ENGINES_WITH_HOOK
-            out_probe = _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None)
-            if not hooked:
-                filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
+
+            def checked() -> None:
+                """The output passed its checks: its stats and the sidecar (which says what the output was
+                made from) are written before the output is renamed into place, so a kept output always
+                has one."""
+                if not hooked:
+                    filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
+                save_stats(sidecar, {"key": key, "stats": stats.result()})
+
+            out_probe = _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None,
+                                        checked)
             result.status = "encoded"
         span_stats = kept_stats if kept_stats is not None else stats.result()
-        if kept_stats is None:
-            save_stats(sidecar, {"key": key, "stats": span_stats})
         result.episodes = [
             EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, st)
             for s, st in zip(spans, span_stats, strict=True)
@@ -300,8 +386,31 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     return result
 
 
+def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, result: ReencodeResult,
+                t0: float) -> ReencodeResult:
+    """A depth camera's file copied byte for byte (a lossy 8-bit 4:2:0 encode would squeeze thousands of
+    depth levels into a few hundred): its spans, metadata and stats stay the source's. Kept on a rerun when
+    the sidecar's source fingerprint matches."""
+    spans = list(unit.spans)
+    sidecar, key = stats_sidecar(unit), {**stats_key(unit, probe, spans), "copied": True}
+    if dst.is_file() and dst.stat().st_size == probe.bytes and load_stats(sidecar, key) is not None:
+        result.status = "kept"
+    else:
+        with atomic.atomic_path(dst) as tmp:
+            shutil.copyfile(src, tmp)
+        atomic.write_json(sidecar, {"key": key, "stats": [{} for _ in spans]}, indent=None)
+        result.status = "copied"
+    result.copied = True
+    result.episodes = [EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, {})
+                       for s in spans]
+    result.frames, result.out_bytes = probe.frames_from_packets, dst.stat().st_size
+    result.output = output_counts(probe, spans)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
 def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry, spans: list[Span],
-                    total: int, hook: FrameHook | None) -> VideoProbe:
+                    total: int, hook: FrameHook | None, checked: Callable[[], None]) -> VideoProbe:
     opts = unit.options
     with atomic.atomic_path(dst) as tmp:
         job = EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality, hook)
@@ -310,4 +419,5 @@ def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry
         if failures or probe is None:  # atomic_path removes the temp file
             raise EpisodeError(None, src, "output failed its checks: " + "; ".join(
                 f"{f.check}: expected {f.expected}, found {f.found}" for f in failures[:3]))
+        checked()
     return probe

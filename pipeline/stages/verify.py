@@ -66,7 +66,8 @@ class EpisodeVerify:
 
     @property
     def passed(self) -> bool:
-        return not self.failures
+        """No error among the findings (warnings and info do not fail an episode)."""
+        return not any(f.is_error for f in self.failures)
 
 
 @dataclass(slots=True, frozen=True)
@@ -156,7 +157,8 @@ def verify_unit(unit: VerifyUnit) -> list[EpisodeVerify]:
 
 
 def _by_reference(failure: CheckFailure, episode: int) -> CheckFailure:
-    return CheckFailure(failure.check, failure.expected, failure.found, episode, failure.camera, failure.path)
+    return CheckFailure(failure.check, failure.expected, failure.found, episode, failure.camera, failure.path,
+                        failure.severity)
 
 
 def _parquet(unit: VerifyUnit, results: dict[int, EpisodeVerify],

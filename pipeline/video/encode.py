@@ -113,6 +113,18 @@ def open_source(path: Path) -> tuple[av.container.InputContainer, av.VideoStream
     return inp, ist
 
 
+def check_source_frame(frame: av.VideoFrame, n: int, first: tuple[int, int] | None, src: Path) -> tuple[int, int]:
+    """Refuse a source frame the decoder flagged corrupt (it concealed damage: the pixels are not the
+    recorded ones) or whose picture size differs from the first frame's; returns the first frame's size."""
+    size = (frame.width, frame.height)
+    if frame.is_corrupt:
+        raise EpisodeError(None, src, f"source frame {n} is corrupt (the decoder concealed damaged data)")
+    if first is not None and size != first:
+        raise EpisodeError(None, src, f"source frame {n} is {size[0]}x{size[1]} but frame 0 is "
+                                      f"{first[0]}x{first[1]} (the picture size changes mid-stream)")
+    return first or size
+
+
 def encode_pyav(job: EncodeJob) -> int:
     """In-process: decode, filter graph (built once), encode; returns frames written."""
     rate = fps_fraction(job.fps)
@@ -130,7 +142,9 @@ def encode_pyav(job: EncodeJob) -> int:
             ost.codec_context.thread_count = 1
             ost.options = dict[str, object](job.profile.options(job.crf))
             graph: av.filter.Graph | None = None
+            first: tuple[int, int] | None = None
             for frame in inp.decode(ist):
+                first = check_source_frame(frame, n, first, job.src)
                 if graph is None:
                     graph = _graph(frame, steps)
                 graph.push(frame)
@@ -158,7 +172,9 @@ def filter_frames(src: Path, geometry: Geometry, pix_fmt: str, hook: FrameHook) 
         inp, ist = open_source(src)
         with inp:
             graph: av.filter.Graph | None = None
+            first: tuple[int, int] | None = None
             for frame in inp.decode(ist):
+                first = check_source_frame(frame, n, first, src)
                 if graph is None:
                     graph = _graph(frame, steps)
                 graph.push(frame)
@@ -187,7 +203,8 @@ def ffmpeg_command(job: EncodeJob, binary: str = "ffmpeg") -> list[str]:
     import ffmpeg  # ffmpeg-python: only builds the argument list here
 
     rate = fps_fraction(job.fps)
-    stream = ffmpeg.input(str(job.src), threads=1)
+    # -noautorotate: LeRobot's decoders (torchcodec, pyav) ignore a display matrix; so does the pyav engine.
+    stream = ffmpeg.input(str(job.src), threads=1, noautorotate=None)
     # Restamp: time base 1/fps and pts = frame number, so the output sits on the i/fps grid.
     stream = stream.filter("settb", f"{rate.denominator}/{rate.numerator}").filter("setpts", "N")
     for name, opts in filter_chain(job.geometry, job.profile.pix_fmt):

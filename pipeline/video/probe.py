@@ -35,6 +35,8 @@ class VideoProbe:
     pts_s: tuple[float, ...]
     keyframe_pts_s: tuple[float, ...]
     packet_bytes: tuple[int, ...]
+    frames_discarded: int = 0  # packets the edit list hides (pre-roll of a stream-copy cut): not presented
+    time_base_s: float = 0.0  # the stream's time base (s): pts are multiples of it
     pts: np.ndarray = field(init=False, repr=False)  # pts_s as a sorted float64 array
     keyframe_pts: np.ndarray = field(init=False, repr=False)
     cum_bytes: np.ndarray = field(init=False, repr=False)  # cum_bytes[i] = payload of the first i packets (by pts)
@@ -115,8 +117,12 @@ def probe_video(path: Path | str, *, episode: int | None = None, pix_fmt: bool =
             tb: Fraction = stream.time_base or Fraction(1, 1)
             header_frames = int(stream.frames or 0)
             packets: list[tuple[float, int, bool]] = []
+            discarded = 0
             for packet in container.demux(stream):
                 if packet.size == 0 or packet.pts is None:
+                    continue
+                if packet.is_discard:  # hidden by the edit list: decoded as a reference, never presented
+                    discarded += 1
                     continue
                 packets.append((float(packet.pts * tb), packet.size, bool(packet.is_keyframe)))
             packets.sort()
@@ -142,6 +148,8 @@ def probe_video(path: Path | str, *, episode: int | None = None, pix_fmt: bool =
                 pts_s=tuple(p[0] for p in packets),
                 keyframe_pts_s=tuple(p[0] for p in packets if p[2]),
                 packet_bytes=tuple(p[1] for p in packets),
+                frames_discarded=discarded,
+                time_base_s=float(tb),
             )
     except EpisodeError:
         raise

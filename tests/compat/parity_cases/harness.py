@@ -19,8 +19,11 @@ OUTPUT_SIZE = (int(prep_cli.DST), int(prep_cli.DST))
 
 
 def run_case(name: str, fmt: str, work: Path, prep_python: str, scheduler: str | None = None) -> dict[str, Any]:
+    import os
+
     from . import build_case
 
+    os.environ.setdefault("PARITY_PREP_PYTHON", prep_python)  # for cases that run prep while building
     c = CASES[name]
     d = work / name
     if d.exists():

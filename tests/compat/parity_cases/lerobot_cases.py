@@ -228,6 +228,39 @@ def merge(d: Path, fmt: str) -> Built:
     return Built(d / "ds", raw_truth(d, (CAM,), {0: (7, 0), 1: (7, 1), 2: (8, 0), 3: (8, 1)}))
 
 
+@case("prep-outputs-merged", V30, "0.4.4's merge_datasets of two `prep reencode --dst 64` outputs: one of a "
+      "LeRobot-written AV1 source, one of an h264 source", "lerobot-merge",
+      {"v3.0": Expect(LOADS, "dataset_tools.py:merge_datasets -> aggregate.py:validate_all_metadata (the features "
+                      "must be equal)", "prep's outputs keep no per-source keys in their features")},
+      needs_lerobot=True)
+def prep_merge(d: Path, fmt: str) -> Built:
+    import os
+
+    from lerobot.datasets.dataset_tools import merge_datasets
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from . import prep_cli
+    from .reader import letterbox
+
+    python = os.environ.get("PARITY_PREP_PYTHON")
+    if not python:
+        raise RuntimeError("PARITY_PREP_PYTHON (the interpreter prep runs with) is not set")
+    outs = []
+    for name, vcodec, seed in (("a", "libsvtav1", 7), ("b", "h264", 8)):
+        record(d / name, "v3.0", (CAM,), vcodec=vcodec, seed=seed)
+        r = prep_cli.reencode(python, d / name, d / f"{name}_64")
+        if not r["wrote_info"]:
+            raise RuntimeError(f"prep reencode of the {vcodec} source failed: {r['summary']}")
+        outs.append(LeRobotDataset(f"parity/{name}_64", root=d / f"{name}_64"))
+    merge_datasets(outs, output_repo_id="parity/ds", output_dir=d / "ds")
+    size = int(prep_cli.DST)
+    truth = {}
+    for new, (seed, old) in {0: (7, 0), 1: (7, 1), 2: (8, 0), 3: (8, 1)}.items():
+        stack = np.stack([letterbox(f, size, size) for f in frames(0, old, seed)])
+        truth[(CAM, new)] = Truth(save_raw(d, CAM, new, stack), tuple(range(N)), exact=False)
+    return Built(d / "ds", truth, notes=["sources: a = libsvtav1, b = h264; both re-encoded by prep to 64x64"])
+
+
 @case("lerobot-converted", V30, "a v2.1 dataset (pipeline.synth) converted by 0.4.4's convert_dataset_v21_to_v30",
       "clean-synth",
       {"v3.0": Expect(LOADS, "v30/convert_dataset_v21_to_v30.py:convert_dataset", "LeRobot's own conversion")},

@@ -131,6 +131,26 @@ def flip_bytes(path: Path, count: int = 2000) -> tuple[int, int]:
     return start, start + count
 
 
+def scramble_bytes(path: Path, count: int = 2000, seed: int = 5) -> tuple[int, int]:
+    """Like `flip_bytes`, but XOR with random non-zero values: the damaged macroblocks no longer parse, so
+    the decoder logs "error while decoding MB", conceals them and flags the frame corrupt (bit rot). (A
+    0xFF XOR, `flip_bytes`, often still parses as valid CABAC: nothing in the stream says it is damaged.)"""
+    with av.open(str(path)) as c:
+        packets = [(p.pos, p.size) for p in c.demux(c.streams.video[0]) if p.size and p.pos is not None]
+    b = bytearray(path.read_bytes())
+    middle = len(b) // 2
+    fits = [(pos, size) for pos, size in packets if size >= count + 32]
+    if not fits:
+        raise ValueError(f"{path}: no packet holds {count} bytes")
+    pos, size = min(fits, key=lambda ps: abs(ps[0] + ps[1] // 2 - middle))
+    start = max(pos + 16, min(middle - count // 2, pos + size - count - 16))
+    rng = np.random.default_rng(seed)
+    for i, x in zip(range(start, start + count), rng.integers(1, 256, size=count), strict=True):
+        b[i] ^= int(x)
+    path.write_bytes(b)
+    return start, start + count
+
+
 def _raw_h264(frames: Sequence[np.ndarray], fps: int, gop: int) -> bytes:
     buf = io.BytesIO()
     h, w = frames[0].shape[:2]

@@ -228,7 +228,11 @@ def read_backend(root: Path, built: Built, backend: str, size: tuple[int, int] |
                     if (cam, ep) not in built.truth:
                         why: str | None = f"no ground truth for {cam} episode {ep}"
                     else:
-                        cands, rows, exact = truth.get(cam, ep, size)
+                        # a depth camera comes out of prep reencode unchanged (copied, never re-encoded lossy):
+                        # its frames keep the source's size
+                        cam_size = None if cam in built.depth_cameras and frame.shape[:2] != (size or (0, 0))[::-1] \
+                            else size
+                        cands, rows, exact = truth.get(cam, ep, cam_size)
                         expected = rows[fi] if 0 <= fi < len(rows) else None
                         got: list[float] = []
                         why = judge(frame, cands, expected, exact, margins, got)

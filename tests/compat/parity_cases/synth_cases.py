@@ -113,7 +113,8 @@ def to_timestamp_short(d: Path, fmt: str) -> Built:
       {"v2.1": Expect(REFUSES, "utils.py:load_episodes_stats (L231) opens meta/episodes_stats.jsonl from "
                       "LeRobotDatasetMetadata.load_metadata (L103); then " + V21_HUB, "file opened unconditionally"),
        "v3.0": Expect(LOADS, "utils.py:load_episodes (L377-383) drops the stats/ columns when loading",
-                      "per-episode stats are not read by the reader")})
+                      "per-episode stats are not read by the reader")},
+      reencode_variants=((), ("--repair", "stats")))
 def missing_episode_stats(d: Path, fmt: str) -> Built:
     b = synth(d, fmt)
     if fmt == "v2.1":
@@ -156,7 +157,8 @@ def _wall_clock(n: int, seed: int) -> np.ndarray:
       "parquet timestamps off the 1/fps grid by up to 0.25 s (wall clock); video on the grid", "clean-synth",
       {"v2.1": Expect(REFUSES, "utils.py:check_timestamps_sync (L511) called from LeRobotDataset.__init__ (L492)",
                       "steps differ from 1/fps by more than tolerance_s"),
-       "v3.0": Expect(RAISES, V30_QUERY + "; " + V30_TOL, "no check at open; the first off-grid row raises")})
+       "v3.0": Expect(RAISES, V30_QUERY + "; " + V30_TOL, "no check at open; the first off-grid row raises")},
+      reencode_variants=((), ("--repair", "timestamps", "--crf", "0")))
 def wallclock(d: Path, fmt: str) -> Built:
     b = synth(d, fmt)
     for p in data_files(b.root):
@@ -214,7 +216,8 @@ def episode_gap(d: Path, fmt: str) -> Built:
                       "the column is required"),
        "v3.0": Expect(RAISES, "lerobot_dataset.py:LeRobotDataset.__getitem__ (L1099) item['timestamp'].item(): "
                       "utils.py:load_nested_dataset (L127) fills the declared but absent column with None",
-                      "no check at open; the first sample raises")})
+                      "no check at open; the first sample raises")},
+      reencode_variants=((), ("--repair", "timestamps")))
 def missing_timestamp(d: Path, fmt: str) -> Built:
     b = synth(d, fmt)
     for p in data_files(b.root):
@@ -330,6 +333,18 @@ def flipped(d: Path, fmt: str) -> Built:
     return b
 
 
+@case("concealed-bytes", BOTH, "2,000 bytes XOR-ed with random values in the middle of an h264 file (320x240): "
+      "the macroblocks no longer parse; the decoder conceals them and flags the frame", "clean-synth",
+      both(SILENTLY_WRONG, NO_PIXEL_CHECK + " (0.3.3)", NO_PIXEL_CHECK + " (0.4.4)",
+           "concealed corruption decodes without an exception; the frames are not the recorded ones"))
+def concealed(d: Path, fmt: str) -> Built:
+    b = synth(d, fmt, height=240, width=320)
+    rel = sorted({rel for _c, _e, rel, _s, _n in layout(b.root)})[0]
+    lo, hi = mp4.scramble_bytes(b.root / rel)
+    b.notes.append(f"{rel}: bytes {lo}..{hi - 1} scrambled")
+    return b
+
+
 def _warp(n: int, amplitude: float) -> np.ndarray:
     """Capture times of a variable-rate camera over an episode of n frames: the mean interval is exactly
     1/fps (first and last frame on the grid) but frames run up to `amplitude` s late in the middle."""
@@ -340,7 +355,8 @@ def _warp(n: int, amplitude: float) -> np.ndarray:
 
 @case("vfr-mean-30", BOTH, "variable frame rate, mean exactly 30 fps: frames up to 233 ms (7 frames) late mid-"
       "episode (31 frames, time base 1/90000)", "clean-synth",
-      both(RAISES, V21_TOL, V30_TOL, "the nearest frame to a row's time is further than 1e-4 s"))
+      both(RAISES, V21_TOL, V30_TOL, "the nearest frame to a row's time is further than 1e-4 s"),
+      reencode_variants=((), ("--repair", "timestamps")))
 def vfr(d: Path, fmt: str) -> Built:
     sp = spec(fmt, frames=31)
     root = write_synthetic(d / "ds", sp)
@@ -366,7 +382,8 @@ def vfr(d: Path, fmt: str) -> Built:
 
 
 @case("ms-timebase", BOTH, "constant 30 fps but a 1/1000 s time base (pts rounded to whole ms)", "clean-synth",
-      both(RAISES, V21_TOL, V30_TOL, "frame 1 sits at 0.033 s, 3.3e-4 s from the row's 1/30 s"))
+      both(RAISES, V21_TOL, V30_TOL, "frame 1 sits at 0.033 s, 3.3e-4 s from the row's 1/30 s"),
+      reencode_variants=((), ("--repair", "timestamps")))
 def ms_timebase(d: Path, fmt: str) -> Built:
     sp = spec(fmt)
     root = write_synthetic(d / "ds", sp)

@@ -1,0 +1,111 @@
+"""Reencode's check of its source, before anything is encoded: verify's metadata, parquet and timestamp
+checks (`prep verify` without --decode: metadata files, totals, parquet rows, timestamps, packet pts), run
+through the same engine. A source with errors is refused (its table printed, exit 1, nothing written)
+unless a named repair fixes them (`--repair timestamps`) or `--accept-invalid-source` is given, in which
+case the output is marked as made from an invalid source (`<out>/prep/source_check.json`, the summary)
+and never called drop-in.
+
+Repairs by name (`REPAIRS`): the checks each one makes right in the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.errors import PrepError
+
+if TYPE_CHECKING:
+    from pipeline.runner import Engine
+    from pipeline.video.checks import CheckFailure
+
+SOURCE_CHECK_REL = "prep/source_check.json"
+
+# --repair NAME -> the verify checks whose errors the repaired output no longer has.
+REPAIRS: dict[str, frozenset[str]] = {
+    # parquet timestamp = frame_index / fps; video restamped onto the grid (as always), which the stage
+    # allows only where each frame is on the grid up to the stream's time base (never a variable rate)
+    # (and a median frame interval off the rate only by that rounding: the stage checks the mean rate)
+    "timestamps": frozenset({"timestamp_start", "timestamp_step", "parquet_columns", "pts_grid", "fps"}),
+    # v2.1 meta/episodes_stats.jsonl (missing or unreadable) written anew: every numeric column's stats from
+    # the parquet rows, every camera's from the frames being encoded
+    "stats": frozenset({"metadata_files"}),
+}
+
+
+@dataclass(slots=True)
+class SourceCheck:
+    """What verify found in the source: its errors, which of them the repairs cover, and the rest."""
+
+    errors: list[CheckFailure] = field(default_factory=list)
+    errors_total: int = 0
+    warnings_total: int = 0
+    repaired_checks: list[str] = field(default_factory=list)
+    blocking: list[CheckFailure] = field(default_factory=list)
+    accepted_invalid: bool = False
+
+    @property
+    def drop_in(self) -> bool:
+        return not self.blocking
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": "prep.source_check/1", "errors": self.errors_total, "warnings": self.warnings_total,
+                "repaired_checks": self.repaired_checks, "accepted_invalid_source": self.accepted_invalid,
+                "drop_in": self.drop_in and not self.accepted_invalid,
+                "blocking": [_finding(f) for f in self.blocking[:1000]]}
+
+
+class SourceRefused(PrepError):
+    """The source has errors no requested repair fixes (exit 1; nothing encoded)."""
+
+    def __init__(self, check: SourceCheck) -> None:
+        self.check = check
+        checks = sorted({f.check for f in check.blocking})
+        super().__init__(f"the source has {check.errors_total} errors LeRobot's reader would trip over "
+                         f"({', '.join(checks)}); nothing was encoded. Fix the source, or rerun with "
+                         f"{_advice(checks)}")
+
+
+def _advice(checks: Iterable[str]) -> str:
+    names = [name for name, covered in REPAIRS.items() if set(checks) & covered]
+    repair = " or ".join(f"--repair {n}" for n in names)
+    return (repair + " (what it fixes), or " if repair else "") + \
+        "--accept-invalid-source (the output is then marked invalid, never drop-in)"
+
+
+def _finding(f: CheckFailure) -> dict[str, Any]:
+    return {"episode": f.episode, "camera": f.camera, "check": f.check, "severity": f.severity,
+            "expected": f.expected, "found": f.found, "path": f.path}
+
+
+def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_invalid: bool) -> SourceCheck:
+    """Run verify (no decode) on the source; raise SourceRefused when errors remain after the repairs and
+    the invalid source is not accepted."""
+    from pipeline.jobs.verify import verify_dataset
+    from pipeline.stages.verify import VerifyOptions
+
+    unknown = [r for r in repairs if r not in REPAIRS]
+    if unknown:
+        raise PrepError(f"unknown --repair {unknown[0]!r} (choose from {', '.join(REPAIRS)})")
+    report = verify_dataset(src, VerifyOptions(), engine)
+    covered = frozenset().union(*(REPAIRS[r] for r in repairs)) if repairs else frozenset()
+
+    def fixed(f: CheckFailure) -> bool:
+        if f.check == "parquet_columns":  # only a missing timestamp column is made from frame_index
+            return f.check in covered and f.found == "missing timestamp"
+        if f.check == "metadata_files":  # of the files the readers require, only the stats are made anew
+            return f.check in covered and (f.path or "").endswith("meta/episodes_stats.jsonl")
+        return f.check in covered
+
+    errors = [f for f in report.failures if f.is_error]
+    out = SourceCheck(errors=errors, errors_total=report.errors_total, warnings_total=report.warnings_total)
+    out.repaired_checks = sorted({f.check for f in errors if fixed(f)})
+    out.blocking = [f for f in errors if not fixed(f)]
+    if report.errors_total > len(errors):  # more errors than the report keeps in memory: none is covered
+        out.blocking += [f for f in errors if fixed(f)][:1]
+    if out.blocking and not accept_invalid:
+        raise SourceRefused(out)
+    out.accepted_invalid = bool(out.blocking)
+    return out

@@ -1,0 +1,78 @@
+"""Dataset-level findings of `prep verify` (and of reencode's check of its source): the metadata files
+each reader version opens unconditionally, info.json totals and episode numbering, each with the
+severity of what LeRobot's reader does with it; and verify's `lerobot_loads` prediction.
+
+Plain functions over the opened dataset (array operations on the episode columns; no video, no Dask).
+The reader behaviour each check mirrors is named beside it (README, "Verdicts").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pipeline.dataset import Dataset
+from pipeline.errors import EpisodeError
+from pipeline.video.checks import ERROR, WARNING, CheckFailure
+
+# Files each reader opens whatever the dataset holds; a missing one makes it fall back to the hub
+# (`get_safe_version` -> `get_repo_versions`), which fails offline. meta/stats.json is optional in both
+# (`load_stats` returns None), and so are v3.0's stats/* columns (`load_episodes` drops them).
+REQUIRED_FILES: dict[str, tuple[str, ...]] = {
+    # lerobot 0.3.x datasets/utils.py: load_metadata -> load_info, load_tasks, load_episodes,
+    # load_episodes_stats (each read_jsonlines / load_json)
+    "v2.1": ("meta/info.json", "meta/episodes.jsonl", "meta/tasks.jsonl", "meta/episodes_stats.jsonl"),
+    # lerobot 0.4.x datasets/utils.py: load_info, load_tasks (pd.read_parquet), load_episodes
+    "v3.0": ("meta/info.json", "meta/tasks.parquet", "meta/episodes"),
+}
+READERS = {"v2.1": "lerobot 0.3.x", "v3.0": "lerobot 0.4.x"}
+
+# info.json total_frames: lerobot 0.3.3 takes its length from the parquet rows (`num_frames` =
+# len(hf_dataset)) and loads; 0.4.4 takes `meta.total_frames` as its length and raises past the rows.
+TOTAL_FRAMES_SEVERITY = {"v2.1": WARNING, "v3.0": ERROR}
+
+
+def missing_files(ds: Dataset) -> list[CheckFailure]:
+    out = []
+    for rel in REQUIRED_FILES.get(ds.codebase_version, ()):
+        path = ds.root / rel
+        present = path.is_dir() and any(path.glob("**/*.parquet")) if rel == "meta/episodes" else path.is_file()
+        if not present:
+            out.append(CheckFailure("metadata_files", f"{rel} (opened by {READERS[ds.codebase_version]})",
+                                    "missing", None, None, str(path)))
+    return out
+
+
+def dataset_findings(ds: Dataset, rejected: list[EpisodeError], rejected_total: int) -> list[CheckFailure]:
+    """Required files, info.json totals and episode numbering vs what was found."""
+    out = missing_files(ds)
+    info_path = str(ds.root / "meta/info.json")
+    for r in rejected:
+        out.append(CheckFailure("metadata", "a valid episode record", r.message, r.episode, None, r.path))
+    found = len(ds.episodes) + rejected_total
+    declared = ds.info.get("total_episodes")
+    if declared is not None and declared != found:
+        out.append(CheckFailure("total_episodes", f"{declared} (info.json)", f"{found} episode records",
+                                None, None, info_path))
+    declared_frames = ds.info.get("total_frames")
+    if declared_frames is not None and not rejected_total and declared_frames != ds.total_frames_expected:
+        out.append(CheckFailure("total_frames", f"{declared_frames} (info.json)",
+                                f"{ds.total_frames_expected} (sum of episode lengths)", None, None, info_path,
+                                TOTAL_FRAMES_SEVERITY.get(ds.codebase_version, ERROR)))
+    indices = ds.episodes.episode_index
+    off = np.flatnonzero(indices != np.arange(len(indices)))
+    if not rejected_total and len(off):
+        gap = int(off[0])
+        out.append(CheckFailure("episode_indices", f"0..{len(indices) - 1}", f"episode {int(indices[gap])} at "
+                                f"position {gap}", None, None, info_path))
+    return out
+
+
+def lerobot_loads(codebase_version: str, errors: int, decoded: bool) -> dict[str, Any]:
+    """verify's prediction for the reader of the dataset's format line: loads <=> no error. Without
+    --decode the pixels were not looked at (a concealed corrupt frame or a size change could still be
+    handed to training), so no error then predicts nothing (`loads: null`)."""
+    loads = False if errors else (True if decoded else None)
+    return {codebase_version: {"reader": READERS.get(codebase_version, "lerobot"), "loads": loads,
+                               "pixels_checked": decoded}}
