@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
-from pipeline.commands.common import add_run_options, run_config
+from pipeline.commands.common import add_run_options, plural, run_config
 from pipeline.errors import PrepError
 
 if TYPE_CHECKING:
@@ -90,8 +90,8 @@ def summary(r: ConvertReport) -> str:
         f"({r.out_bytes / 1e6:,.1f} MB) in {r.seconds:.1f} s, engine {r.engine}",
     ]
     if r.complete:
-        lines.append(f"episodes  {r.episodes:,}, {r.frames:,} frames, {r.tasks:,} tasks ({rate:,.0f} frames/s); "
-                     "meta/info.json written")
+        lines.append(f"episodes  {r.episodes:,}, {plural(r.frames, 'timestep')}, "
+                     f"{plural(r.tasks, 'task')} ({rate:,.0f} timesteps/s); meta/info.json written")
     for f in r.failures[:20]:
         lines.append(f"FAILED    {f['path']}: {f['reason']}")
     if len(r.failures) > 20:
