@@ -1,6 +1,6 @@
 """The `prep` command line: parsing and exit codes only; the work lives in pipeline.commands.*.
 
-Start-up is kept short: `COMMANDS` lists every subcommand with its one-line help, so `prep --help`
+Start-up is kept short: `pipeline.commands.COMMANDS` lists every subcommand with its one-line help, so `prep --help`
 and `prep --version` import no command module at all, and `prep CMD ...` imports only CMD's module
 (whose heavy dependencies are imported inside its `run()`).
 """
@@ -9,30 +9,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
-from typing import Any, NamedTuple
+import threading
+from pathlib import Path
+from typing import Any
 
 from pipeline import __version__
+from pipeline.commands import COMMANDS
 from pipeline.errors import PrepError
-
-
-class Command(NamedTuple):
-    module: str
-    help: str
-
-
-# name -> (module with add_parser(sub) and run(args), the help line `prep --help` shows).
-COMMANDS: dict[str, Command] = {
-    "scan": Command("pipeline.commands.scan", "write a storage/hours manifest of a dataset"),
-    "reencode": Command("pipeline.commands.reencode",
-                        "re-encode a dataset's videos to e.g. 224x224 all-intra, as a new dataset"),
-    "convert": Command("pipeline.commands.convert",
-                       "convert a dataset between LeRobot v2.1 and v3.0 (stream copy, no re-encode)"),
-    "verify": Command("pipeline.commands.verify", "prove a dataset is sound: frame counts, timestamps, keyframes"),
-    "budget": Command("pipeline.commands.budget", "storage budget and pi-equivalent sizing report"),
-    "bench": Command("pipeline.commands.bench", "benchmarks (dataloader)"),
-    "demo": Command("pipeline.commands.demo", "build a synthetic corpus and run the pipeline on it end to end"),
-}
 
 
 def chosen_command(argv: list[str]) -> str | None:
@@ -62,23 +47,34 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread like Ctrl-C, so that every `with` block (the engine session and its
-    LocalCluster, locks, temp files) closes cleanly instead of the process dying mid-write."""
+    """SIGTERM (a scheduler's preemption, `kill`, `timeout`), raised in the main thread like Ctrl-C so
+    that the same clean-up runs (the cluster is closed, finished work stays on disk)."""
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
+def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
+
+
+def interrupted(command: str, argv: list[str], args: argparse.Namespace, exc: KeyboardInterrupt) -> int:
+    """Say what happened, what was kept, and the exact command that resumes (or reruns) the job."""
+    from pipeline.commands.common import rerun_command
+
+    module: Any = importlib.import_module(COMMANDS[command].module)
+    note_of = getattr(module, "resume_note", None)
+    note: str | None = note_of(args) if note_of is not None else None
+    what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+    print(f"\nprep {command}: {what}" + (f"; {note}" if note else ""), file=sys.stderr)
+    verb = "resume: rerun the same command" if note else "run it again"
+    print(f"prep {command}: to {verb} (from {Path.cwd()}):\n    {rerun_command(argv)}", file=sys.stderr)
+    return 143 if isinstance(exc, Terminated) else 130
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(chosen_command(argv))
     args = parser.parse_args(argv)
-    import signal
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
         code: int = args.func(args)
     except PrepError as exc:
@@ -93,12 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         where = exc.filename2 if exc.filename2 is not None else exc.filename
         print(f"prep {args.command}: error: {describe(where or '(output)', exc)}", file=sys.stderr)
         return WRITE_EXIT
-    except Terminated:
-        print(f"prep {args.command}: terminated (SIGTERM); rerun the same command to resume", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print(f"prep {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM raised as Terminated
+        return interrupted(args.command, argv, args, exc)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
     return code
 
 

@@ -355,8 +355,8 @@ def _log_start(backend: str, client: Any) -> None:
     workers = len(client.nthreads())
     where = "LocalCluster" if backend == "local" else client.scheduler.address
     link = getattr(client, "dashboard_link", None)
-    print(f"[engine] {backend}: {where}, {workers} workers, dashboard {link or 'off'}, {_memory_text(client)}",
-          file=sys.stderr, flush=True)
+    print(f"[engine] {backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {link or 'off'}, "
+          f"{_memory_text(client)}", file=sys.stderr, flush=True)
 
 
 def _memory_text(client: Any) -> str:
@@ -419,13 +419,21 @@ def local_client(config: RunConfig) -> Iterator[Any]:
 
     # Worker processes inherit SIGINT ignored: a Ctrl-C reaches the whole process group, and only the
     # client should act on it (closing the cluster), not every worker printing its own traceback.
+    # A SIGTERM that arrives while the cluster starts is held until it has started (acted on mid-start,
+    # distributed cannot close the half-built cluster and prints tracebacks at exit), then re-raised.
     in_main = threading.current_thread() is threading.main_thread()
+    held: list[int] = []
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+    previous_term = signal.signal(signal.SIGTERM, lambda signum, _frame: held.append(signum)) if in_main else None
     try:
         cluster = LocalCluster(**local_cluster_kwargs(config))
     finally:
         if in_main:
             signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_term is None else previous_term)
+    if held:
+        cluster.close()
+        signal.raise_signal(signal.SIGTERM)  # the caller's handler (the CLI: resume hint, exit 143), or the default
     client = Client(cluster)
     try:
         yield client

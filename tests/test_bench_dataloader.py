@@ -42,7 +42,9 @@ def test_smoke(tiny224: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     out = tmp_path / "out"
     assert main(["bench", "dataloader", str(tiny224), *SHORT, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "data_time p95 = " in printed and "per-GPU batch 4 with 1 workers" in printed
+    assert "data_time p95 = " in printed and "per-GPU batch 4 with 1 worker:" in printed
+    for head in ("  need      ", "  ceiling   ", "  headroom  ", "  p95       ", "  limit     "):
+        assert head in printed, head
     doc = json.loads((out / "dataloader.json").read_text())
     validate(doc, "bench")
     (run,) = doc["runs"]
@@ -152,3 +154,79 @@ def test_parse_sweep() -> None:
     for bad in (["workers"], ["gpus=1"], ["batch=a"], ["batch=0"], ["workers=-1"]):
         with pytest.raises(PrepError):
             parse_sweep(bad)
+
+
+def _record(*, batch: int = 256, step_s: float = 7.6, ceiling: float | None = 580.0, p50: float = 0.004,
+            p95: float = 0.009, errors: int = 0, per_cpu: float | None = 290.0) -> dict[str, object]:
+    return {"batch": batch, "step_s": step_s, "cameras": 3, "device": "cpu", "workers": 2, "errors": errors,
+            "threshold_s": 0.013, "label": "x", "verdict": "data_time p95 = ...",
+            "ceiling": {"samples_per_s": ceiling, "samples_per_cpu_s": per_cpu},
+            "train": {"steps": 10, "data_time_s": {"p50": p50, "p95": p95, "max": p95 * 1.2}}}
+
+
+@pytest.mark.parametrize(("kw", "starts"), [
+    ({}, "nothing: the loader has 17.2x the samples/s"),
+    ({"ceiling": 9.9, "p50": 36.5, "p95": 44.6, "per_cpu": 10.0}, "decode throughput: the workers deliver 9.9 "
+     "samples/s, the loop needs 33.7; at 10.0 samples per worker CPU-second that takes about 4 busy cores"),
+    ({"ceiling": 20.0, "p50": 3.0, "p95": 4.0, "per_cpu": 90.0}, "decode throughput: the workers deliver 20.0 "
+     "samples/s, the loop needs 33.7; at 90.0 samples per worker CPU-second that is 1 busy core, no more than "
+     "the 2 workers it has, so the workers wait for I/O or for a CPU (load average 3.5 on 2 cores)"),
+    ({"p50": 0.02, "p95": 0.027}, "a cost paid on every batch, not decoding (the workers are 17.2x faster than "
+     "needed): even the median wait (0.0200 s) is over the threshold"),
+    ({"ceiling": 44.0, "p50": 0.009, "p95": 0.33}, "thin headroom: the workers are only 1.31x faster"),
+    ({"p50": 0.004, "p95": 0.021}, "occasional slow waits, not throughput: the median wait (0.0040 s)"),
+    ({"errors": 3}, "failed samples: 3 raised"),
+], ids=["keeps-up", "decode-bound", "decode-not-cpu-bound", "per-batch", "thin", "stalls", "errors"])
+def test_verdict_names_need_ceiling_headroom_and_the_limit(kw: dict[str, float], starts: str) -> None:
+    from pipeline.loader.verdict import explain, explain_lines
+
+    run = _record(**kw)
+    e = explain(run, load=3.5, cores=2)
+    assert e["need_samples_per_s"] == pytest.approx(256 / 7.6)
+    if run["ceiling"]["samples_per_s"]:
+        assert e["headroom"] == pytest.approx(run["ceiling"]["samples_per_s"] / (256 / 7.6))
+    assert e["limit"].startswith(starts), e["limit"]
+    if kw.get("p95", 0) > 0.013 and kw.get("ceiling", 580) > 34:
+        assert "load average 3.5 on 2 cores" in e["limit"]
+    run["explain"] = e
+    lines = explain_lines(run)
+    assert lines[1].startswith("  need      33.7 samples/s (batch 256 per 7.60 s step)")
+    assert lines[4].startswith(f"  p95       {run['train']['data_time_s']['p95']:.4f} s vs threshold 0.013 s")
+
+
+def test_plot_axes_are_labelled_with_values(tmp_path: Path) -> None:
+    """The data_time panel is a log axis whose tick labels are numbers (not blank), every point carries its
+    value, and the ceiling panel shows the need line."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline.loader import plot
+
+    captured: list[object] = []
+    real_close = plt.close
+    runs = []
+    for w, p95, sps in ((1, 0.021, 300.0), (2, 0.009, 580.0)):
+        r = _record(p95=p95, ceiling=sps)
+        r.update({"workers": w, "loader": "prep", "label": "tiny"})
+        runs.append(r)
+    try:
+        plt.close = lambda fig=None: captured.append(fig)  # type: ignore[assignment]
+        plot.plot_runs(runs, tmp_path / "p.png", 0.013)
+    finally:
+        plt.close = real_close
+    fig = captured[0]
+    ax_dt, ax_sps = fig.axes  # type: ignore[attr-defined]
+    fig.canvas.draw()  # type: ignore[attr-defined]
+    for ax in (ax_dt, ax_sps):
+        assert ax.get_xlabel() and ax.get_ylabel()
+        labels = [t.get_text() for t in ax.get_yticklabels(minor=False) + ax.get_yticklabels(minor=True)]
+        visible = [t for t in labels if t]
+        assert visible and all(float(t) > 0 for t in visible), labels
+    notes = {t.get_text() for t in ax_dt.texts}
+    assert {"0.021 s", "0.009 s"} <= notes
+    assert any("need 33.68 samples/s (batch 256 / 7.6 s step)" in t.get_text() for t in ax_sps.get_legend().get_texts())
+    real_close(fig)
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

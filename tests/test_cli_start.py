@@ -65,20 +65,12 @@ def test_bench_help_imports_only_bench(argv: tuple[str, ...]) -> None:
     assert command_modules(mods) == {"pipeline.commands.bench"}
 
 
-@pytest.mark.parametrize("name", ["budget", "bench", "scan", "verify", "demo", "convert"])
+@pytest.mark.parametrize("name", ["budget", "bench", "scan", "verify", "demo", "convert", "reencode"])
 def test_command_help_imports_no_heavy_dependency(name: str) -> None:
+    """reencode's --help lists pipeline.video.encode's PROFILES and ENGINES, which import PyAV only to encode."""
     code, mods = imported(name, "--help")
     assert code == 0
     assert heavy_in(mods) == []
-
-
-# Not yet true for reencode: its --help lists PROFILES and ENGINES (the CLI's choices are their keys), which
-# live in pipeline/video/encode.py, and that module imports PyAV at module level. strict=True: the test
-# fails as soon as it becomes lazy, so that its name moves to the list above.
-@pytest.mark.xfail(strict=True, reason="pipeline.video.encode imports PyAV at module level")
-@pytest.mark.parametrize("name", ["reencode"])
-def test_pending_command_help_imports_no_heavy_dependency(name: str) -> None:
-    test_command_help_imports_no_heavy_dependency(name)
 
 
 def test_reencode_parser_imports_no_heavy_dependency() -> None:

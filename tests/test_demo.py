@@ -12,10 +12,18 @@ from pipeline.schemas import validate
 
 
 def test_demo_end_to_end(tmp_path: Path) -> None:
-    out = tmp_path / "reports"
-    res = prep("demo", "--episodes", "2", "--work", str(tmp_path / "work"), "--out", str(out), "--workers", "2",
-               "--no-progress")
+    """Run from an empty folder with no --out: everything lands in the work folder (reports in <work>/reports),
+    nothing in the current folder, nothing in the repository's manifests/demo/."""
+    cwd, work = tmp_path / "cwd", tmp_path / "work"
+    cwd.mkdir()
+    committed = {p: p.stat().st_mtime_ns for p in Path("manifests/demo").rglob("*")}
+    res = prep("demo", "--episodes", "2", "--work", str(work), "--workers", "2", "--no-progress", cwd=cwd)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = work / "reports"
+    assert list(cwd.iterdir()) == []
+    assert {p: p.stat().st_mtime_ns for p in Path("manifests/demo").rglob("*")} == committed
+    assert f"[demo] reports: {out}; corpus and output: {work}" in res.stdout
+    assert "2 episodes x 3 cameras x 90 timesteps" in res.stdout
     native = load_manifest(out / "native.manifest.json")
     prepared = load_manifest(out / "prepared.manifest.json")
     assert native["totals"]["episodes"] == prepared["totals"]["episodes"] == 2
@@ -40,3 +48,11 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     report = json.loads((converted / "prep/convert_report.json").read_text())
     validate(report, "convert_report")
     assert report["episodes"] == 2 and report["verify"]["passed"]
+
+
+def test_refresh_manifests_only_from_the_repository_root(tmp_path: Path) -> None:
+    res = prep("demo", "--episodes", "1", "--refresh-manifests", "--backend", "inline", cwd=tmp_path)
+    assert res.returncode == 2 and "--refresh-manifests: run it from the repository root" in res.stderr
+    assert list(tmp_path.iterdir()) == []
+    res = prep("demo", "--refresh-manifests", "--out", str(tmp_path / "r"), "--backend", "inline")
+    assert res.returncode == 2 and "give it or --out, not both" in res.stderr

@@ -5,6 +5,7 @@ equals the uninterrupted run."""
 
 from __future__ import annotations
 
+import shlex
 import signal
 from pathlib import Path
 
@@ -39,8 +40,8 @@ def test_signal_mid_run_stops_cleanly_and_resumes(sig: signal.Signals, code: int
     before = snapshot(src)
     out = tmp_path / "out"
     with scenario(f"{sig.name} to reencode mid-run (2 workers)",
-                  f"exit {code}, one line '{word}; rerun the same command to resume', no traceback, no process "
-                  "left, no temp file or lock; rerun completes = clean run") as row:
+                  f"exit {code}, '{word}; finished files are kept in OUT' and the exact command to rerun, no "
+                  "traceback, no process left, no temp file or lock; rerun completes = clean run") as row:
         run = start_prep(*reencode_args(src, out, workers=2), log=tmp_path / "run.log")
         assert wait_until(lambda: len(final_videos(out)) >= 1, timeout=240, proc=run, interval=0.01), run.output()
         run.proc.send_signal(sig)  # the prep process only, as a shell's kill or a scheduler's stop does
@@ -51,8 +52,11 @@ def test_signal_mid_run_stops_cleanly_and_resumes(sig: signal.Signals, code: int
         assert not left, f"processes of the group left after {sig.name}: {left}"
         assert "Traceback" not in text, text
         assert rc == code, f"exit {rc}\n{text}"
-        lines = [line for line in text.splitlines() if not line.startswith("[engine]")]
-        assert lines == [f"prep reencode: {word}; rerun the same command to resume"], lines
+        lines = [line for line in text.splitlines() if line.strip() and not line.startswith("[engine]")]
+        assert len(lines) == 3, lines  # what happened and what is kept; how to resume; the exact command
+        assert lines[0] == f"prep reencode: {word}; finished files are kept in {out.absolute()}", lines
+        assert lines[1].startswith("prep reencode: to resume: rerun the same command (from "), lines
+        assert lines[2].strip().endswith(shlex.join(reencode_args(src, out, workers=2))), lines
         assert not temp_files(out), temp_files(out)
         assert not (out / "prep/reencode.lock").exists()
         unsound = unsound_final_files(reference, out)

@@ -148,7 +148,7 @@ def coverage(cfg: BudgetConfig, est: Estimate, cov: Coverage) -> Figure:
     labels = [f"your corpus\n{name}"] + [f"target, π0 batch {c.pi0_batch}\n{fmt.billions(c.target_timesteps)}"
                                          for c in cov.targets]
     hours_ = [h.hours] + [c.target_timesteps / cfg.fps / 3600.0 for c in cov.targets]
-    texts = [f"{fmt.hours(h.hours)}\n{h.timesteps:,} timesteps, {h.episodes:,} episodes"] + [
+    texts = [f"{fmt.hours(h.hours)}\n{h.timesteps:,} timesteps, {h.episodes:,} episode{'s' * (h.episodes != 1)}"] + [
         f"{fmt.hours(x)}\ncorpus = {fmt.share(c.share)} of it" for x, c in zip(hours_[1:], cov.targets, strict=True)]
     fig, ax = _figure()
     fig.set_size_inches(9, 4.6)

@@ -58,7 +58,8 @@ def headline_text(report: dict[str, Any]) -> str:
 def corpus_holds(c: dict[str, Any]) -> str:
     b = c["bytes"]
     tag = {kind: "measured" if b[kind]["source"].startswith("measured") else "estimated" for kind in b}
-    return (f"{c['episodes']:,} episodes, {c['timesteps']:,} timesteps, {fmt.hours(c['hours'])}, "
+    return (f"{c['episodes']:,} episode{'s' * (c['episodes'] != 1)}, {c['timesteps']:,} timesteps, "
+            f"{fmt.hours(c['hours'])}, "
             f"{fmt.size(b['native']['value'])} native ({tag['native']}), "
             f"{fmt.size(b['prepared']['value'])} prepared ({tag['prepared']})")
 

@@ -15,10 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
 from pipeline.errors import PrepError
 
 SWEEP_KEYS = ("workers", "batch", "prefetch")
+DEFAULT_OUT = Path("prep-bench")
 
 
 def _default_workers() -> int:
@@ -59,7 +61,8 @@ def parse_sweep(items: list[str] | None) -> dict[str, list[int]]:
 
 
 def add_dataloader_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dataset", type=Path, help="dataset root (the folder holding meta/info.json), v2.1 or v3.0")
+    p.add_argument("dataset", type=Path, metavar="DATASET",
+                   help="dataset root (the folder holding meta/info.json), v2.1 or v3.0")
     p.add_argument("--batch", type=positive_int, default=256, help="per-GPU batch (default: 256)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="DataLoader workers (default: cores - 1; --stress: all cores)")
@@ -89,14 +92,15 @@ def add_dataloader_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", help="name of DATASET in the report (default: its folder name)")
     p.add_argument("--compare-label", help="name of OTHER_DATASET in the report")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=Path("prep-bench"), help="folder for JSON and PNG (default: prep-bench)")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help=f"report folder for the JSON and PNG (default: {DEFAULT_OUT} in the current folder)")
     p.add_argument("--name", default=None, help="file stem (default: dataloader, or dataloader-stress)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--require-keeps-up", action="store_true", help="exit 1 if any run does not keep up")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("bench", help="benchmarks (dataloader)", description="Benchmarks on your own data.")
+    p = sub.add_parser("bench", help=help_of("bench"), description="Benchmarks on your own data.")
     bsub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     d = bsub.add_parser(
         "dataloader", help="does the training loader keep up at the target batch?",
@@ -158,6 +162,15 @@ def _write(doc: dict[str, Any], out: Path, name: str) -> Path:
     return path
 
 
+def output_of(args: argparse.Namespace) -> Path:
+    if args.out is not None:
+        return Path(args.out).absolute()
+    cwd = Path.cwd()
+    if cwd == Path(cwd.anchor):
+        raise PrepError(f"the current folder is {cwd}: the default --out would be {cwd / DEFAULT_OUT}; pass --out DIR")
+    return cwd / DEFAULT_OUT
+
+
 def run(args: argparse.Namespace) -> int:
     _require_torch()
     from pipeline.loader import report
@@ -169,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         if not (root / "meta/info.json").is_file():
             raise PrepError(f"{root}: not a LeRobot dataset (no meta/info.json)")
     _check_device(args.device)
+    args.out = output_of(args)
     host = report.host_info(args.device)
     argv = list(sys.argv)
     plots: list[str] = []
@@ -187,9 +201,13 @@ def run(args: argparse.Namespace) -> int:
     doc = report.document(argv=argv, host=host, threshold_s=args.threshold, gpus=args.gpus, runs=runs,
                           stress=None, plots=plots)
     path = _write(doc, args.out, name)
+    from pipeline.loader.verdict import explain_lines
+
     print(report.table(runs))
-    for line in [*doc["min_workers"], *doc["verdicts"]]:
+    for line in doc["min_workers"]:
         print(line)
+    for r in runs:
+        print("\n".join(explain_lines(r)))
     for r in runs:
         for msg in r["error_examples"]:
             print(f"ERROR     {r['label']}: {msg}")

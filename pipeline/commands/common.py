@@ -1,11 +1,22 @@
-"""Options every Dask-backed command shares."""
+"""Options and output conventions every command shares.
+
+Outputs: `--out` always names a command's main output (scan: the manifest file; verify: the report
+file; reencode: the output dataset folder; budget, bench, demo: the report folder). A default is stated
+in the option's help and printed, as an absolute path, at the end of the run. A default that follows the
+current folder is refused when that folder is the filesystem root (`prep budget` run from `/` must not
+create `/manifests/`): pass --out there.
+"""
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import shutil
 import sys
+from pathlib import Path
 
 from pipeline.commands.argtypes import memory_size, non_negative_int, positive_int, scheduler_address
+from pipeline.errors import PrepError
 from pipeline.runner import BACKENDS, RunConfig, machine_cores  # light: Dask is imported only when a cluster starts
 
 MEMORY_HELP = ("memory limit of each LocalCluster worker, Dask's own (distributed's memory_limit: at 80%% a "
@@ -47,3 +58,33 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     return RunConfig(scheduler=args.scheduler, workers=workers, retries=args.retries,
                      progress=not args.no_progress, backend=args.backend, batch=args.batch,
                      memory_limit=args.memory_limit)
+
+
+def default_in_cwd(rel: Path, flag: str = "--out") -> Path:
+    """`rel` under the current folder, as an absolute path; refused when the current folder is the
+    filesystem root (a default there would create a folder in `/`)."""
+    cwd = Path.cwd()
+    if cwd == Path(cwd.anchor):
+        raise PrepError(f"the current folder is {cwd}: the default {flag} would be {cwd / rel}; "
+                        f"pass {flag} PATH (or run from a working folder)")
+    return cwd / rel
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 episode`, `3 episodes`, `1,024 camera frames`."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def warn(command: str, message: str) -> None:
+    print(f"prep {command}: warning: {message}", file=sys.stderr, flush=True)
+
+
+def rerun_command(argv: list[str]) -> str:
+    """The command line that reruns this invocation, as the user would type it."""
+    exe = Path(sys.argv[0])
+    if exe.name == "prep":
+        found = shutil.which("prep")
+        head = "prep" if found and Path(found).resolve() == exe.resolve() else str(exe)
+    else:
+        head = f"{Path(sys.executable).name} -m pipeline.cli"
+    return f"{head} {shlex.join(argv)}".rstrip()

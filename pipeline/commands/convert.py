@@ -15,8 +15,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
-from pipeline.commands.common import add_run_options, run_config
+from pipeline.commands.common import add_run_options, plural, run_config
 from pipeline.errors import PrepError
 
 if TYPE_CHECKING:
@@ -55,14 +56,15 @@ def limits_of(args: argparse.Namespace) -> Any:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
-        "convert", help="convert a dataset between LeRobot v2.1 and v3.0 (stream copy, no re-encode)",
+        "convert", help=help_of("convert"),
         description="Rewrite a LeRobot dataset in the other layout without re-encoding: v2.1 -> v3.0 "
         "(episodes concatenated into files up to the size limits, exact offsets) or v3.0 -> v2.1 (each episode "
         "cut out of its file; refused, with the episodes, where one does not start on a keyframe). Resumable: "
         "a rerun keeps output files that are complete and correct. `prep verify` runs on the result.")
-    p.add_argument("src", type=Path, help="source dataset folder")
+    p.add_argument("src", type=Path, metavar="DATASET", help="source dataset folder")
     p.add_argument("--to", required=True, choices=FORMATS, help="target format")
-    p.add_argument("--out", type=Path, help="output dataset folder (default: <SRC>_v21 or <SRC>_v30 beside SRC)")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="output dataset folder (default: <DATASET>_v21 or <DATASET>_v30 beside DATASET)")
     p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
     add_limit_options(p)
     add_run_options(p)
@@ -88,8 +90,8 @@ def summary(r: ConvertReport) -> str:
         f"({r.out_bytes / 1e6:,.1f} MB) in {r.seconds:.1f} s, engine {r.engine}",
     ]
     if r.complete:
-        lines.append(f"episodes  {r.episodes:,}, {r.frames:,} frames, {r.tasks:,} tasks ({rate:,.0f} frames/s); "
-                     "meta/info.json written")
+        lines.append(f"episodes  {r.episodes:,}, {plural(r.frames, 'timestep')}, "
+                     f"{plural(r.tasks, 'task')} ({rate:,.0f} timesteps/s); meta/info.json written")
     for f in r.failures[:20]:
         lines.append(f"FAILED    {f['path']}: {f['reason']}")
     if len(r.failures) > 20:
@@ -105,6 +107,11 @@ def summary(r: ConvertReport) -> str:
         lines += [f"          {line}" for line in v["failures"][:10]]
     lines.append(f"report    {Path(r.out) / REPORT_REL}")
     return "\n".join(lines)
+
+
+def resume_note(args: argparse.Namespace) -> str | None:
+    out = args.out.absolute() if args.out else default_out(args.src.absolute(), args.to)
+    return f"finished files are kept in {out}"
 
 
 def run(args: argparse.Namespace) -> int:

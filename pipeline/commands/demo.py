@@ -1,4 +1,9 @@
-"""`prep demo`: build a small synthetic corpus in a temp folder and run the main job on it end to end."""
+"""`prep demo`: build a small synthetic corpus in a work folder and run the main job on it end to end.
+
+Everything it writes goes into the work folder (default: a temp folder, removed at the end) unless
+`--out DIR` names another report folder, or `--refresh-manifests` (from the repository root) refreshes
+the committed reports in `manifests/demo/`.
+"""
 
 from __future__ import annotations
 
@@ -10,24 +15,45 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
-from pipeline.commands.common import add_run_options, run_config
+from pipeline.commands.common import add_run_options, plural, run_config
+from pipeline.errors import PrepError
+
+COMMITTED = Path("manifests") / "demo"  # the reports committed in the repository, refreshed on request
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help="build a synthetic corpus and run the pipeline on it end to end",
+    p = sub.add_parser("demo", help=help_of("demo"),
                        description="Builds a small synthetic LeRobot corpus (3 cameras, 480x640 h264, 90-frame "
-                       "episodes) in a temp folder and runs the main job on it: scan, reencode to 224x224 all-intra, "
+                       "episodes) in a work folder and runs the main job on it: scan, reencode to 224x224 all-intra, "
                        "verify the output, convert it to the other LeRobot format (v2.1 <-> v3.0, stream copy), and a "
-                       "budget report from the two manifests.")
+                       "budget report from the two manifests. It writes nothing outside "
+                       "the work folder unless --out or --refresh-manifests says so.")
     p.add_argument("--episodes", type=positive_int, default=6, help="episodes in the demo corpus (default: 6)")
     p.add_argument("--format", dest="version", choices=["v2.1", "v3.0"], default="v2.1",
-                   help="the corpus's format (default: v2.1); the conversion step writes the other one")
-    p.add_argument("--work", type=Path, help="folder for the corpus and outputs (default: a temp folder, removed)")
-    p.add_argument("--out", type=Path, default=Path("manifests/demo"),
-                   help="where the demo's manifests and reports are copied (default: manifests/demo)")
+                   help="LeRobot format of the corpus (default: v2.1); the conversion step writes the other one")
+    p.add_argument("--work", type=Path, metavar="DIR",
+                   help="folder for the corpus, its re-encoded copy and the reports; kept (default: a new temp "
+                   "folder, removed at the end with everything in it)")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="report folder: manifests, verify.json, comparison.json, budget/ (default: <work>/reports)")
+    p.add_argument("--refresh-manifests", action="store_true",
+                   help=f"write the reports to {COMMITTED}/ (run from the repository root: refreshes the committed "
+                   "copies)")
     add_run_options(p)
     p.set_defaults(func=run)
+
+
+def reports_folder(args: argparse.Namespace, work: Path) -> Path:
+    if args.refresh_manifests:
+        if args.out is not None:
+            raise PrepError("--refresh-manifests writes to manifests/demo/: give it or --out, not both")
+        if not (Path("pyproject.toml").is_file() and Path("manifests").is_dir()):
+            raise PrepError(f"--refresh-manifests: run it from the repository root (no ./pyproject.toml and "
+                            f"./manifests/ in {Path.cwd()})")
+        return COMMITTED  # relative on purpose: the committed reports name their files from the repository root
+    return args.out if args.out is not None else work / "reports"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,16 +81,16 @@ def _demo(args: argparse.Namespace, engine: Any) -> int:
     from pipeline.synth import SynthSpec, write_synthetic
 
     keep = args.work is not None
-    work = args.work or Path(tempfile.mkdtemp(prefix="prep-demo-"))
-    work.mkdir(parents=True, exist_ok=True)
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    work = (args.work or Path(tempfile.mkdtemp(prefix="prep-demo-"))).absolute()
     try:
+        out = reports_folder(args, work)
+        work.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
         src = work / "merged"
         t0 = time.perf_counter()
         if not (src / "meta/info.json").exists():
-            print(f"[demo] building a synthetic {args.version} corpus: {args.episodes} episodes x 3 cameras x 90 "
-                  f"frames, 480x640 h264 -> {src}")
+            print(f"[demo] building a synthetic {args.version} corpus: {plural(args.episodes, 'episode')} x 3 "
+                  f"cameras x 90 timesteps, 480x640 h264 -> {src}")
             write_synthetic(src, SynthSpec(version=args.version, episodes=args.episodes))
         print(f"[demo] corpus ready in {time.perf_counter() - t0:.1f} s")
 
@@ -101,11 +127,15 @@ def _demo(args: argparse.Namespace, engine: Any) -> int:
         print(headline_text(budget))
 
         t = native["totals"], prepared["totals"]
-        print(f"\n[demo] done in {time.perf_counter() - t0:.1f} s: {t[0]['episodes']} episodes, "
+        gone = not keep and out.absolute().is_relative_to(work)
+        print(f"\n[demo] done in {time.perf_counter() - t0:.1f} s: {plural(t[0]['episodes'], 'episode')}, "
               f"native {t[0]['gb_per_hour']:.2f} GB/hr -> 224 all-intra {t[1]['gb_per_hour']:.2f} GB/hr "
               f"({t[0]['gb_per_hour'] / t[1]['gb_per_hour']:.2f}x smaller); verify "
               f"{'passed' if verified.passed else 'FAILED'}; {other} conversion "
-              f"{'verified' if converted.ok else 'FAILED'}; reports in {out}")
+              f"{'verified' if converted.ok else 'FAILED'}")
+        print(f"[demo] reports: {out.absolute()}" + (" (removed with the temp work folder; keep them with "
+                                                     "--work DIR or --out DIR)" if gone else "")
+              + ("" if not keep else f"; corpus and output: {work}"))
         return 0 if verified.passed and converted.ok and not native["failures"] else 1
     finally:
         if not keep:

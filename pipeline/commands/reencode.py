@@ -1,6 +1,7 @@
-"""`prep reencode --src SRC --dst DST`: a LeRobot dataset re-encoded to DST all-intra, as a new dataset.
+"""`prep reencode DATASET --dst DST` (or `--src DATASET`, the runbook's form): a LeRobot dataset re-encoded
+to DST all-intra, as a new dataset.
 
-SRC is a dataset path, or a name under `--root` (default: the current folder). DST is `224`
+SRC (DATASET or --src) is a dataset path, or a name under `--root` (default: the current folder). DST is `224`
 (224x224) or `WxH`. The output goes to `--out`, by default the sibling folder `<SRC>_<DST>`
 (`merged` + `224` -> `merged_224`, `merged` + `320x240` -> `merged_320x240`). prep's own files go
 to `<out>/prep/` (LeRobot ignores the folder). The job (plan, stages, reduce, publish) is
@@ -15,8 +16,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.commands import help_of
 from pipeline.commands.argtypes import LazyChoices, LazyHelp, dataset_path
-from pipeline.commands.common import add_run_options, run_config
+from pipeline.commands.common import add_run_options, plural, run_config, warn
 from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.errors import PrepError
 
@@ -41,15 +43,20 @@ def add_parser(sub: Any) -> None:
     from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES  # no PyAV
 
     p = sub.add_parser(
-        "reencode", help="re-encode a dataset's videos to e.g. 224x224 all-intra, as a new dataset",
+        "reencode", help=help_of("reencode"),
+        usage="prep reencode DATASET --dst SIZE [--out DIR] [options]\n"
+              "       prep reencode --src DATASET --dst SIZE [--out DIR] [options]",
         description="Re-encode every video of a LeRobot dataset (v2.1 or v3.0) to a target size, every frame "
         "a keyframe, into a new dataset of the same version (parquet copied byte for byte, metadata updated). "
         "Resumable: a rerun keeps outputs that are complete and correct.")
-    p.add_argument("--src", required=True, type=lambda t: str(dataset_path(t)),
-                   help="source dataset: a path, or a name under --root")
-    p.add_argument("--dst", required=True, help="target size: 224 (224x224) or WxH, e.g. 320x240")
-    p.add_argument("--root", type=Path, help="folder holding SRC when SRC is a name (default: current folder)")
-    p.add_argument("--out", type=Path, help="output dataset folder (default: <SRC>_<DST> beside SRC)")
+    p.add_argument("dataset", nargs="?", metavar="DATASET", type=source_path,
+                   help="source dataset: a path, or a name under --root (or give it as --src DATASET)")
+    p.add_argument("--src", metavar="DATASET", type=source_path,
+                   help="the source dataset, as an option (same as DATASET)")
+    p.add_argument("--dst", required=True, metavar="SIZE", help="target size: 224 (224x224) or WxH, e.g. 320x240")
+    p.add_argument("--root", type=Path, help="folder holding DATASET when it is a name (default: current folder)")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="output dataset folder (default: <DATASET>_<SIZE> beside DATASET: merged -> merged_224)")
     p.add_argument("--resize", choices=sorted(RESIZE_MODES), default=DEFAULT_RESIZE,
                    help="pad = openpi resize_with_pad (keep aspect, black bars); stretch; crop "
                    f"(default: {DEFAULT_RESIZE})")
@@ -79,6 +86,21 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def source_path(text: str) -> str:
+    """DATASET / --src as typed, checked like every command's dataset argument (an empty one is refused)."""
+    return str(dataset_path(text))
+
+
+def source_of(args: argparse.Namespace) -> str:
+    """DATASET or --src (the user's runbook writes `prep reencode --src merged --dst 224`)."""
+    if args.dataset is not None and args.src is not None and args.dataset != args.src:
+        raise PrepError(f"two source datasets: {args.dataset!r} and --src {args.src!r}; give one")
+    src = args.dataset if args.dataset is not None else args.src
+    if src is None:
+        raise PrepError("no source dataset: prep reencode DATASET --dst 224 (or --src DATASET)")
+    return str(src)
+
+
 def parse_size(text: str) -> tuple[int, int]:
     """`224` -> (224, 224); `320x240` -> (320, 240) as (width, height)."""
     m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*", text, flags=re.ASCII)  # not full-width digits
@@ -89,6 +111,72 @@ def parse_size(text: str) -> tuple[int, int]:
     if not (2 <= w <= 8192 and 2 <= h <= 8192):
         raise PrepError(f"--dst {text!r}: width and height must be between 2 and 8192")
     return w, h
+
+
+# Training sizes a --dst near them most likely meant (pi0/openpi and most VLAs read 224x224).
+INTENDED_SIZES = (224,)
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """One digit substituted, inserted, deleted, or two neighbours swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long_ = sorted((a, b), key=len)
+    return any(long_[:i] + long_[i + 1:] == short for i in range(len(long_)))
+
+
+def size_warnings(size: tuple[int, int]) -> list[str]:
+    """A likely typo of a training size (244 for 224): built as asked, but said."""
+    out = []
+    for n in INTENDED_SIZES:
+        if size != (n, n) and any(_one_edit_apart(str(v), str(n)) for v in set(size)):
+            out.append(f"--dst {size_label(size)} builds {size[0]}x{size[1]} frames; did you mean --dst {n} "
+                       f"({n}x{n}, what pi0/openpi train on)? Continuing with {size[0]}x{size[1]}")
+    return out
+
+
+def prep_provenance(src: Path) -> dict[str, Any] | None:
+    """What prep reencode recorded in SRC if SRC is one of its outputs: `prep/options.json`, or (a copy
+    without prep/) the `prep.*` entries its info.json video features carry. None for any other dataset."""
+    import json
+
+    try:
+        options = json.loads((src / "prep" / "options.json").read_text(encoding="utf-8"))
+        if isinstance(options, dict):
+            return options
+    except (OSError, ValueError):
+        pass
+    try:
+        info = json.loads((src / "meta" / "info.json").read_text(encoding="utf-8"))
+        for feat in info.get("features", {}).values():
+            extra = (feat.get("info") or {}) if isinstance(feat, dict) else {}
+            marks = {k.removeprefix("prep."): v for k, v in extra.items() if k.startswith("prep.")}
+            if marks:
+                shape = feat.get("shape") or []
+                return {"size": [extra.get("video.width", shape[1] if len(shape) > 1 else "?"),
+                                 extra.get("video.height", shape[0] if shape else "?")], **marks}
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    return None
+
+
+def provenance_warning(src: Path, size: tuple[int, int]) -> str | None:
+    prior = prep_provenance(src)
+    if prior is None:
+        return None
+    w, h = (prior.get("size") or ["?", "?"])[:2]
+    origin = f" from {prior['source']}" if prior.get("source") else ""
+    same = [w, h] == list(size)
+    again = "the same size again" if same else f"{size[0]}x{size[1]}"
+    cost = "quality lost, nothing gained" if same else "quality lost twice"
+    original = f"the original ({prior['source']})" if prior.get("source") else "the original"
+    return (f"{src} was written by prep reencode ({w}x{h} {prior.get('profile', '?')} crf {prior.get('crf', '?')}"
+            f"{origin}): re-encoding it to {again} compresses already-compressed frames a second time ({cost}); "
+            f"re-encode {original} instead")
 
 
 def size_label(size: tuple[int, int]) -> str:
@@ -115,9 +203,10 @@ def summary(r: ReencodeReport) -> str:
         f"output    {r.out}",
         f"settings  {o['size'][0]}x{o['size'][1]} resize={o['resize']} profile={o['profile']} crf={o['crf']} "
         f"engine={r.engine}",
-        f"files     {r.files:,}: {r.encoded:,} encoded, {r.kept:,} kept (already complete), "
+        f"files     {plural(r.files, 'video file')}: {r.encoded:,} encoded, {r.kept:,} kept (already complete), "
         + (f"{r.copied:,} copied, " if r.copied else "") + f"{r.failed:,} failed",
-        f"frames    {r.frames:,} ({r.frames_encoded:,} encoded in {r.seconds:.1f} s, {fps:,.0f} frames/s)",
+        f"frames    {plural(r.frames, 'camera frame')} ({r.frames_encoded:,} encoded in {r.seconds:.1f} s, "
+        f"{fps:,.0f} frames/s)",
     ]
     if r.depth_copied:
         lines.append(f"depth     {', '.join(r.depth_copied)}: copied unchanged (a depth map is never re-encoded "
@@ -169,10 +258,22 @@ def format_summary(r: ReencodeAsReport) -> str:
     return "\n".join(lines)
 
 
+def output_of(args: argparse.Namespace) -> Path:
+    src = resolve_src(source_of(args), args.root)
+    return args.out.absolute() if args.out else default_out(src, parse_size(args.dst))
+
+
+def resume_note(args: argparse.Namespace) -> str | None:
+    return f"finished files are kept in {output_of(args)}"
+
+
 def run(args: argparse.Namespace) -> int:
     size = parse_size(args.dst)  # a bad size is refused before anything heavy is imported
-    src = resolve_src(args.src, args.root)
+    src = resolve_src(source_of(args), args.root)
     out = args.out.absolute() if args.out else default_out(src, size)
+    warnings = [*size_warnings(size), *filter(None, [provenance_warning(src, size)])]
+    for w in warnings:
+        warn("reencode", w)
 
     from pipeline.jobs.preverify import SourceRefused
     from pipeline.jobs.reencode import reencode_dataset
@@ -197,6 +298,8 @@ def run(args: argparse.Namespace) -> int:
                 result = reencode_as(src, out, options, args.format, engine, limits=limits,
                                      keep_staged=args.keep_staged)
             print(format_summary(result))
+            for w in warnings:
+                print(f"warning   {w}")
             return 0 if result.ok else 1
         with open_engine(run_config(args)) as engine:
             report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source)
@@ -207,4 +310,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"REFUSED   {src}: {exc}")
         return 1
     print(summary(report))
+    for w in warnings:  # said again: the first time scrolled away behind the progress bar
+        print(f"warning   {w}")
     return 0 if report.ok else 1

@@ -1,4 +1,4 @@
-"""`prep scan SRC [--out PATH]`: the storage/hours manifest of a dataset (the job: pipeline.jobs.scan)."""
+"""`prep scan DATASET [--out PATH]`: the storage/hours manifest of a dataset (the job: pipeline.jobs.scan)."""
 
 from __future__ import annotations
 
@@ -6,38 +6,54 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pipeline.commands import help_of
 from pipeline.commands.argtypes import dataset_path
-from pipeline.commands.common import add_run_options, run_config
+from pipeline.commands.common import add_run_options, default_in_cwd, plural, run_config
+
+DEFAULT_DIR = Path("manifests")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("scan", help="write a storage/hours manifest of a dataset",
+    p = sub.add_parser("scan", help=help_of("scan"),
                        description="Scan a LeRobot dataset (v2.1 or v3.0) without decoding pixels and write "
                        "a JSON manifest plus a per-episode Parquet table. A killed scan rerun with the same "
                        "arguments resumes from its finished batches (<manifest>.parts/).")
-    p.add_argument("src", type=dataset_path, help="dataset root (the folder holding meta/info.json)")
-    p.add_argument("--out", type=Path, help="manifest path (default: manifests/<name>.manifest.json)")
+    p.add_argument("dataset", type=dataset_path, metavar="DATASET",
+                   help="dataset root (the folder holding meta/info.json)")
+    p.add_argument("--out", type=Path, metavar="PATH",
+                   help=f"manifest file (default: {DEFAULT_DIR}/<DATASET name>.manifest.json in the current "
+                   "folder; the per-episode table goes beside it)")
     p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
     add_run_options(p)
     p.set_defaults(func=run)
 
 
 def default_out(src: Path) -> Path:
-    return Path("manifests") / f"{src.resolve().name}.manifest.json"
+    return default_in_cwd(DEFAULT_DIR / f"{src.resolve().name}.manifest.json")
+
+
+def output_of(args: argparse.Namespace) -> Path:
+    return (args.out or default_out(args.dataset)).absolute()
+
+
+def resume_note(args: argparse.Namespace) -> str | None:
+    return f"finished batches are kept in {output_of(args)}.parts/"
 
 
 def summary(m: dict[str, Any], out: Path) -> str:
     t, d, b = m["totals"], m["dataset"], m["totals"]["bytes"]
+    cams = d["cameras"]
     lines = [
-        f"dataset   {d['root']}  (LeRobot {d['codebase_version']}, {d['fps']:g} fps)",
-        *(f"camera    {c['key']}: {c['codec']} {c['width']}x{c['height']} {c['pix_fmt']}" for c in d["cameras"]),
+        f"dataset   {d['root']}  (LeRobot {d['codebase_version']}, {d['fps']:g} fps, {plural(len(cams), 'camera')})",
+        *(f"camera    {c['key']}: {c['codec']} {c['width']}x{c['height']} {c['pix_fmt']}" for c in cams),
         f"episodes  {t['episodes']:,} ok, {t['episodes_failed']:,} failed",
-        f"frames    {t['frames']:,}  ({t['frames_per_episode']['mean']:.1f} per episode)",
+        f"timesteps {t['frames']:,} ({t['frames_per_episode']['mean']:.1f} per episode; "
+        f"{plural(t['frames'] * len(cams), 'camera frame')})",
         f"duration  {t['seconds']:,.1f} s = {t['hours']:.4f} h",
         f"bytes     {b['total']:,} total: video {b['video']:,} ({t['video_share']:.1%}), "
         f"data {b['data']:,}, meta {b['meta']:,}, other {b['other']:,}",
         *(f"          {cam}: {n:,}" for cam, n in b["per_camera"].items()),
-        f"rate      {t['gb_per_hour']:.3f} GB/hr, {t['kb_per_frame']:.2f} kB/frame (all cameras)",
+        f"rate      {t['gb_per_hour']:.3f} GB/hr, {t['kb_per_frame']:.2f} kB per timestep (all cameras)",
     ]
     for f in m["failures"][:10]:
         lines.append(f"FAILED    episode {f['episode']}: {f.get('path') or ''}: {f['reason']}")
@@ -51,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.scan import scan_dataset
     from pipeline.runner import open_engine
 
-    out = args.out or default_out(args.src)
+    out = output_of(args)
     with open_engine(run_config(args)) as engine:
-        manifest, _ = scan_dataset(args.src, out, engine, resume=not args.fresh)
+        manifest, _ = scan_dataset(args.dataset, out, engine, resume=not args.fresh)
     print(summary(manifest, out))
     return 1 if manifest["failures"] else 0

@@ -1,4 +1,4 @@
-"""`prep verify SRC [--expect-frames N] [--size WxH] [--all-intra] [--decode] [--json PATH]`.
+"""`prep verify DATASET [--expect-frames N] [--size WxH] [--all-intra] [--decode] [--out PATH]`.
 
 Proves a corpus is sound before training: every frame count by origin agrees (metadata, parquet,
 container header, packets, and with --decode the decoder), timestamps sit on the 1/fps grid, and
@@ -13,8 +13,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.commands import help_of
 from pipeline.commands.argtypes import dataset_path, positive_int
-from pipeline.commands.common import add_run_options, run_config
+from pipeline.commands.common import add_run_options, plural, run_config
 
 if TYPE_CHECKING:
     from pipeline.jobs.verify import VerifyReport
@@ -31,9 +32,9 @@ def failures_table(failures: list[CheckFailure], limit: int = TABLE_ROWS, total:
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] for r in rows]
     if total is not None and total > min(limit, len(failures)):
-        lines.append(f"... and {total - min(limit, len(failures))} more failures (write them all with --json PATH)")
+        lines.append(f"... and {total - min(limit, len(failures))} more failures (write them all with --out PATH)")
     elif len(failures) > limit:
-        lines.append(f"... and {len(failures) - limit} more failures (write them all with --json PATH)")
+        lines.append(f"... and {len(failures) - limit} more failures (write them all with --out PATH)")
     return "\n".join(lines)
 
 
@@ -54,16 +55,17 @@ def summary(report: VerifyReport) -> str:
     if report.failures:
         lines += [failures_table(report.failures, total=report.failures_total), ""]
     lines += [
-        f"dataset   {ds.root}  (LeRobot {ds.codebase_version}, {ds.fps:g} fps, {len(ds.cameras)} cameras)",
+        f"dataset   {ds.root}  (LeRobot {ds.codebase_version}, {ds.fps:g} fps, {plural(len(ds.cameras), 'camera')})",
         f"episodes  {t['episodes']:,}: {t['episodes_passed']:,} passed, {t['episodes_failed']:,} failed"
         + (f" ({t['episodes_rejected_by_metadata']} rejected by metadata)" if report.rejected else ""),
-        f"frames    {t['frames_expected']:,} expected (metadata lengths)",
+        f"timesteps {t['frames_expected']:,} expected (metadata lengths; "
+        f"{plural(t['frames_expected'] * len(ds.cameras), 'camera frame')})",
         f"checks    {', '.join(f'{k}: {v}' for k, v in sorted(t['failures_by_check'].items())) or 'all passed'}",
         f"lerobot   {_prediction(report)}",
         f"time      {t['seconds']:.1f} s ({t['episodes_per_s']:.1f} episodes/s)",
-        (f"PASSED    ({t['warnings']} warnings)" if t["warnings"] else "PASSED") if report.passed else
-        f"FAILED    {t['errors']} errors in episodes " + _episode_list(report.failed_episodes)
-        + (f" ({t['warnings']} warnings)" if t["warnings"] else ""),
+        (f"PASSED    ({plural(t['warnings'], 'warning')})" if t["warnings"] else "PASSED") if report.passed else
+        f"FAILED    {plural(t['errors'], 'error')} in " + _episode_list(report.failed_episodes)
+        + (f" ({plural(t['warnings'], 'warning')})" if t["warnings"] else ""),
     ]
     return "\n".join(lines)
 
@@ -77,8 +79,11 @@ def _prediction(report: VerifyReport) -> str:
 
 
 def _episode_list(episodes: list[int], limit: int = 20) -> str:
+    if not episodes:
+        return "the dataset's metadata"
     shown = ", ".join(str(e) for e in episodes[:limit])
-    return shown + (f", ... ({len(episodes)} in all)" if len(episodes) > limit else "") if episodes else "(dataset)"
+    return ("episode " if len(episodes) == 1 else "episodes ") + shown + (
+        f", ... ({len(episodes)} in all)" if len(episodes) > limit else "")
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -94,25 +99,34 @@ def parse_size(text: str) -> tuple[int, int]:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("verify", help="prove a dataset is sound: frame counts, timestamps, keyframes",
+    p = sub.add_parser("verify", help=help_of("verify"),
                        description="Verify a LeRobot dataset (v2.1 or v3.0): per episode and camera, the "
                        "frame counts by origin (metadata, parquet, header, packets, decoded) must agree, "
                        "timestamps and pts must sit on the 1/fps grid. Each finding is an error (LeRobot's reader "
                        "refuses the dataset, raises, or hands a wrong frame), a warning (metadata inconsistent, "
                        "loading unaffected) or info. Exit 0 when there is no error (warnings printed), 1 on errors.")
-    p.add_argument("src", type=dataset_path, help="dataset root (the folder holding meta/info.json)")
+    p.add_argument("dataset", type=dataset_path, metavar="DATASET",
+                   help="dataset root (the folder holding meta/info.json)")
     p.add_argument("--expect-frames", type=positive_int, metavar="N",
                    help="every episode must have exactly N frames (e.g. 90 = 3 s at 30 fps)")
     p.add_argument("--size", type=parse_size, metavar="WxH", help="every video must be WxH, e.g. 224x224")
     p.add_argument("--all-intra", action="store_true", help="every frame must be a keyframe")
     p.add_argument("--decode", action="store_true", help="also decode every frame (slower; catches corrupt "
                    "packets a demux cannot see)")
-    p.add_argument("--json", type=Path, metavar="PATH", help="write the full report (schemas/verify.schema.json) "
-                   "and a per-episode Parquet table beside it (<name>.episodes.parquet); a killed run rerun with "
-                   "the same arguments resumes from its finished batches (<report>.parts/)")
+    p.add_argument("--out", "--json", dest="out", type=Path, metavar="PATH",
+                   help="report file to write (JSON, schemas/verify.schema.json) with a per-episode Parquet table "
+                   "beside it (<name>.episodes.parquet); a killed run rerun with the same arguments resumes from its "
+                   "finished batches (<report>.parts/). Default: no file, the verdict is printed and the exit code "
+                   "says it (--json is the former name)")
     p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
     add_run_options(p)
     p.set_defaults(func=run)
+
+
+def resume_note(args: argparse.Namespace) -> str | None:
+    if args.out is None:
+        return None  # without a report file nothing is kept
+    return f"finished batches are kept in {args.out.absolute()}.parts/"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,11 +134,12 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.runner import open_engine
     from pipeline.stages.verify import VerifyOptions
 
+    out = args.out.absolute() if args.out else None
     options = VerifyOptions(expect_frames=args.expect_frames, size=args.size, all_intra=args.all_intra,
                             decode=args.decode)
     with open_engine(run_config(args)) as engine:
-        report = verify_dataset(args.src, options, engine, json_path=args.json, resume=not args.fresh)
+        report = verify_dataset(args.dataset, options, engine, json_path=out, resume=not args.fresh)
     print(summary(report))
-    if args.json:
-        print(f"report    {args.json}")
+    if out:
+        print(f"report    {out}")
     return 0 if report.passed else 1

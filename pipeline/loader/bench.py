@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from pipeline.loader.guard import Guarded
 from pipeline.loader.step import make_step
+from pipeline.loader.verdict import explain
 from pipeline.loader.workers import WorkerSample, sample_workers, self_cpu_s, worker_pids
 
 # The budget model of docs/pi05-pretraining-sizing: wall_s(B) = 0.00359 * B + 0.25, B = global batch.
@@ -145,7 +146,7 @@ def shutdown(iterator: Iterator[Any]) -> None:
 
 
 def verdict_line(p95: float, batch: int, workers: int, keeps_up: bool) -> str:
-    return (f"data_time p95 = {p95:.4f} s at per-GPU batch {batch} with {workers} workers: "
+    return (f"data_time p95 = {p95:.4f} s at per-GPU batch {batch} with {workers} worker{'s' * (workers != 1)}: "
             f"{'keeps up' if keeps_up else 'does not keep up'}")
 
 
@@ -246,6 +247,7 @@ def measure(spec: RunSpec, items: Guarded | None = None) -> dict[str, Any]:
         "wall_s": time.perf_counter() - started,
         "verdict": verdict_line(dt_stats["p95"], spec.batch, spec.workers, keeps_up),
     }
+    record["explain"] = explain(json_safe(record), os.getloadavg()[0], available_cores())
     return json_safe(record)
 
 

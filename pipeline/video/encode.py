@@ -18,12 +18,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-
-import av
+from typing import TYPE_CHECKING
 
 from pipeline.errors import EpisodeError
 from pipeline.rates import fps_fraction
 from pipeline.video.resize import Geometry, filter_args, filter_chain
+
+if TYPE_CHECKING:
+    import av
+
+# PyAV is imported inside the functions that encode: this module's PROFILES and ENGINES are the CLI's
+# choices, read by `prep reencode --help` and the argument parser, which must not load FFmpeg.
 
 
 @dataclass(slots=True, frozen=True)
@@ -72,7 +77,7 @@ PROFILES: dict[str, Profile] = {
 DEFAULT_PROFILE = "h264-intra"
 
 
-FrameHook = Callable[[int, av.VideoFrame], None]
+FrameHook = Callable[[int, "av.VideoFrame"], None]
 
 
 @dataclass(slots=True, frozen=True)
@@ -127,6 +132,8 @@ def check_source_frame(frame: av.VideoFrame, n: int, first: tuple[int, int] | No
 
 def encode_pyav(job: EncodeJob) -> int:
     """In-process: decode, filter graph (built once), encode; returns frames written."""
+    import av
+
     rate = fps_fraction(job.fps)
     tb = 1 / rate
     steps = filter_chain(job.geometry, job.profile.pix_fmt)
@@ -166,6 +173,8 @@ def encode_pyav(job: EncodeJob) -> int:
 
 def filter_frames(src: Path, geometry: Geometry, pix_fmt: str, hook: FrameHook) -> int:
     """Decode and resize exactly as `encode_pyav` does, without encoding; `hook` sees each frame."""
+    import av
+
     steps = filter_chain(geometry, pix_fmt)
     n = 0
     try:
@@ -188,6 +197,8 @@ def filter_frames(src: Path, geometry: Geometry, pix_fmt: str, hook: FrameHook) 
 
 
 def _graph(frame: av.VideoFrame, steps: list[tuple[str, dict[str, str]]]) -> av.filter.Graph:
+    import av
+
     graph = av.filter.Graph()
     graph.threads = FILTER_THREADS
     nodes = [graph.add_buffer(width=frame.width, height=frame.height, format=frame.format,
@@ -223,6 +234,8 @@ def ffmpeg_command(job: EncodeJob, binary: str = "ffmpeg") -> list[str]:
 
 def encode_ffmpeg(job: EncodeJob) -> int:
     """One `ffmpeg` process per file; returns frames written (counted by a demux of the output)."""
+    import av
+
     binary = shutil.which("ffmpeg")
     if binary is None:
         raise EpisodeError(None, job.src, "the ffmpeg engine needs the `ffmpeg` program on PATH "
