@@ -107,6 +107,8 @@ FILTER_THREADS = 1
 
 def open_source(path: Path) -> tuple[av.container.InputContainer, av.VideoStream]:
     """The source and its first video stream, set to decode every frame on one thread."""
+    import av
+
     inp = av.open(str(path), mode="r", options=SOURCE_OPEN_OPTIONS)
     try:
         ist = inp.streams.video[0]
