@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         v30 = {r["episodes_per_file"]: r for r in result["runs"] if r.get("episodes_per_file") and r["command"] == c}
         if v30:
             lo, hi = min(v30), max(v30)
-            summary[c]["v30_cost_per_episode_ratio"] = (v30[hi]["wall_s"] / v30[hi]["episodes"]) / (
+            summary.setdefault(c, {})["v30_cost_per_episode_ratio"] = (v30[hi]["wall_s"] / v30[hi]["episodes"]) / (
                 v30[lo]["wall_s"] / v30[lo]["episodes"])
     result["summary"] = summary
     result["machine"]["load_avg_end"] = os.getloadavg()
