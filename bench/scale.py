@@ -112,23 +112,36 @@ def info_json(version: str, episodes: int, files_per_camera: int) -> dict[str, A
     }
 
 
-def build_v21(root: Path, episodes: int, clips: Path) -> Path:
+def build_v21(root: Path, episodes: int, clips: Path, link_parquet: bool = False) -> Path:
+    """`link_parquet`: every episode's parquet is a hard link to one real 90-row file (for scan-only runs:
+    the scan reads only the footer of a one-episode file, so its work is the same; verify would refuse)."""
     if (root / "meta/info.json").is_file():
         return root
     src = Links(clip(clips / f"clip-{FRAMES}.mp4", FRAMES))
     frame = np.arange(FRAMES)
     base = rows_table(np.zeros(FRAMES), frame, 0, np.zeros(FRAMES))
+    parquet_links: Links | None = None
+    if link_parquet:
+        one = clips / "episode-rows.parquet"
+        one.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(base, one, compression="snappy")
+        parquet_links = Links(one)
     (root / "meta").mkdir(parents=True, exist_ok=True)
     with open(root / "meta/episodes.jsonl", "w", encoding="utf-8") as fh:
         for ep in range(episodes):
             chunk = ep // 1000
             task = ep % len(TASKS)
-            table = base.set_column(4, "episode_index", pa.array(np.full(FRAMES, ep, dtype=np.int64)))
-            table = table.set_column(5, "index", pa.array(np.arange(ep * FRAMES, (ep + 1) * FRAMES, dtype=np.int64)))
-            table = table.set_column(6, "task_index", pa.array(np.full(FRAMES, task, dtype=np.int64)))
             data = root / V21_DATA_PATH.format(episode_chunk=chunk, episode_index=ep)
-            data.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(table, data, compression="snappy")
+            if ep % 1000 == 0:
+                data.parent.mkdir(parents=True, exist_ok=True)
+            if parquet_links is not None:
+                parquet_links.link(data)
+            else:
+                table = base.set_column(4, "episode_index", pa.array(np.full(FRAMES, ep, dtype=np.int64)))
+                table = table.set_column(5, "index", pa.array(np.arange(ep * FRAMES, (ep + 1) * FRAMES,
+                                                                        dtype=np.int64)))
+                table = table.set_column(6, "task_index", pa.array(np.full(FRAMES, task, dtype=np.int64)))
+                pq.write_table(table, data, compression="snappy")
             for cam in CAMERAS:
                 video = root / V21_VIDEO_PATH.format(episode_chunk=chunk, episode_index=ep, video_key=cam)
                 if ep % 1000 == 0:
@@ -291,6 +304,74 @@ def resume_check(root: Path, workdir: Path, workers: int, fraction: float) -> di
             "load_avg": os.getloadavg()}
 
 
+# ---- a timed part of a scan too long to finish here ---------------------------------------------------------
+
+
+def tree_rss(proc: Any) -> tuple[int, list[int]]:
+    """RSS of a process and of its descendants that are Dask workers (spawned Python processes)."""
+    import psutil
+
+    client = proc.memory_info().rss
+    workers = []
+    for child in proc.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "spawn_main" in " ".join(child.cmdline()) and "resource_tracker" not in " ".join(child.cmdline()):
+                workers.append(child.memory_info().rss)
+    return client, workers
+
+
+def partial_scan(root: Path, workdir: Path, workers: int, seconds: float) -> dict[str, Any]:
+    """`prep scan` of a corpus for `seconds`, then SIGKILL: RSS of the client and each worker sampled every
+    2 s from the start (psutil), episodes finished (completion records) and their rate. Shows whether memory
+    stays flat while a corpus of this size is opened, planned and streamed, without scanning all of it."""
+    import psutil
+
+    out = workdir / f"partial-{root.name}.json"
+    work = out.with_name(out.name + ".parts")
+    shutil.rmtree(work, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(prep_cmd("scan", str(root), "--out", str(out), "--workers", str(workers),
+                                     "--no-progress"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True, env=env)
+    ps = psutil.Process(proc.pid)
+    samples: list[dict[str, Any]] = []
+    first_done: tuple[float, int] | None = None
+    while proc.poll() is None and time.perf_counter() - t0 < seconds:
+        with contextlib.suppress(psutil.Error):
+            client, wrss = tree_rss(ps)
+            done = covered(work)
+            t = time.perf_counter() - t0
+            if done and first_done is None:
+                first_done = (t, done)
+            samples.append({"t_s": round(t, 1), "episodes_done": done, "client_rss": client,
+                            "workers_rss": wrss})
+        time.sleep(2.0)
+    finished = proc.poll() is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    wall = time.perf_counter() - t0
+    done = covered(work)
+    shutil.rmtree(work, ignore_errors=True)
+    streaming = [s for s in samples if s["episodes_done"]]
+    rate = None
+    if first_done and streaming and streaming[-1]["t_s"] > first_done[0]:
+        rate = (streaming[-1]["episodes_done"] - first_done[1]) / (streaming[-1]["t_s"] - first_done[0])
+
+    def peak(rows: list[dict[str, Any]], key: str) -> int:
+        return max((r[key] if key == "client_rss" else max(r[key], default=0)) for r in rows) if rows else 0
+
+    half = streaming[: len(streaming) // 2]
+    return {"episodes_total": sum(1 for _ in open(root / "meta/episodes.jsonl", "rb")), "seconds": wall,
+            "finished": finished, "episodes_done": done, "episodes_per_s_streaming": rate,
+            "first_batch_done_s": first_done[0] if first_done else None,
+            "client_peak_rss": peak(samples, "client_rss"), "workers_peak_rss_max": peak(samples, "workers_rss"),
+            "client_peak_rss_first_half": peak(half, "client_rss"),
+            "workers_peak_rss_max_first_half": peak(half, "workers_rss"),
+            "samples": samples, "load_avg": os.getloadavg()}
+
+
 # ---- main -------------------------------------------------------------------------------------------
 
 
@@ -326,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume-size", type=int, default=100_000, help="0 to skip the kill-and-rerun check")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/prep-scale"))
     ap.add_argument("--keep", action="store_true", help="keep the corpora")
+    ap.add_argument("--partial", default="", metavar="EPISODES:SECONDS", help="also scan a v2.1 corpus of EPISODES "
+                    "(parquets hard-linked) for SECONDS, then kill it: memory while opening, planning and "
+                    "streaming a corpus too large to scan to the end here")
     ap.add_argument("--out", type=Path, default=Path("bench/results/scale.json"))
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -344,6 +428,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     clips = args.workdir / "clips"
     try:
+        if args.partial:
+            n, secs = (int(x) for x in args.partial.split(":"))
+            t0 = time.perf_counter()
+            root = build_v21(args.workdir / f"v21-{n}-linked", n, clips, link_parquet=True)
+            result["builds"].append({"corpus": f"v2.1 {n} (linked parquet)", "seconds": time.perf_counter() - t0})
+            print(f"built v2.1 {n:,} episodes (linked parquet) in {time.perf_counter() - t0:.0f} s", flush=True)
+            p = result["partial"] = partial_scan(root, args.workdir, args.workers, secs)
+            print(f"partial scan of {n:,}: {p['episodes_done']:,} episodes in {p['seconds']:.0f} s "
+                  f"(first batch done at {p['first_batch_done_s']} s, {p['episodes_per_s_streaming'] or 0:.0f} "
+                  f"episodes/s streaming); client peak {p['client_peak_rss'] / 1e6:.0f} MB (first half "
+                  f"{p['client_peak_rss_first_half'] / 1e6:.0f}), worker peak {p['workers_peak_rss_max'] / 1e6:.0f} "
+                  f"MB (first half {p['workers_peak_rss_max_first_half'] / 1e6:.0f}); load {p['load_avg'][0]:.1f}",
+                  flush=True)
+            if not args.keep:
+                shutil.rmtree(root, ignore_errors=True)
         for n in sorted(set(sizes) | ({args.resume_size} if args.resume_size else set())):
             t0 = time.perf_counter()
             root = build_v21(args.workdir / f"v21-{n}", n, clips)
@@ -386,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         v30 = {r["episodes_per_file"]: r for r in result["runs"] if r.get("episodes_per_file") and r["command"] == c}
         if v30:
             lo, hi = min(v30), max(v30)
-            summary[c]["v30_cost_per_episode_ratio"] = (v30[hi]["wall_s"] / v30[hi]["episodes"]) / (
+            summary.setdefault(c, {})["v30_cost_per_episode_ratio"] = (v30[hi]["wall_s"] / v30[hi]["episodes"]) / (
                 v30[lo]["wall_s"] / v30[lo]["episodes"])
     result["summary"] = summary
     result["machine"]["load_avg_end"] = os.getloadavg()
