@@ -156,9 +156,16 @@ def test_reencoding_a_prep_output_warns(tiny: Path, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert f"warning: {first} was written by prep reencode (64x64 h264-intra crf 23 from {tiny})" in res.stderr
     assert "the same size again" in res.stderr and f"re-encode the original ({tiny}) instead" in res.stderr
-    # a copy without prep/ is still recognised by the prep.* entries of its info.json
+    # an output of an earlier prep (provenance as prep.* entries in the features' info, before it moved to
+    # prep/provenance.json), copied without prep/, is still recognised by those entries
     bare = tmp_path / "bare"
     shutil.copytree(first, bare, ignore=shutil.ignore_patterns("prep"))
+    info_path = bare / "meta/info.json"
+    info = json.loads(info_path.read_text())
+    for feat in info["features"].values():
+        if feat.get("dtype") == "video":
+            feat["info"].update({"prep.resize": "pad", "prep.profile": "h264-intra", "prep.crf": 23})
+    info_path.write_text(json.dumps(info, indent=4))
     res = prep("reencode", str(bare), "--dst", "32", "--out", str(tmp_path / "bare32"), "--backend", "inline",
                "--no-progress")
     assert res.returncode == 0 and f"warning: {bare} was written by prep reencode (64x64" in res.stderr

@@ -86,14 +86,20 @@ def test_fifos_in_a_dataset(tmp_path: Path) -> None:
     before = snapshot(src)
     with scenario("FIFOs in the dataset: one in the root, one as episode 1's parquet",
                   "scan, verify, reencode: no hang, no traceback; episode 1 'parquet file is not a regular file "
-                  "(a FIFO (named pipe))', exit 1; the root FIFO is ignored", bad_input=True) as row:
+                  "(a FIFO (named pipe))', exit 1 (reencode refuses the source up front; with "
+                  "--accept-invalid-source that episode fails alone); the root FIFO is ignored", bad_input=True) as row:
         why = "parquet file is not a regular file (a FIFO (named pipe))"
         v = prep("verify", str(src), "--workers", "1", "--no-progress", timeout=240)
         assert "Traceback" not in v.stdout + v.stderr and v.returncode == 1, v.stdout + v.stderr
         assert why in v.stdout and "missing" not in v.stdout, v.stdout
         s = prep("scan", str(src), "--out", str(tmp_path / "m.json"), "--workers", "1", "--no-progress", timeout=240)
         assert "Traceback" not in s.stdout + s.stderr and s.returncode == 1 and why in s.stdout, s.stdout + s.stderr
-        r = prep(*reencode_args(src, tmp_path / "out"), timeout=240)
+        refused = prep(*reencode_args(src, tmp_path / "out"), timeout=240)  # verify's checks first: refused
+        text = refused.stdout + refused.stderr
+        assert "Traceback" not in text and refused.returncode == 1 and "REFUSED" in text, text
+        assert why in refused.stdout and "parquet_readable" in refused.stdout, refused.stdout
+        assert not (tmp_path / "out/meta").exists()
+        r = prep(*reencode_args(src, tmp_path / "out"), "--accept-invalid-source", timeout=240)
         assert "Traceback" not in r.stdout + r.stderr and r.returncode == 1, r.stdout + r.stderr
         failed = [line for line in r.stdout.splitlines() if line.startswith("FAILED")]
         assert len(failed) == 1 and why in failed[0] and "episode 1" in failed[0], r.stdout

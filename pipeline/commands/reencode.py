@@ -141,7 +141,8 @@ def size_warnings(size: tuple[int, int]) -> list[str]:
 
 def prep_provenance(src: Path) -> dict[str, Any] | None:
     """What prep reencode recorded in SRC if SRC is one of its outputs: `prep/options.json`, or (a copy
-    without prep/) the `prep.*` entries its info.json video features carry. None for any other dataset."""
+    without prep/ of an output of an earlier prep, which kept provenance there) the `prep.*` entries of its
+    info.json video features. None for any other dataset."""
     import json
 
     try:
