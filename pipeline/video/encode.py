@@ -105,6 +105,13 @@ SOURCE_OPEN_OPTIONS = {"skip_frame": "all", "threads": "1"}
 FILTER_THREADS = 1
 
 
+def set_filter_threads(graph: av.filter.Graph, threads: int = FILTER_THREADS) -> None:
+    """`graph.threads = threads` where PyAV has it (>= 16); older PyAV (15.x, in lerobot 0.4.4's
+    environment) keeps FFmpeg's default threading, which gives the same pixels."""
+    if hasattr(graph, "threads"):
+        graph.threads = threads
+
+
 def open_source(path: Path) -> tuple[av.container.InputContainer, av.VideoStream]:
     """The source and its first video stream, set to decode every frame on one thread."""
     import av
@@ -202,7 +209,7 @@ def _graph(frame: av.VideoFrame, steps: list[tuple[str, dict[str, str]]]) -> av.
     import av
 
     graph = av.filter.Graph()
-    graph.threads = FILTER_THREADS
+    set_filter_threads(graph)
     nodes = [graph.add_buffer(width=frame.width, height=frame.height, format=frame.format,
                               time_base=Fraction(1, 1000))]
     nodes += [graph.add(name, filter_args(opts)) for name, opts in steps]

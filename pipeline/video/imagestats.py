@@ -25,6 +25,8 @@ import av
 import numpy as np
 from PIL import Image
 
+from pipeline.video.encode import set_filter_threads
+
 
 def estimate_num_samples(n: int, lo: int = 100, hi: int = 10_000, power: float = 0.75) -> int:
     """LeRobot's `estimate_num_samples` (compute_stats.py)."""
@@ -49,7 +51,7 @@ class RgbHistogram:
 
     def _build(self, frame: av.VideoFrame) -> av.filter.Graph:
         graph = av.filter.Graph()
-        graph.threads = 1
+        set_filter_threads(graph, 1)
         src = graph.add_buffer(width=frame.width, height=frame.height, format=frame.format,
                                time_base=Fraction(1, 1000))
         graph.link_nodes(src, graph.add("format", "pix_fmts=rgb24"), graph.add("buffersink")).configure()
