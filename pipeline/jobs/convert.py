@@ -71,6 +71,7 @@ from pipeline.convert.source import (
 from pipeline.dataset.info import read_info, video_keys
 from pipeline.dataset.stats import StatsAggregator
 from pipeline.errors import DatasetError, PrepError
+from pipeline.jobs.output import claim_output
 from pipeline.lock import exclusive_lock
 from pipeline.runner import Engine
 from pipeline.schemas import validate
@@ -191,19 +192,7 @@ def _refuse_foreign(out: Path) -> None:
 
 def _claim_output(src: Path, out: Path, settings: dict[str, Any]) -> None:
     """Record the options in `<out>/prep/convert_options.json`; refuse a run started with other ones."""
-    settings = {"source": str(src.resolve()), **settings}
-    path = out / OPTIONS_REL
-    if path.is_file():
-        try:
-            previous = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            previous = None
-        if previous != settings:
-            raise PrepError(f"output {out} was started with other settings ({previous}); now asked for "
-                            f"{settings}. Choose another --out, or delete {out} to start over")
-        return
-    validate(settings, "convert_options", source=str(path))
-    atomic.write_json(path, settings)
+    claim_output(src, out, settings, OPTIONS_REL, "convert_options")
 
 
 # ---- plan ------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from pipeline.dataset.write import (
     write_output_metadata,
 )
 from pipeline.errors import PrepError
+from pipeline.jobs.output import claim_output
 from pipeline.jobs.preverify import SOURCE_CHECK_REL, SourceCheck, check_source
 from pipeline.lock import exclusive_lock, refuse_if_held
 from pipeline.manifest import ByteCounter, ScanTotals, build_manifest, episode_row, episodes_schema, publish_manifest
@@ -139,19 +140,7 @@ def check_options(options: ReencodeOptions) -> None:
 
 def _claim_output(src: Path, out: Path, options: ReencodeOptions) -> None:
     """Refuse an output that holds something else, or a run started with other settings."""
-    settings = {"source": str(src.resolve()), **options.output_settings()}
-    path = out / OPTIONS_REL
-    if path.is_file():
-        try:
-            previous = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            previous = None
-        if previous != settings:
-            raise PrepError(f"output {out} was started with other settings ({previous}); now asked for "
-                            f"{settings}. Choose another --out, or delete {out} to start over")
-        return
-    validate(settings, "reencode_options", source=str(path))
-    atomic.write_json(path, settings)
+    claim_output(src, out, options.output_settings(), OPTIONS_REL, "reencode_options")
 
 
 def _refuse_foreign(out: Path) -> None:
