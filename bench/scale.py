@@ -201,9 +201,9 @@ def build_v30(root: Path, episodes: int, per_file: int, clips: Path) -> Path:
 # ---- one measurement in its own process ---------------------------------------------------------------
 
 MEASURE = r"""
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
-from pipeline.runner import RunConfig, open_engine
+from pipeline.runner import RunConfig, peak_rss_bytes, open_engine
 command, root, out, workers = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
 with open_engine(RunConfig(workers=workers, progress=False)) as engine:
     t0 = time.perf_counter()
@@ -223,7 +223,7 @@ with open_engine(RunConfig(workers=workers, progress=False)) as engine:
     workers_rss = engine.worker_peak_rss()
     stats = engine.stats
 print(json.dumps({"wall_s": wall, "cluster_start_s": startup, "episodes": episodes, "failed": failed,
-                  "client_peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "client_peak_rss": peak_rss_bytes(),  # VmHWM: ru_maxrss would carry this bench's peak over exec
                   "workers_peak_rss": sorted(workers_rss.values()), "tasks_submitted": stats.tasks_submitted,
                   "max_in_flight": stats.max_in_flight, "last_batch_sizes": stats.batch_sizes[-4:]}))
 """

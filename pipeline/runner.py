@@ -128,7 +128,16 @@ def _run_batch(units: Sequence[Any], fn: Callable[[Any], Any],
     return out, time.perf_counter() - t0
 
 
-def _peak_rss_bytes() -> int:
+def peak_rss_bytes() -> int:
+    """This process's own peak RSS: Linux's VmHWM, which starts afresh at exec. `ru_maxrss` does not: Linux
+    carries it over fork and exec, so a process started by a big one reports its parent's peak."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
@@ -220,7 +229,7 @@ class Engine:
         """Peak resident memory (bytes) of each worker process so far; {} inline or before a cluster started."""
         if self._client is None:
             return {}
-        return {str(k): int(v) for k, v in self._client.run(_peak_rss_bytes).items()}
+        return {str(k): int(v) for k, v in self._client.run(peak_rss_bytes).items()}
 
     # ---- map -----------------------------------------------------------------------------------
 

@@ -31,4 +31,11 @@ def validate(obj: Any, name: str, *, source: str = "document") -> None:
     if errors:
         err = errors[0]
         where = "/".join(str(p) for p in err.absolute_path) or "(root)"
-        raise PrepError(f"{source}: does not match schemas/{name}.schema.json at {where}: {err.message}")
+        raise PrepError(f"{source}: does not match schemas/{name}.schema.json at {where}: {_reason(err)}")
+
+
+def _reason(err: Any) -> str:
+    """jsonschema's message, except for a titled `not` (e.g. NaN), whose raw message quotes the subschema."""
+    sub = err.validator_value
+    title = sub.get("title") if err.validator == "not" and isinstance(sub, dict) else None
+    return f"{err.instance!r} is {title}, which is not allowed" if title else str(err.message)

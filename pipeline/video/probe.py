@@ -94,6 +94,25 @@ FAST_OPEN_OPTIONS = {"skip_frame": "all", "threads": "1"}
 UNKNOWN_PIX_FMT = "unknown"
 
 
+def _packet_arrays(pts: list[int], sizes: list[int], keys: list[bool],
+                   tb: Fraction) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seconds, bytes, keyframe flags) of the packets, sorted by (seconds, bytes, flag).
+
+    Seconds are `pts * num / den` in float64: the int64 product is exact below 2**53 and IEEE division
+    rounds correctly, so each value equals `float(pts * tb)` without a Fraction per packet (which cost
+    ~0.3 ms per 90-packet file)."""
+    num, den = tb.numerator, tb.denominator
+    p = np.asarray(pts, dtype=np.int64)
+    if len(p) and max(abs(int(p.max())), abs(int(p.min()))) * num >= 2**53:
+        secs = np.asarray([float(v * tb) for v in pts], dtype=np.float64)  # beyond exact int64 arithmetic
+    else:
+        secs = (p * num) / den
+    b = np.asarray(sizes, dtype=np.int64)
+    k = np.asarray(keys, dtype=bool)
+    order = np.lexsort((k, b, secs))  # the last key is the primary one
+    return secs[order], b[order], k[order]
+
+
 def probe_video(path: Path | str, *, episode: int | None = None, pix_fmt: bool = True) -> VideoProbe:
     """Header fields and a packet-level demux of the first video stream; raises `EpisodeError`.
 
@@ -116,16 +135,21 @@ def probe_video(path: Path | str, *, episode: int | None = None, pix_fmt: bool =
             fps = float(rate) if rate else 0.0
             tb: Fraction = stream.time_base or Fraction(1, 1)
             header_frames = int(stream.frames or 0)
-            packets: list[tuple[float, int, bool]] = []
+            pts_list: list[int] = []
+            size_list: list[int] = []
+            key_list: list[bool] = []
             discarded = 0
             for packet in container.demux(stream):
-                if packet.size == 0 or packet.pts is None:
+                pts, nbytes = packet.pts, packet.size
+                if nbytes == 0 or pts is None:
                     continue
                 if packet.is_discard:  # hidden by the edit list: decoded as a reference, never presented
                     discarded += 1
                     continue
-                packets.append((float(packet.pts * tb), packet.size, bool(packet.is_keyframe)))
-            packets.sort()
+                pts_list.append(pts)
+                size_list.append(nbytes)
+                key_list.append(packet.is_keyframe)
+            pts_s, sizes, keys = _packet_arrays(pts_list, size_list, key_list, tb)
             if stream.duration is not None:
                 duration = float(stream.duration * tb)
             elif container.duration is not None:
@@ -142,12 +166,12 @@ def probe_video(path: Path | str, *, episode: int | None = None, pix_fmt: bool =
                 pix_fmt=fmt,
                 fps=fps,
                 frames_from_header=header_frames,
-                frames_from_packets=len(packets),
-                keyframes=sum(1 for p in packets if p[2]),
+                frames_from_packets=len(pts_s),
+                keyframes=int(keys.sum()),
                 duration_s=duration,
-                pts_s=tuple(p[0] for p in packets),
-                keyframe_pts_s=tuple(p[0] for p in packets if p[2]),
-                packet_bytes=tuple(p[1] for p in packets),
+                pts_s=tuple(pts_s.tolist()),
+                keyframe_pts_s=tuple(pts_s[keys].tolist()),
+                packet_bytes=tuple(sizes.tolist()),
                 frames_discarded=discarded,
                 time_base_s=float(tb),
             )
