@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.runner import MAX_BATCH, RunConfig, _Sizer, open_engine
+from pipeline.runner import CLUSTER_SETTINGS, MAX_BATCH, RunConfig, _Sizer, open_engine
 
 
 def square_or_fail(x: int) -> int:
@@ -120,3 +120,22 @@ def test_tiny_map_runs_inline_without_a_cluster() -> None:
     with open_engine(RunConfig(workers=2, progress=False, inline_max=2)) as engine:
         assert list(engine.results(square_or_fail, [1, 2], on_error=as_failure, desc="t", total=2)) == [1, 4]
         assert not engine.started
+
+
+def _worker_settings() -> tuple[Any, ...]:
+    import dask
+
+    return tuple(dask.config.get(k) for k in CLUSTER_SETTINGS)
+
+
+def test_embedded_workers_run_without_the_profiler_and_with_slow_ticks() -> None:
+    """The embedded cluster's worker processes get `CLUSTER_SETTINGS` from their nanny; this process's own
+    Dask configuration is left as it was."""
+    import dask
+
+    before = tuple(dask.config.get(k) for k in CLUSTER_SETTINGS)
+    with open_engine(RunConfig(workers=1, progress=False)) as engine:
+        seen = list(engine.client().run(_worker_settings).values())
+    assert seen == [tuple(CLUSTER_SETTINGS.values())]
+    assert seen[0] != before  # the defaults differ (profiler on, 20 ms tick), so the test can fail
+    assert tuple(dask.config.get(k) for k in CLUSTER_SETTINGS) == before
