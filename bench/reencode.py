@@ -17,12 +17,12 @@ thread per process. In one run it prints and writes (bench/results/reencode.json
    `prep-inprocess`: `reencode_unit` over every file in this process, no Dask;
    `prep`: the command's job (`reencode_dataset`) through the runner, 1 and 2 workers, on a
    LocalCluster started before the clock exactly as the runner starts one (--scheduler);
-4. experiments (bench-only, the runner is unchanged): the same `prep` runs (`--variants`), and an
-   A/B of the stage through the runner's map on one worker (`--ab-rounds`, `--ab-files`), on
-   LocalClusters whose workers differ in settings the runner could apply (`VARIANTS`):
+4. experiments (bench-only): the same `prep` runs (`--variants`), and an A/B of the stage through the
+   runner's map on one worker (`--ab-rounds`, `--ab-files`), on LocalClusters whose workers differ from
+   the runner's settings (`runner.CLUSTER_SETTINGS`: no profiler, 1 s event-loop tick, 5 s system
+   monitor) in one respect (`VARIANTS`): `dask defaults` (none of those settings, as before),
    `no-malloc-trim` (the nanny's MALLOC_TRIM_THRESHOLD_=65536 removed from the worker environment),
-   `no-profiler` (distributed.worker.profile.enabled = False: no stack sample every 10 ms),
-   `quiet-worker` (both, plus the event-loop tick at 1 s and the system monitor at 5 s);
+   `profiler-on` (distributed.worker.profile.enabled = True: a stack sample every 10 ms);
 5. fixed costs: the whole `python -m pipeline.cli reencode` command on a `--fixed-episodes` corpus
    (default 6) at 1 and 2 workers: its wall time less the seconds of its own encode map (from its
    report); imports and a LocalCluster start/close timed alone;
@@ -293,15 +293,13 @@ def run_prep(src: Path, out: Path, client: Any) -> dict[str, float]:
     return {"seconds": report.seconds, **{f"worker_{k}": v for k, v in delta.items()}}
 
 
-# Worker settings the runner could apply, each measured against the runner's LocalCluster as it is
-# (bench-only: the runner is not changed here).
+# Worker settings: "runner as is" is exactly what the runner applies (`runner.CLUSTER_SETTINGS`); the others
+# differ from it in one respect each, so every row is a change the runner could make (or undo).
 VARIANTS: dict[str, dict[str, Any]] = {
     "runner as is": {},
+    "dask defaults": {"defaults": True},  # no CLUSTER_SETTINGS: the profiler on, a 20 ms tick, 0.5 s monitor
     "no-malloc-trim": {"drop_env": "MALLOC_TRIM_THRESHOLD_"},
-    "no-profiler": {"config": {"distributed.worker.profile.enabled": False}},
-    "quiet-worker": {"drop_env": "MALLOC_TRIM_THRESHOLD_",
-                     "config": {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
-                                "distributed.admin.system-monitor.interval": "5s"}},
+    "profiler-on": {"config": {"distributed.worker.profile.enabled": True}},
 }
 
 
@@ -311,8 +309,11 @@ def cluster(workers: int, variant: str) -> Iterator[Any]:
     import dask
     from distributed import Client, LocalCluster
 
+    from pipeline.runner import CLUSTER_SETTINGS
+
     spec = VARIANTS[variant]
-    settings: dict[str, Any] = dict(spec.get("config", {}))
+    settings: dict[str, Any] = {} if spec.get("defaults") else dict(CLUSTER_SETTINGS)
+    settings.update(spec.get("config", {}))
     if "drop_env" in spec:
         env = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
         env.pop(spec["drop_env"], None)
@@ -734,7 +735,7 @@ def report(doc: dict[str, Any]) -> None:
             continue
         print(f"  prep reencode, {doc['corpus']['fixed_cost_episodes']} episodes ({c['frames']} frames), "
               f"{c['workers']} worker(s): {c['command_wall_s']:.1f} s wall = {c['encode_map_s']:.1f} s encode map "
-              f"({c['frames_per_s_in_map']:.0f} frames/s) + {c['fixed_s']:.1f} s fixed (imports, 2 LocalClusters, "
+              f"({c['frames_per_s_in_map']:.0f} frames/s) + {c['fixed_s']:.1f} s fixed (imports, one LocalCluster, "
               f"metadata, output scan); {c['frames_per_s']:.0f} frames/s overall")
     q = doc["quality"]
     print(f"\nquality ({q['files']} files, RGB PSNR against a crf-0 encode of the same resized frames):")
