@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.runner import CLUSTER_SETTINGS, MAX_BATCH, RunConfig, _Sizer, open_engine
+from pipeline.runner import CLUSTER_SETTINGS, MAX_BATCH, SESSION_SETTINGS, RunConfig, _Sizer, open_engine
 
 
 def square_or_fail(x: int) -> int:
@@ -139,3 +139,19 @@ def test_embedded_workers_run_without_the_profiler_and_with_slow_ticks() -> None
     assert seen == [tuple(CLUSTER_SETTINGS.values())]
     assert seen[0] != before  # the defaults differ (profiler on, 20 ms tick), so the test can fail
     assert tuple(dask.config.get(k) for k in CLUSTER_SETTINGS) == before
+
+
+def _stream_log_bounds(dask_scheduler: Any) -> list[int | None]:
+    return [bs.recent_message_log.maxlen for bs in dask_scheduler.stream_comms.values()]
+
+
+def test_session_comms_keep_a_short_message_log() -> None:
+    """The client's and the scheduler's batched comms keep SESSION_SETTINGS' few messages, not Dask's 1,000
+    (each holding a task's units: the client grew ~2 kB per scanned episode)."""
+    n = SESSION_SETTINGS["distributed.admin.low-level-log-length"]
+    with open_engine(RunConfig(workers=2, progress=False, batch=1)) as engine:
+        assert list(engine.results(square_or_fail, range(60), on_error=as_failure, desc="t"))[:3] == [0, 1, 4]
+        client = engine.client()
+        log = client.scheduler_comm.recent_message_log
+        assert log.maxlen == n and len(log) <= n
+        assert client.run_on_scheduler(_stream_log_bounds) == [n, n]
