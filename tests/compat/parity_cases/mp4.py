@@ -112,10 +112,9 @@ def set_rotation(path: Path, degrees: int) -> None:
     raise ValueError(f"{path}: no tkhd box")
 
 
-def flip_bytes(path: Path, count: int = 2000) -> tuple[int, int]:
-    """XOR `count` bytes in the middle of the file, inside one packet's payload (the packet nearest the
-    middle that is large enough, its first 16 bytes spared): the NAL length prefixes stay intact, so
-    the decoder does not reject the packet but conceals the damaged macroblocks, as it does for bit rot."""
+def _payload_window(path: Path, count: int) -> tuple[bytearray, int]:
+    """The file's bytes and the start of `count` bytes inside one packet's payload: the packet nearest the
+    middle that is large enough, its first 16 bytes spared (the NAL length prefixes stay intact)."""
     with av.open(str(path)) as c:
         packets = [(p.pos, p.size) for p in c.demux(c.streams.video[0]) if p.size and p.pos is not None]
     b = bytearray(path.read_bytes())
@@ -124,7 +123,14 @@ def flip_bytes(path: Path, count: int = 2000) -> tuple[int, int]:
     if not fits:
         raise ValueError(f"{path}: no packet holds {count} bytes")
     pos, size = min(fits, key=lambda ps: abs(ps[0] + ps[1] // 2 - middle))
-    start = max(pos + 16, min(middle - count // 2, pos + size - count - 16))
+    return b, max(pos + 16, min(middle - count // 2, pos + size - count - 16))
+
+
+def flip_bytes(path: Path, count: int = 2000) -> tuple[int, int]:
+    """XOR `count` bytes in the middle of the file, inside one packet's payload (the packet nearest the
+    middle that is large enough, its first 16 bytes spared): the NAL length prefixes stay intact, so
+    the decoder does not reject the packet but conceals the damaged macroblocks, as it does for bit rot."""
+    b, start = _payload_window(path, count)
     for i in range(start, start + count):
         b[i] ^= 0xFF
     path.write_bytes(b)
@@ -135,15 +141,7 @@ def scramble_bytes(path: Path, count: int = 2000, seed: int = 5) -> tuple[int, i
     """Like `flip_bytes`, but XOR with random non-zero values: the damaged macroblocks no longer parse, so
     the decoder logs "error while decoding MB", conceals them and flags the frame corrupt (bit rot). (A
     0xFF XOR, `flip_bytes`, often still parses as valid CABAC: nothing in the stream says it is damaged.)"""
-    with av.open(str(path)) as c:
-        packets = [(p.pos, p.size) for p in c.demux(c.streams.video[0]) if p.size and p.pos is not None]
-    b = bytearray(path.read_bytes())
-    middle = len(b) // 2
-    fits = [(pos, size) for pos, size in packets if size >= count + 32]
-    if not fits:
-        raise ValueError(f"{path}: no packet holds {count} bytes")
-    pos, size = min(fits, key=lambda ps: abs(ps[0] + ps[1] // 2 - middle))
-    start = max(pos + 16, min(middle - count // 2, pos + size - count - 16))
+    b, start = _payload_window(path, count)
     rng = np.random.default_rng(seed)
     for i, x in zip(range(start, start + count), rng.integers(1, 256, size=count), strict=True):
         b[i] ^= int(x)
