@@ -451,6 +451,7 @@ def local_cluster_kwargs(config: RunConfig) -> dict[str, Any]:
 @contextlib.contextmanager
 def local_client(config: RunConfig) -> Iterator[Any]:
     """A `distributed.Client` to an embedded LocalCluster sized to the machine."""
+    import dask
     from distributed import Client, LocalCluster
 
     # Worker processes inherit SIGINT ignored: a Ctrl-C reaches the whole process group, and only the
@@ -461,8 +462,6 @@ def local_client(config: RunConfig) -> Iterator[Any]:
     held: list[int] = []
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
     previous_term = signal.signal(signal.SIGTERM, lambda signum, _frame: held.append(signum)) if in_main else None
-    import dask
-
     try:
         with dask.config.set(CLUSTER_SETTINGS):
             cluster = LocalCluster(**local_cluster_kwargs(config))
