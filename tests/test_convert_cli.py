@@ -102,6 +102,25 @@ def test_same_format_and_bad_source_are_one_line(v21: Path, tmp_path: Path) -> N
     assert r.returncode == 2 and "no such dataset folder" in r.stderr
 
 
+def test_bad_metadata_is_refused_before_anything_is_written(v21: Path, tmp_path: Path) -> None:
+    """A truncated last line of episodes_stats.jsonl (read only when the metadata is written, after every
+    video and parquet) is found by the metadata check first: nothing is written, not even the output folder."""
+    import shutil
+
+    src = tmp_path / "bad"
+    shutil.copytree(v21, src)
+    stats = src / "meta/episodes_stats.jsonl"
+    lines = stats.read_text().splitlines()
+    stats.write_text("\n".join([*lines[:-1], lines[-1][:40]]) + "\n")
+    out = tmp_path / "out"
+    r = prep("convert", str(src), "--to", "v3.0", "--out", str(out), "--backend", "inline", "--no-progress")
+    assert r.returncode == 2, r.stdout
+    problem, tail = r.stderr.strip().splitlines()
+    assert problem.startswith(f"prep convert: error: {stats}:{len(lines)}: line is not JSON"), problem
+    assert tail == f"prep convert: error: {src}: 1 metadata problem; nothing was started: fix the metadata and rerun"
+    assert not out.exists()
+
+
 def _final_outputs(out: Path) -> list[Path]:
     return [p for p in out.rglob("*") if p.is_file() and ".part-" not in p.name
             and p.relative_to(out).parts[0] in ("videos", "data")]

@@ -28,7 +28,6 @@ the output is complete and verified.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -70,8 +69,9 @@ from pipeline.convert.source import (
 )
 from pipeline.dataset.info import read_info, video_keys
 from pipeline.dataset.stats import StatsAggregator
+from pipeline.dataset.validate import validate_metadata
 from pipeline.errors import DatasetError, PrepError
-from pipeline.jobs.output import claim_output
+from pipeline.jobs.output import PREP_DIR, check_paths, claim_output, refuse_foreign
 from pipeline.lock import exclusive_lock
 from pipeline.runner import Engine
 from pipeline.schemas import validate
@@ -87,7 +87,6 @@ from pipeline.stages.convert import (
 from pipeline.video.remux import StartProblem
 
 FORMATS = ("v2.1", "v3.0")
-PREP_DIR = "prep"
 OPTIONS_REL = f"{PREP_DIR}/convert_options.json"
 LOCK_REL = f"{PREP_DIR}/convert.lock"
 REPORT_REL = f"{PREP_DIR}/convert_report.json"
@@ -159,35 +158,12 @@ class ConvertReport:
 # ---- refusals before anything is written ----------------------------------------------------------
 
 
-def check_paths(src: Path, out: Path, *, staged: bool = False) -> None:
-    """The output is neither the source nor inside it, nor contains it (except `reencode_as`'s staged
-    source in `<out>/prep/`)."""
-    s, o = Path(os.path.realpath(src)), Path(os.path.realpath(out))
-    if o == s or s in o.parents:
-        raise PrepError(f"output {out} is the source or inside it ({src}); the source is never written: "
-                        "choose an --out outside it")
-    if o in s.parents and not (staged and (o / PREP_DIR) in s.parents):
-        raise PrepError(f"output {out} contains the source {src}; choose an --out beside it")
-
-
 def check_options(options: ConvertOptions) -> None:
     if options.to not in FORMATS:
         raise PrepError(f"unknown format {options.to!r} (choose from {', '.join(FORMATS)})")
     if options.data_size not in DATA_SIZE_MEASURES:
         raise PrepError(f"unknown data size measure {options.data_size!r} "
                         f"(choose from {', '.join(DATA_SIZE_MEASURES)})")
-
-
-def _refuse_foreign(out: Path) -> None:
-    """Refuse a non-empty output folder that prep convert did not start (checked before anything is written)."""
-    if not out.exists() or (out / OPTIONS_REL).is_file():
-        return
-    if not out.is_dir():
-        raise PrepError(f"output {out} exists and is not a folder")
-    others = sorted(p.name for p in out.iterdir() if p.name != PREP_DIR)
-    if others:
-        raise PrepError(f"output {out} exists and is not a prep convert output (holds {', '.join(others[:3])}); "
-                        "choose another --out")
 
 
 def _claim_output(src: Path, out: Path, settings: dict[str, Any]) -> None:
@@ -358,7 +334,8 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
                     extra_settings: dict[str, Any] | None = None) -> ConvertReport:
     """Convert `src` into the dataset `out` in `options.to` (stream copies) through `engine`; resumable;
     never writes under `src`. Raises `ConvertRefused` (v3.0 -> v2.1 where an episode is off a keyframe)
-    and `PrepError` for a bad dataset or output. `all_intra`: `prep verify` also requires every frame to
+    and `PrepError` for a bad dataset or output (`MetadataError`, before anything is written, for metadata
+    that breaks its rules). `all_intra`: `prep verify` also requires every frame to
     be a keyframe (`reencode_as`)."""
     src, out = Path(src).absolute(), Path(out).absolute()
     check_options(options)
@@ -366,7 +343,8 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
     if info["codebase_version"] == options.to:
         raise DatasetError(src / "meta/info.json", f"the dataset already is {options.to}")
     check_paths(src, out, staged=staged)
-    _refuse_foreign(out)
+    validate_metadata(src).raise_if_any()  # every metadata file checked before anything is written
+    refuse_foreign(out, OPTIONS_REL, "convert")
     out.mkdir(parents=True, exist_ok=True)
     report = ConvertReport(str(src), str(out), options.to, options.settings(), engine.backend)
     with exclusive_lock(out / LOCK_REL, f"output {out}"):
@@ -461,7 +439,7 @@ def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engi
     check_options(conv)
     check_reencode_options(options)
     check_paths(src, out)
-    _refuse_foreign(out)
+    refuse_foreign(out, OPTIONS_REL, "convert")
     staged = out / STAGED_REL
     settings = {**conv.settings(), "reencode": {"source": str(src.resolve()), **options.output_settings()}}
     if (out / "meta/info.json").is_file() and not staged.exists():

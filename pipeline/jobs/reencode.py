@@ -45,7 +45,7 @@ from pipeline.dataset.write import (
     write_output_metadata,
 )
 from pipeline.errors import PrepError
-from pipeline.jobs.output import claim_output
+from pipeline.jobs.output import check_paths, claim_output, refuse_foreign
 from pipeline.jobs.preverify import SOURCE_CHECK_REL, SourceCheck, check_source
 from pipeline.lock import exclusive_lock, refuse_if_held
 from pipeline.manifest import ByteCounter, ScanTotals, build_manifest, episode_row, episodes_schema, publish_manifest
@@ -111,15 +111,6 @@ class ReencodeReport:
 # ---- refusals before anything is written ----------------------------------------------------------
 
 
-def check_paths(src: Path, out: Path) -> None:
-    s, o = src.resolve(), out.resolve()
-    if o == s or s in o.parents:
-        raise PrepError(f"output {out} is the source or inside it ({src}); the source is never written: "
-                        "choose an --out outside it")
-    if o in s.parents:
-        raise PrepError(f"output {out} contains the source {src}; choose an --out beside it")
-
-
 def check_options(options: ReencodeOptions) -> None:
     if options.resize not in RESIZE_MODES:
         raise PrepError(f"unknown resize mode {options.resize!r} (choose from {', '.join(RESIZE_MODES)})")
@@ -141,18 +132,6 @@ def check_options(options: ReencodeOptions) -> None:
 def _claim_output(src: Path, out: Path, options: ReencodeOptions) -> None:
     """Refuse an output that holds something else, or a run started with other settings."""
     claim_output(src, out, options.output_settings(), OPTIONS_REL, "reencode_options")
-
-
-def _refuse_foreign(out: Path) -> None:
-    """Refuse a non-empty output folder that prep did not start (checked before anything is written)."""
-    if not out.exists() or (out / OPTIONS_REL).is_file():
-        return
-    if not out.is_dir():
-        raise PrepError(f"output {out} exists and is not a folder")
-    others = sorted(p.name for p in out.iterdir() if p.name != PREP_DIR)
-    if others:
-        raise PrepError(f"output {out} exists and is not a prep reencode output (holds {', '.join(others[:3])}); "
-                        "choose another --out")
 
 
 # What the output holds when a phase fails to write (a full disk, a read-only mount): nothing half-written
@@ -430,7 +409,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     check_options(options)
     check_paths(src, out)
     ds, rejected = open_validated(src)  # metadata checked before any unit
-    _refuse_foreign(out)
+    refuse_foreign(out, OPTIONS_REL, "reencode")
     refuse_if_held(out / LOCK_REL, f"output {out}")  # a busy output is refused at once, before the session
     engine.start()  # the session is up (scheduler reached, cluster started) before anything is written
     source = check_source(src, engine, options.repairs, accept_invalid_source)  # verify without decode
