@@ -59,6 +59,24 @@ def test_real_fixture_manifest(real_v21: Path, tmp_path: Path) -> None:
     assert [r["frames_expected"] for r in table] == [r["observation.images.cam_high/frames"] for r in table]
     assert sum(r["frames_expected"] for r in table) == 3608
     assert "10 ok, 0 failed" in res.stdout
+    assert "camera    observation.images.cam_high: av1 640x480 yuv420p\n" in res.stdout  # as info.json declares
+
+
+def test_summary_names_what_info_json_declares_otherwise(synth_v21: Path, tmp_path: Path,
+                                                        copy_dataset: Callable[[Path, str], Path]) -> None:
+    root = copy_dataset(synth_v21, "mislabelled")
+    info = json.loads((root / "meta/info.json").read_text())
+    cam = next(k for k, f in info["features"].items() if f["dtype"] == "video")
+    info["features"][cam]["info"]["video.codec"] = "av1"
+    info["features"][cam]["shape"] = [224, 224, 3]
+    info["features"][cam]["info"].update({"video.height": 224, "video.width": 224})
+    (root / "meta/info.json").write_text(json.dumps(info, indent=4))
+    out = tmp_path / "m.json"
+    res = prep("scan", str(root), "--out", str(out), "--backend", "inline", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    assert f"camera    {cam}: h264 640x480 yuv420p (info.json declares codec av1, size 224x224)\n" in res.stdout
+    [c] = [c for c in load_manifest(out)["dataset"]["cameras"] if c["key"] == cam]
+    assert (c["codec"], c["declared"]["codec"], c["declared"]["width"]) == ("h264", "av1", 224)
 
 
 def test_synthetic_v21_per_episode_counts_and_bytes(synth_v21: Path) -> None:

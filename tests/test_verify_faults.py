@@ -223,3 +223,27 @@ def test_v30_file_failure_fails_every_episode_in_the_file_but_is_listed_once(
     assert report.failed_episodes == [0, 1]
     assert [(f.episode, f.camera, f.check) for f in report.failures] == [(0, LEFT, "readable")]
     assert passed(report) == [2]
+
+
+# --- what the metadata declares ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["intra_v21", "intra_v30"])
+def test_a_mislabelled_codec_is_a_warning_on_every_episode_of_the_camera(
+    name: str, request: pytest.FixtureRequest, copy_dataset: Callable[[Path, str], Path],
+) -> None:
+    """info.json's video.codec is never read to decode (the `mpeg4-as-h264` parity case loads): each file
+    of the camera gets one warning naming both codecs (v3.0: named by the file's first episode; episodes
+    0 and 1 share a file), and every episode still passes."""
+    import json
+
+    root = copy_dataset(request.getfixturevalue(name), "mislabelled")
+    info_path = root / "meta/info.json"
+    info = json.loads(info_path.read_text())
+    info["features"][LEFT]["info"]["video.codec"] = "av1"
+    info_path.write_text(json.dumps(info, indent=4))
+    report = verify_in_process(root, VerifyOptions())
+    assert report.passed and passed(report) == [0, 1, 2]
+    assert {(f.episode, f.camera, f.check, f.severity, f.expected, f.found) for f in report.failures} == {
+        (ep, LEFT, "declared_codec", "warning", "av1 (info.json)", "h264")
+        for ep in ((0, 1, 2) if name == "intra_v21" else (0, 2))}

@@ -40,12 +40,23 @@ def resume_note(args: argparse.Namespace) -> str | None:
     return f"finished batches are kept in {output_of(args)}.parts/"
 
 
+def _declared(camera: dict[str, Any]) -> str:
+    """What info.json says where the files say otherwise (LeRobot decodes what the files are)."""
+    declared = camera.get("declared", {})
+    diff = [f"{k} {declared[k]}" for k in ("codec", "pix_fmt")
+            if declared.get(k) and camera.get(k) and declared[k] != camera[k]]
+    if declared.get("width") and declared.get("height") and \
+            (declared["width"], declared["height"]) != (camera["width"], camera["height"]):
+        diff.append(f"size {declared['width']}x{declared['height']}")
+    return f" (info.json declares {', '.join(diff)})" if diff else ""
+
+
 def summary(m: dict[str, Any], out: Path) -> str:
     t, d, b = m["totals"], m["dataset"], m["totals"]["bytes"]
     cams = d["cameras"]
     lines = [
         f"dataset   {d['root']}  (LeRobot {d['codebase_version']}, {d['fps']:g} fps, {plural(len(cams), 'camera')})",
-        *(f"camera    {c['key']}: {c['codec']} {c['width']}x{c['height']} {c['pix_fmt']}" for c in cams),
+        *(f"camera    {c['key']}: {c['codec']} {c['width']}x{c['height']} {c['pix_fmt']}{_declared(c)}" for c in cams),
         f"episodes  {t['episodes']:,} ok, {t['episodes_failed']:,} failed",
         f"timesteps {t['frames']:,} ({t['frames_per_episode']['mean']:.1f} per episode; "
         f"{plural(t['frames'] * len(cams), 'camera frame')})",

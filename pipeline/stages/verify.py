@@ -20,6 +20,7 @@ from pipeline.dataset.model import CameraInfo, Dataset, Episode, require_file, r
 from pipeline.errors import EpisodeError
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
+    WARNING,
     CheckFailure,
     Span,
     VideoExpect,
@@ -29,8 +30,8 @@ from pipeline.video.checks import (
 
 PARQUET_COLUMNS = ("timestamp", "frame_index", "episode_index", "index")
 # Failures about a whole file (not one span of it): in v3.0 they fail every episode in the file.
-FILE_CHECKS = frozenset({"readable", "frames_from_header", "fps", "size", "declared_size", "parquet_columns",
-                         "parquet_readable"})
+FILE_CHECKS = frozenset({"readable", "frames_from_header", "fps", "size", "declared_size", "declared_codec",
+                         "parquet_columns", "parquet_readable"})
 
 
 @dataclass(slots=True, frozen=True)
@@ -283,6 +284,9 @@ def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
             file_failures.append((CheckFailure("declared_size", f"{info.width}x{info.height} (info.json)",
                                                f"{probe.width}x{probe.height}", first.index, cam, str(path)),
                                   everyone))
+        if info is not None and info.codec and info.codec != probe.codec:  # LeRobot decodes what the stream is
+            file_failures.append((CheckFailure("declared_codec", f"{info.codec} (info.json)", probe.codec, first.index,
+                                               cam, str(path), WARNING), everyone))
         if ref0.rel in all_spans:
             for f in check_coverage(probe, list(all_spans[ref0.rel]), camera=cam):
                 if f.episode in results:  # reported by the unit that holds the blamed episode
