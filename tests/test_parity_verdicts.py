@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.errors import PrepError
 from pipeline.jobs.preverify import SourceRefused
 from pipeline.jobs.reencode import ReencodeReport, reencode_dataset
 from pipeline.jobs.verify import VerifyReport, verify_in_process
@@ -264,6 +265,21 @@ def test_repair_timestamps_wallclock_output_frames_equal_source(tmp_path: Path) 
         for g, w in zip(got, want, strict=True):
             mse = float(np.mean((g.astype(np.float64) - w) ** 2))
             assert 10 * np.log10(255.0**2 / max(mse, 1e-9)) >= 40.0
+
+
+def test_repair_stats_is_refused_for_v30_which_loads_without_them(tmp_path: Path) -> None:
+    """v3.0 without stats/* columns loads in LeRobot 0.4.4 (the case's verdict): --repair stats has nothing to
+    make right there and is refused in one line before anything is written; without it the re-encode is a
+    drop-in output whose episodes parquet, like the source's, has no stats columns."""
+    src = built(tmp_path, "missing-episode-stats", "v3.0")
+    with pytest.raises(PrepError, match=r"^--repair stats applies to v2.1 datasets, not this v3.0 one: it writes "
+                                        r"meta/episodes_stats.jsonl, .* drop --repair stats$"):
+        reencode(src, tmp_path / "refused", repairs=("stats",))
+    assert not (tmp_path / "refused").exists()
+    report = reencode(src, tmp_path / "out")
+    assert report.ok and report.drop_in and report.repaired == {}
+    [episodes] = (tmp_path / "out/meta/episodes").rglob("*.parquet")
+    assert not [c for c in pq.read_schema(episodes).names if c.startswith("stats/")]
 
 
 def test_repair_stats_writes_episodes_stats_anew(tmp_path: Path) -> None:

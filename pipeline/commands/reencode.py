@@ -78,7 +78,8 @@ def add_parser(sub: Any) -> None:
                    metavar="WHAT", help="fix the source's errors in the output: timestamps = the parquet "
                    "`timestamp` column rewritten as frame_index/fps (v3.0 spans exact) where the video frames are on "
                    "the 1/fps grid but the parquet is not; the parquet files are then no longer byte-identical "
-                   "(every repaired episode is listed in <out>/prep/source_check.json). Choices: %(choices)s")
+                   "(every repaired episode is listed in <out>/prep/source_check.json); stats (v2.1) = "
+                   "meta/episodes_stats.jsonl written anew. Choices: %(choices)s")
     p.add_argument("--accept-invalid-source", action="store_true",
                    help="re-encode a source that verify finds errors in (LeRobot's reader would refuse it or trip "
                    "over it); the output is marked so in <out>/prep/source_check.json and never called drop-in")

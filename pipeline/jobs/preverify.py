@@ -33,6 +33,15 @@ REPAIRS: dict[str, frozenset[str]] = {
     # the parquet rows, every camera's from the frames being encoded
     "stats": frozenset({"metadata_files"}),
 }
+# The formats a repair applies to. v3.0 keeps per-episode stats as optional columns of meta/episodes/*.parquet
+# (LeRobot 0.4 loads without them); the re-encode keeps them as the source has them (a re-encoded camera's
+# columns, where present, are written anew from its new frames), so `stats` has nothing to make right there.
+REPAIR_FORMATS: dict[str, tuple[str, ...]] = {"timestamps": ("v2.1", "v3.0"), "stats": ("v2.1",)}
+REPAIR_NOT_APPLICABLE: dict[str, str] = {
+    "stats": "it writes meta/episodes_stats.jsonl, without which LeRobot 0.3 cannot open a v2.1 dataset; "
+             "v3.0's per-episode stats are optional columns of meta/episodes/*.parquet (LeRobot 0.4 loads "
+             "without them), kept as the source has them; drop --repair stats",
+}
 
 
 @dataclass(slots=True)
@@ -80,15 +89,22 @@ def _finding(f: CheckFailure) -> dict[str, Any]:
             "expected": f.expected, "found": f.found, "path": f.path}
 
 
+def check_repairs(repairs: Iterable[str], codebase_version: str) -> None:
+    """Refuse a repair that is unknown, or that has nothing to make right in a dataset of this format."""
+    for r in repairs:
+        if r not in REPAIRS:
+            raise PrepError(f"unknown --repair {r!r} (choose from {', '.join(REPAIRS)})")
+        if codebase_version not in REPAIR_FORMATS[r]:
+            raise PrepError(f"--repair {r} applies to {', '.join(REPAIR_FORMATS[r])} datasets, not this "
+                            f"{codebase_version} one: {REPAIR_NOT_APPLICABLE.get(r, 'nothing to repair')}")
+
+
 def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_invalid: bool) -> SourceCheck:
-    """Run verify (no decode) on the source; raise SourceRefused when errors remain after the repairs and
-    the invalid source is not accepted."""
+    """Run verify (no decode) on the source; raise SourceRefused when errors remain after the repairs (checked
+    by `check_repairs` first) and the invalid source is not accepted."""
     from pipeline.jobs.verify import verify_dataset
     from pipeline.stages.verify import VerifyOptions
 
-    unknown = [r for r in repairs if r not in REPAIRS]
-    if unknown:
-        raise PrepError(f"unknown --repair {unknown[0]!r} (choose from {', '.join(REPAIRS)})")
     report = verify_dataset(src, VerifyOptions(), engine)
     covered = frozenset().union(*(REPAIRS[r] for r in repairs)) if repairs else frozenset()
 

@@ -46,7 +46,7 @@ from pipeline.dataset.write import (
 )
 from pipeline.errors import PrepError
 from pipeline.jobs.output import check_paths, claim_output, refuse_foreign
-from pipeline.jobs.preverify import SOURCE_CHECK_REL, SourceCheck, check_source
+from pipeline.jobs.preverify import SOURCE_CHECK_REL, SourceCheck, check_repairs, check_source
 from pipeline.lock import exclusive_lock, refuse_if_held
 from pipeline.manifest import ByteCounter, ScanTotals, build_manifest, episode_row, episodes_schema, publish_manifest
 from pipeline.runner import Engine
@@ -409,6 +409,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     check_options(options)
     check_paths(src, out)
     ds, rejected = open_validated(src)  # metadata checked before any unit
+    check_repairs(options.repairs, ds.codebase_version)
     refuse_foreign(out, OPTIONS_REL, "reencode")
     refuse_if_held(out / LOCK_REL, f"output {out}")  # a busy output is refused at once, before the session
     engine.start()  # the session is up (scheduler reached, cluster started) before anything is written
