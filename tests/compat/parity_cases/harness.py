@@ -46,7 +46,7 @@ def run_case(name: str, fmt: str, work: Path, prep_python: str, scheduler: str |
     row["verify_decode"] = prep_cli.verify(prep_python, built.root, d / "verify-decode.json", fmt, decode=True,
                                           scheduler=scheduler)
     row["reencode"] = []
-    for k, variant in enumerate(c.reencode_variants):
+    for k, variant in enumerate(c.variants(fmt)):
         out = d / f"out{k}"
         r = prep_cli.reencode(prep_python, built.root, out, variant, scheduler=scheduler)
         if r["wrote_info"]:

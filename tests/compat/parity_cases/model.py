@@ -78,6 +78,7 @@ class Built:
 
 
 Builder = Callable[[Path, str], Built]  # (case folder, format) -> Built
+Variants = tuple[tuple[str, ...], ...] | dict[str, tuple[tuple[str, ...], ...]]
 
 
 @dataclass(slots=True, frozen=True)
@@ -88,15 +89,20 @@ class Case:
     control: str | None  # the clean control this case differs from (None: it is a control)
     expect: dict[str, Expect]  # per format
     build: Builder
-    reencode_variants: tuple[tuple[str, ...], ...] = ((),)  # extra `prep reencode` options per variant
+    # extra `prep reencode` options per variant; a dict gives each format its own variants
+    reencode_variants: Variants = ((),)
     needs_lerobot: bool = False  # the builder calls LeRobot's own writers or tools
+
+    def variants(self, fmt: str) -> tuple[tuple[str, ...], ...]:
+        v = self.reencode_variants
+        return v.get(fmt, ((),)) if isinstance(v, dict) else v
 
 
 CASES: dict[str, Case] = {}
 
 
 def case(name: str, formats: tuple[str, ...], what: str, control: str | None, expect: dict[str, Expect],
-         *, reencode_variants: tuple[tuple[str, ...], ...] = ((),),
+         *, reencode_variants: Variants = ((),),
          needs_lerobot: bool = False) -> Callable[[Builder], Builder]:
     """Register a builder as a named case."""
 
