@@ -213,7 +213,12 @@ def test_corrupt_source_frame_fails_its_file(tmp_path: Path) -> None:
     # Failed once in a full-suite run (the re-encode completed) and never in 300 decodes and 25 re-encodes
     # in isolation: first say whether the damage took, so a failure tells the two apart.
     damaged = sorted((src / "videos").rglob("episode_000000.mp4"))[0]
-    assert _corrupt_frames(damaged) == [9], "the built source's damage no longer makes the decoder flag frame 9"
+    import hashlib
+
+    notes = json.loads((src.parent / "built.json").read_text())["notes"]
+    assert _corrupt_frames(damaged) == [9], (f"the built source's damage no longer makes the decoder flag frame 9: "
+                                             f"sha256 {hashlib.sha256(damaged.read_bytes()).hexdigest()[:12]} "
+                                             f"(a5af9d68c3be when it does), {notes}")
     report = reencode(src, tmp_path / "out")  # the source passes verify without decode
     assert not report.complete and report.failed == 1, (report.failures, _corrupt_frames(damaged))
     assert "corrupt" in report.failures[0]["reason"] and report.failures[0]["episodes"] == [0]
