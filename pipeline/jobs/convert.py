@@ -70,8 +70,9 @@ from pipeline.convert.source import (
 from pipeline.dataset.info import read_info, video_keys
 from pipeline.dataset.stats import StatsAggregator
 from pipeline.dataset.validate import validate_metadata
+from pipeline.dataset.write import PREP_DIR
 from pipeline.errors import DatasetError, PrepError
-from pipeline.jobs.output import PREP_DIR, check_paths, claim_output, refuse_foreign
+from pipeline.jobs.output import check_paths, claim_output, refuse_foreign
 from pipeline.lock import exclusive_lock
 from pipeline.runner import Engine
 from pipeline.schemas import validate

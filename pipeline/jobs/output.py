@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
+from pipeline.dataset.write import PREP_DIR
 from pipeline.errors import PrepError
 from pipeline.schemas import validate
-
-PREP_DIR = "prep"  # prep's own files inside an output (lock, options, reports)
 
 
 def check_paths(src: Path, out: Path, *, staged: bool = False) -> None:
