@@ -23,6 +23,7 @@ from pipeline.jobs.verify import VerifyReport, verify_in_process
 from pipeline.runner import RunConfig, open_engine
 from pipeline.stages.reencode import ReencodeOptions
 from pipeline.stages.verify import VerifyOptions
+from pipeline.video.checks import decode_scan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compat"))
 from parity_cases import build_case
@@ -203,22 +204,15 @@ def test_ms_rounded_pts_are_restamped_with_repair_timestamps(tmp_path: Path) -> 
     assert verify_in_process(out, VerifyOptions(decode=True)).failures == []
 
 
-def _corrupt_frames(path: Path) -> list[int]:
-    with av.open(str(path)) as c:
-        stream = c.streams.video[0]
-        stream.codec_context.thread_count = 1
-        return [k for k, f in enumerate(c.decode(stream)) if f.is_corrupt]
-
-
 def require_flagged_damage(src: Path) -> Path:
     """The concealed-bytes v2.1 source's damaged file, after checking the decoder flags its frame 9 in this
-    process. In 2 of 3 full-suite runs on one machine (never in isolation: 300 decodes, 25 re-encodes) it
+    process. In 2 of 4 full-suite runs on one machine (never in isolation: 300 decodes, 25 re-encodes) it
     flagged nothing; the case is then not what it is built to be, and the test is skipped, naming the
     file's hash and damage window, instead of judging prep on it."""
     import hashlib
 
     damaged = sorted((src / "videos").rglob("episode_000000.mp4"))[0]
-    flagged = _corrupt_frames(damaged)
+    flagged = decode_scan(damaged).corrupt
     if flagged != [9]:
         notes = json.loads((src.parent / "built.json").read_text())["notes"]
         pytest.skip(f"the decoder flags frames {flagged} of the damaged file, not [9]: sha256 "
@@ -230,7 +224,7 @@ def test_corrupt_source_frame_fails_its_file(tmp_path: Path) -> None:
     src = built(tmp_path, "concealed-bytes", "v2.1")
     damaged = require_flagged_damage(src)
     report = reencode(src, tmp_path / "out")  # the source passes verify without decode
-    assert not report.complete and report.failed == 1, (report.failures, _corrupt_frames(damaged))
+    assert not report.complete and report.failed == 1, (report.failures, decode_scan(damaged).corrupt)
     assert "corrupt" in report.failures[0]["reason"] and report.failures[0]["episodes"] == [0]
 
 
