@@ -223,26 +223,26 @@ def episode_row(s: EpisodeScan, cameras: Iterable[str]) -> dict[str, Any]:
 # ---- publish ---------------------------------------------------------------------------------
 
 
-def publish_manifest(manifest: dict[str, Any], table: Path, out: Path) -> Path:
-    """Validate the manifest, move its finished per-episode table beside it, then write the JSON (last)."""
+def publish_manifest(manifest: dict[str, Any], table: Path, out: Path, root: Path | None = None) -> Path:
+    """Validate the manifest, move its finished per-episode table beside it, then write the JSON (last).
+    `root`: the output folder the manifest is in (`pipeline.atomic.atomic_path`)."""
     table_path = table_path_for(out)
     manifest["episodes_table"] = table_path.name
     validate(manifest, MANIFEST_SCHEMA, source=str(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic.atomic_path(table_path) as tmp:
+    with atomic.atomic_path(table_path, root) as tmp:
         os.replace(table, tmp)
-    atomic.write_json(out, manifest, indent=2)
+    atomic.write_json(out, manifest, indent=2, root=root)
     return table_path
 
 
-def copy_manifest(src: Path, dst: Path) -> dict[str, Any]:
+def copy_manifest(src: Path, dst: Path, root: Path | None = None) -> dict[str, Any]:
     """Copy a manifest and its per-episode table (byte for byte, streaming) to `dst`."""
     manifest = load_manifest(src)
     table = src.with_name(manifest["episodes_table"])
-    with atomic.atomic_path(table_path_for(dst)) as tmp:
+    with atomic.atomic_path(table_path_for(dst), root) as tmp:
         shutil.copyfile(table, tmp)
     manifest["episodes_table"] = table_path_for(dst).name
-    atomic.write_json(dst, manifest, indent=2)
+    atomic.write_json(dst, manifest, indent=2, root=root)
     return manifest
 
 

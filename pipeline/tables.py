@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.atomic import writing
+from pipeline.atomic import create_new, writing
 
 ROWS_PER_GROUP = 16_384
 
@@ -19,10 +19,11 @@ class RowGroupWriter:
 
     Row groups fall at fixed row counts, so the same rows give the same file byte for byte."""
 
-    def __init__(self, path: Path, schema: pa.Schema, rows_per_group: int = ROWS_PER_GROUP) -> None:
+    def __init__(self, path: Path, schema: pa.Schema, rows_per_group: int = ROWS_PER_GROUP,
+                 root: Path | None = None) -> None:
         self.path, self.schema, self.rows_per_group = path, schema, rows_per_group
+        create_new(path, root)  # a new regular file of prep's (never through a link), then opened by name
         with writing(path):  # a full or read-only disk: WriteError naming the table
-            path.parent.mkdir(parents=True, exist_ok=True)
             self._writer = pq.ParquetWriter(path, schema)
         self._cols: dict[str, list[Any]] = {name: [] for name in schema.names}
         self._n = 0

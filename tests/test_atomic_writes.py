@@ -61,7 +61,7 @@ def test_check_target_and_writable(tmp_path: Path) -> None:
 
 
 def test_a_lock_that_cannot_be_written_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "prep/reencode.lock"
+    path = tmp_path / "prep/output.lock"
     real_write = os.write
 
     def full(fd: int, data: bytes) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.atomic import TEMP_MARK
 from pipeline.lock import exclusive_lock
 from pipeline.synth import SynthSpec, write_synthetic
 
@@ -77,7 +78,7 @@ def test_other_limits_on_the_same_output_are_refused(v21: Path, reference: Path)
 
 def test_a_running_conversion_holds_the_lock(v21: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    with exclusive_lock(out / "prep/convert.lock", f"output {out}"):
+    with exclusive_lock(out / "prep/output.lock", f"output {out}"):
         r = prep("convert", str(v21), "--to", "v3.0", "--out", str(out), "--backend", "inline", "--no-progress")
     assert r.returncode == 2 and "is in use by another prep run" in r.stderr
     assert not (out / "meta").exists()
@@ -122,7 +123,7 @@ def test_bad_metadata_is_refused_before_anything_is_written(v21: Path, tmp_path:
 
 
 def _final_outputs(out: Path) -> list[Path]:
-    return [p for p in out.rglob("*") if p.is_file() and ".part-" not in p.name
+    return [p for p in out.rglob("*") if p.is_file() and TEMP_MARK not in p.name
             and p.relative_to(out).parts[0] in ("videos", "data")]
 
 
@@ -154,4 +155,4 @@ def test_killed_conversion_redoes_only_unfinished_files(v21: Path, reference: Pa
     assert report["kept"] == len(done) and report["written"] == report["files"] - len(done)
     assert set(report["written_files"]).isdisjoint(done)
     assert tree(out) == ref
-    assert not list(out.rglob("*.part-*"))
+    assert not list(out.rglob(f"*{TEMP_MARK}*"))

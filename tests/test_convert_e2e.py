@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline import atomic
 from pipeline.convert.layout import Limits
 from pipeline.convert.source import stats_of_row
 from pipeline.dataset import open_dataset
@@ -150,7 +151,7 @@ def test_resume_redoes_only_missing_or_broken_files(small_v21: Path, tmp_path: P
     video.unlink()
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # a torn file under the final name
     (out / "meta/info.json").unlink()
-    (out / "data/chunk-000/.file-002.parquet.part-0123456789ab.parquet").write_bytes(b"left by a killed run")
+    atomic.temp_path_for(out / "data/chunk-000/file-002.parquet").write_bytes(b"left by a killed run")
     report = convert_inline(small_v21, out, "v3.0", limits=SMALL)
     written = sorted(report.written_files)
     assert written == [data.relative_to(out).as_posix(), video.relative_to(out).as_posix()]
@@ -172,7 +173,7 @@ def test_a_bad_input_fails_its_file_and_nothing_is_published(small_v21: Path, tm
     assert "episode_000003.mp4" in failed["reason"]
     assert failed["path"].startswith(f"videos/{CAMS[0]}/")
     assert report.failed == 1 and report.written == report.files - 1
-    assert not list(out.rglob("*.part-*"))
+    assert not list(out.rglob(f"*{atomic.TEMP_MARK}*"))
     assert json.loads((out / "prep/convert_report.json").read_text())["failures"] == report.failures
 
 

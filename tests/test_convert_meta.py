@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.atomic import TEMP_MARK
 from pipeline.convert.hf import features_from_info, retarget, target_metadata
 from pipeline.convert.layout import Limits, Placement, VideoPlace
 from pipeline.convert.meta import (
@@ -195,7 +196,7 @@ def test_episode_rows_and_writer_rotation(tmp_path: Path) -> None:
     assert stats_of_row(row)["observation.images.cam"]["max"] == [[[1.0]], [[1.0]], [[1.0]]]
     assert list(table.column_names[:7]) == ["episode_index", "tasks", "length", "data/chunk_index",
                                             "data/file_index", "dataset_from_index", "dataset_to_index"]
-    assert not list(tmp_path.rglob("*.part-*"))
+    assert not list(tmp_path.rglob(f"*{TEMP_MARK}*"))
 
 
 def test_writer_refuses_an_episode_with_other_stats(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ from pipeline.stages.verify import VerifyOptions
 pytestmark = pytest.mark.faults
 
 PAGE = 4096
-LOCK_REL = "prep/reencode.lock"
+LOCK_REL = "prep/output.lock"
 
 
 @pytest.fixture(scope="module")

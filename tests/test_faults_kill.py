@@ -53,7 +53,7 @@ from pipeline.stages.verify import VerifyOptions
 
 pytestmark = pytest.mark.faults
 
-LOCK_REL = "prep/reencode.lock"
+LOCK_REL = "prep/output.lock"
 
 
 def encoding(out: Path) -> bool:
@@ -88,8 +88,8 @@ import pipeline.atomic as atomic
 target, original = sys.argv[1], atomic.atomic_path
 
 @contextlib.contextmanager
-def atomic_path(path):
-    with original(path) as tmp:
+def atomic_path(path, *args, **kwargs):
+    with original(path, *args, **kwargs) as tmp:
         yield tmp
         if path.as_posix().endswith(target):
             os.killpg(0, signal.SIGKILL)

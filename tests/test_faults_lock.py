@@ -32,7 +32,7 @@ from faults_support import (
 
 pytestmark = pytest.mark.faults
 
-LOCK_REL = "prep/reencode.lock"
+LOCK_REL = "prep/output.lock"
 
 
 def holder(path: Path) -> dict:
@@ -109,7 +109,7 @@ def test_stale_lock_in_partial_output_cleared(tmp_path: Path) -> None:
 
 
 def test_stale_lock_in_fresh_output_cleared(tmp_path: Path) -> None:
-    """The state a run killed right after taking its lock leaves: out/prep/reencode.lock and nothing else."""
+    """The state a run killed right after taking its lock leaves: out/prep/output.lock and nothing else."""
     src = corpus("v21")
     reference = baseline_digest("v21")
     before = snapshot(src)

@@ -191,7 +191,7 @@ def test_disk_full_in_the_final_phase(can_mount: None, tmp_path: Path) -> None:
         assert "meta/info.json" in line and "rerun the same command to finish" in line, line
         assert str(src) not in line, f"the message names the source, not the full output: {line}"
         assert not (out / "meta/info.json").exists(), "info.json written although the run did not complete"
-        assert not temp_files(out) and not (out / "prep/reencode.lock").exists()
+        assert not temp_files(out) and not (out / "prep/output.lock").exists()
         row.observed = "exit 3: " + short_paths(line.split("error: ", 1)[1].replace(str(disk), "<disk>"))[:200]
         remount(disk, 64 << 20)
         r2 = prep(*reencode_args(src, out))

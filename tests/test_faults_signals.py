@@ -58,7 +58,7 @@ def test_signal_mid_run_stops_cleanly_and_resumes(sig: signal.Signals, code: int
         assert lines[1].startswith("prep reencode: to resume: rerun the same command (from "), lines
         assert lines[2].strip().endswith(shlex.join(reencode_args(src, out, workers=2))), lines
         assert not temp_files(out), temp_files(out)
-        assert not (out / "prep/reencode.lock").exists()
+        assert not (out / "prep/output.lock").exists()
         unsound = unsound_final_files(reference, out)
         row.files_lost = len(unsound)
         assert not unsound, unsound

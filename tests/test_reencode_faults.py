@@ -15,6 +15,7 @@ from pathlib import Path
 import av
 import pytest
 
+from pipeline.atomic import TEMP_MARK
 from pipeline.lock import LockedError, exclusive_lock
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -28,9 +29,9 @@ def run(src: Path, out: Path, workers: int = 2, *extra: str) -> subprocess.Compl
 
 
 def videos(out: Path) -> dict[str, tuple[int, int]]:
-    """Final-named videos with (inode, mtime_ns); temp files (.part-) excluded."""
+    """Final-named videos with (inode, mtime_ns); temp files (TEMP_MARK) excluded."""
     return {p.relative_to(out).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns)
-            for p in out.rglob("*.mp4") if ".part-" not in p.name}
+            for p in out.rglob("*.mp4") if TEMP_MARK not in p.name}
 
 
 def frames(path: Path) -> list[bytes]:
@@ -51,14 +52,14 @@ def test_sigkill_then_rerun_matches_uninterrupted(synth_v21: Path, tmp_path: Pat
     done = videos(out)
     assert 0 < len(done) < 9, f"expected a mid-run kill, found {len(done)} finished files"
     assert not (out / "meta/info.json").exists()  # metadata only once everything is done
-    assert (out / "prep/reencode.lock").exists()  # left behind by the dead run: stale
+    assert (out / "prep/output.lock").exists()  # left behind by the dead run: stale
 
     r = run(synth_v21, out)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{9 - len(done)} encoded, {len(done)} kept" in r.stdout
     after = videos(out)
     assert {k: after[k] for k in done} == done  # finished files were not redone
-    assert not list(out.rglob("*.part-*"))
+    assert not list(out.rglob(f"*{TEMP_MARK}*"))
 
     ref = tmp_path / "reference"
     assert run(synth_v21, ref).returncode == 0
@@ -73,13 +74,13 @@ def test_sigkill_then_rerun_matches_uninterrupted(synth_v21: Path, tmp_path: Pat
 
 def test_second_concurrent_run_refused(synth_v21: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
-    with exclusive_lock(out / "prep/reencode.lock", f"output {out}"):
+    with exclusive_lock(out / "prep/output.lock", f"output {out}"):
         r = run(synth_v21, out)
         assert r.returncode == 2
         assert "in use by another prep run" in r.stderr and f"pid {os.getpid()}" in r.stderr
-        with pytest.raises(LockedError), exclusive_lock(out / "prep/reencode.lock", "again"):
+        with pytest.raises(LockedError), exclusive_lock(out / "prep/output.lock", "again"):
             pass
-    assert not (out / "prep/reencode.lock").exists()
+    assert not (out / "prep/output.lock").exists()
 
 
 def test_stale_lock_is_taken_over(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from inject import drop_frame, truncate_video
 
+from pipeline.atomic import TEMP_MARK
 from pipeline.cli import main
 from pipeline.errors import MetadataError, PrepError
 from pipeline.jobs.verify import verify_in_process, write_report
@@ -56,7 +57,7 @@ def test_cli_on_a_cluster_reports_one_broken_camera(
     assert ep2["cameras"][LEFT]["frames_from_packets"] == 89
     assert ep2["cameras"][HIGH]["frames_decoded"] == 90
     assert [e["status"] for e in report["episodes"]] == ["passed", "passed", "failed", "failed"]
-    assert list(root.rglob("*.part-*")) == []
+    assert list(root.rglob(f"*{TEMP_MARK}*")) == []
 
 
 @pytest.mark.slow

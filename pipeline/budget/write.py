@@ -79,6 +79,6 @@ def write_report(
         from pipeline.budget.plots import write_plots  # matplotlib: only when drawing
 
         write_plots(cfg, est, cov, out_dir, names)
-    atomic.write_text(out_json, text)
-    atomic.write_text(out_dir / "report.md", render_markdown(report))
+    atomic.write_text(out_json, text, out_dir)
+    atomic.write_text(out_dir / "report.md", render_markdown(report), out_dir)
     return report

@@ -158,7 +158,7 @@ def _write(doc: dict[str, Any], out: Path, name: str) -> Path:
         print("note: jsonschema not installed, JSON not validated here", file=sys.stderr)
     else:
         validate(doc, "bench", source=str(path))
-    atomic.write_json(path, doc)
+    atomic.write_json(path, doc, root=out)
     return path
 
 
@@ -182,7 +182,11 @@ def run(args: argparse.Namespace) -> int:
         if not (root / "meta/info.json").is_file():
             raise PrepError(f"{root}: not a LeRobot dataset (no meta/info.json)")
     _check_device(args.device)
+    default = args.out is None
     args.out = output_of(args)
+    from pipeline.jobs.output import check_outside
+
+    check_outside([args.dataset, args.compare], args.out, default=default)  # the datasets are read-only
     host = report.host_info(args.device)
     argv = list(sys.argv)
     plots: list[str] = []

@@ -57,12 +57,47 @@ def prepared_manifest(args: argparse.Namespace) -> Path | None:
     return found
 
 
+WRITTEN = ("report.json", "report.md")  # and the plots, *.png
+
+
+def _dataset_root(manifest: Path | None) -> Path | None:
+    """The dataset a manifest was made from (as it records it), when it is readable; else None."""
+    import json
+
+    if manifest is None or not manifest.is_file():
+        return None
+    try:
+        root = json.loads(manifest.read_text(encoding="utf-8"))["dataset"]["root"]
+    except (OSError, ValueError, RecursionError, TypeError, KeyError):
+        return None
+    return Path(root) if isinstance(root, str) and root else None
+
+
+def check_read_only(args: argparse.Namespace, prepared: Path | None, out: Path) -> None:
+    """The report folder is not inside a dataset the report is about (DATASET, or the datasets the
+    manifests were made from), and no report file would overwrite an input (a manifest or config)."""
+    import os
+
+    from pipeline.jobs.output import check_outside
+
+    check_outside([args.dataset, _dataset_root(args.native), _dataset_root(prepared)], out,
+                  default=args.out is None)
+    o = os.path.realpath(out)
+    for flag, path in (("--native", args.native), ("--prepared", prepared), ("--config", args.config)):
+        if path is None:
+            continue
+        real = Path(os.path.realpath(path))
+        if str(real.parent) == o and (real.name in WRITTEN or real.suffix == ".png"):
+            raise PrepError(f"--out {out} would overwrite the input {flag} {path}; choose another --out")
+
+
 def run(args: argparse.Namespace) -> int:
     from pipeline.budget import headline_text, write_report
 
     cfg = load_config(args.config, cli_values(args))
     prepared = prepared_manifest(args)
     out: Path = (args.out or default_in_cwd(DEFAULT_OUT)).absolute()
+    check_read_only(args, prepared, out)
     if out.exists() and not out.is_dir():
         raise PrepError(f"--out {out}: exists and is not a folder")
     from pipeline.atomic import check_writable

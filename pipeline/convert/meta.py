@@ -18,7 +18,6 @@ Each file is written under a temp name and renamed when complete (`pipeline/atom
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -121,13 +120,15 @@ def tasks_schema(sample_task: str) -> pa.Schema:
     return pa.Schema.from_pandas(df)
 
 
-def write_tasks_v30(path: Path, tasks: Iterable[tuple[int, str]], batch: int = 10_000) -> int:
-    """`meta/tasks.parquet` from (task_index, task) in order; returns the number of tasks."""
+def write_tasks_v30(path: Path, tasks: Iterable[tuple[int, str]], batch: int = 10_000,
+                    root: Path | None = None) -> int:
+    """`meta/tasks.parquet` from (task_index, task) in order; returns the number of tasks. `root`: the output
+    folder (`pipeline.atomic.atomic_path`)."""
     writer: pq.ParquetWriter | None = None
     count = 0
     idx: list[int] = []
     names: list[str] = []
-    with atomic.atomic_path(path) as tmp:
+    with atomic.atomic_path(path, root) as tmp:
         try:
             for i, task in tasks:
                 idx.append(i)
@@ -157,9 +158,9 @@ def _write_tasks_batch(writer: pq.ParquetWriter | None, tmp: Path, idx: list[int
     return writer
 
 
-def write_tasks_v21(path: Path, tasks: Iterable[tuple[int, str]]) -> int:
+def write_tasks_v21(path: Path, tasks: Iterable[tuple[int, str]], root: Path | None = None) -> int:
     count = 0
-    with atomic.LineWriter(path) as out:
+    with atomic.LineWriter(path, root) as out:
         for i, task in tasks:
             out.write_json_line({"task_index": i, "task": task})
             count += 1
@@ -258,8 +259,7 @@ class V30EpisodesWriter:
             if self.schema is None:
                 self.schema = _fixed_types(table.schema)
                 table = table.cast(self.schema)
-            self.tmp = atomic.temp_path_for(self._path())
-            self.tmp.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = atomic.create_temp(self._path(), self.out_root)
             self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="snappy", use_dictionary=True)
         self.writer.write_table(table)
         self.file_mb += table.nbytes / MB
@@ -275,11 +275,8 @@ class V30EpisodesWriter:
             return
         self.writer.close()
         self.writer = None
-        with open(self.tmp, "rb") as fh:
-            os.fsync(fh.fileno())
         path = self._path()
-        os.replace(self.tmp, path)
-        atomic.fsync_dir(path.parent)
+        atomic.commit(self.tmp, path)
         self.files.append(path.relative_to(self.out_root).as_posix())
         self.tmp, self.file_mb = None, 0.0
 

@@ -109,7 +109,7 @@ def copy_unchanged(ds: Dataset, out: Path) -> CopyTotals:
                 else:
                     totals.source[_KINDS.get(top, "other")] += size
                     totals.source_files += 1
-            if (top == PREP_DIR and rel_dir != Path(".")) or atomic.TEMP_MARK in name or not full.is_file():
+            if (top == PREP_DIR and rel_dir != Path(".")) or not full.is_file():  # any name: no file is ours
                 continue
             kind = index.kind(rel)
             if kind is not None:
@@ -141,7 +141,7 @@ def _copy_one(root: Path, out: Path, rel: str, totals: CopyTotals) -> None:
     src, dst = root / rel, out / rel
     size = src.stat().st_size
     if not (dst.is_file() and dst.stat().st_size == size and filecmp.cmp(src, dst, shallow=False)):
-        with atomic.atomic_path(dst) as tmp:
+        with atomic.atomic_path(dst, out) as tmp:
             shutil.copyfile(src, tmp)
         totals.copied += 1
     totals.output[_KINDS.get(rel.split("/", 1)[0], "other")] += size
@@ -231,7 +231,7 @@ def _write_v21_stats_anew(ds: Dataset, out: Path, videos: EpisodeVideos, cameras
                           data_stats: DataStats) -> None:
     """meta/episodes_stats.jsonl written from scratch (`--repair stats`), one line per episode in order:
     each numeric column's stats from the parquet rows, each re-encoded camera's from its new frames."""
-    with atomic.atomic_path(out / "meta/episodes_stats.jsonl") as tmp, open(tmp, "w", encoding="utf-8") as fh:
+    with atomic.atomic_path(out / "meta/episodes_stats.jsonl", out) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for e in ds.episodes.episode_index:
             ep = int(e)
             stats = dict(data_stats(ep))
@@ -253,7 +253,7 @@ def _write_v21_stats(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: lis
     path = ds.root / "meta/episodes_stats.jsonl"
     if not path.is_file():
         return
-    with atomic.atomic_path(out / "meta/episodes_stats.jsonl") as tmp, open(tmp, "w", encoding="utf-8") as fh:
+    with atomic.atomic_path(out / "meta/episodes_stats.jsonl", out) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for _lineno, line in iter_lines(path):
             if not line.strip():
                 continue
@@ -313,7 +313,7 @@ def _write_v30_episodes(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: 
                 table = table.set_column(table.column_names.index(col), table.schema.field(col),
                                          pa.array(new, type=typ))
         dst = out / path.relative_to(ds.root)
-        with atomic.atomic_path(dst) as tmp:
+        with atomic.atomic_path(dst, out) as tmp:
             pq.write_table(table, tmp)
 
 
@@ -329,7 +329,7 @@ def _write_stats_json(ds: Dataset, out: Path, agg: dict[str, dict[str, Any]], ca
             # Quantiles LeRobot 0.4 may add cannot be recomputed from sums: drop them rather than lie.
             for k in [k for k in stats[cam] if k not in STAT_NAMES]:
                 del stats[cam][k]
-    atomic.write_json(out / "meta/stats.json", stats)
+    atomic.write_json(out / "meta/stats.json", stats, root=out)
 
 
 def write_output_metadata(
@@ -362,5 +362,5 @@ def write_output_metadata(
 
 def write_output_info(ds: Dataset, out: Path, updates: dict[str, VideoFeatureUpdate]) -> Path:
     """meta/info.json of the output: the file that says the dataset is complete (written last)."""
-    atomic.write_json(out / "meta/info.json", updated_info(ds.info, updates))
+    atomic.write_json(out / "meta/info.json", updated_info(ds.info, updates), root=out)
     return out / "meta/info.json"

@@ -16,7 +16,7 @@ publish  only when every output file succeeded: tasks, episodes (+ per-episode s
 
 Resumable per output file: the plan is a pure function of the source metadata and the options, so a
 rerun redoes only the files that are missing or fail their checks. prep's files live in `<out>/prep/`:
-convert_options.json (a rerun with other options is refused), convert.lock while running,
+convert_options.json (a rerun with other options is refused), output.lock while running (any command's),
 convert_report.json.
 
 `reencode_as` is `prep reencode --format` for the other layout: the re-encode job writes the new
@@ -72,8 +72,15 @@ from pipeline.dataset.stats import StatsAggregator
 from pipeline.dataset.validate import validate_metadata
 from pipeline.dataset.write import PREP_DIR
 from pipeline.errors import DatasetError, PrepError
-from pipeline.jobs.output import check_paths, claim_output, refuse_foreign
-from pipeline.lock import exclusive_lock
+from pipeline.jobs.output import (
+    check_output_tree,
+    check_paths,
+    claim_output,
+    command_line,
+    output_lock,
+    refuse_busy,
+    refuse_foreign,
+)
 from pipeline.runner import Engine
 from pipeline.schemas import validate
 from pipeline.stages.convert import (
@@ -89,7 +96,6 @@ from pipeline.video.remux import StartProblem
 
 FORMATS = ("v2.1", "v3.0")
 OPTIONS_REL = f"{PREP_DIR}/convert_options.json"
-LOCK_REL = f"{PREP_DIR}/convert.lock"
 REPORT_REL = f"{PREP_DIR}/convert_report.json"
 STAGED_REL = f"{PREP_DIR}/reencoded"  # `reencode_as`: the re-encode in the source's layout
 FAILURES_LISTED = 10_000
@@ -249,17 +255,18 @@ class ConvertReduce:
 
 
 def copy_root_files(src: Path, dst: Path) -> None:
-    """Files at the top of the source (README.md, LICENSE, ...) byte for byte."""
+    """Files at the top of the source (README.md, LICENSE, ...) byte for byte, whatever their names (a
+    symlink is not followed out of the source: left out)."""
     for entry in sorted(src.iterdir()):
-        if entry.is_file() and not entry.is_symlink() and atomic.TEMP_MARK not in entry.name:
-            with atomic.atomic_path(dst / entry.name) as tmp:
+        if entry.is_file() and not entry.is_symlink():
+            with atomic.atomic_path(dst / entry.name, dst) as tmp:
                 shutil.copyfile(entry, tmp)
 
 
 def publish_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions, report: ConvertReport) -> None:
     """tasks.parquet, meta/episodes/*.parquet (from the same plan, streamed again), stats.json, info.json last."""
     fps = float(info["fps"])
-    report.tasks = write_tasks_v30(out / "meta/tasks.parquet", iter_v21_tasks(src))
+    report.tasks = write_tasks_v30(out / "meta/tasks.parquet", iter_v21_tasks(src), root=out)
     stats = iter_v21_stats(src) if (src / V21_EPISODES_STATS).is_file() else None
     agg = StatsAggregator()
     writer = V30EpisodesWriter(out, options.limits.data_files_size_in_mb, options.limits.chunks_size)
@@ -281,23 +288,23 @@ def publish_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOpti
         writer.abort()
         raise
     if stats is not None:
-        atomic.write_lerobot_json(out / "meta/stats.json", agg.result())
+        atomic.write_lerobot_json(out / "meta/stats.json", agg.result(), root=out)
     elif (src / "meta/stats.json").is_file():
-        with atomic.atomic_path(out / "meta/stats.json") as tmp:
+        with atomic.atomic_path(out / "meta/stats.json", out) as tmp:
             shutil.copyfile(src / "meta/stats.json", tmp)
     copy_root_files(src, out)
     report.episodes, report.frames = episodes, frames
     atomic.write_lerobot_json(out / "meta/info.json", info_to_v30(info, options.limits, episodes=episodes,
-                                                                  frames=frames, tasks=report.tasks))
+                                                                  frames=frames, tasks=report.tasks), root=out)
 
 
 def publish_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions, report: ConvertReport) -> None:
     """tasks.jsonl, episodes.jsonl and episodes_stats.jsonl (streamed from the v3.0 episodes), info.json last."""
     cameras = video_keys(info, src / "meta/info.json")
-    report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", iter_v30_tasks(src))
+    report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", iter_v30_tasks(src), root=out)
     episodes = frames = 0
-    with atomic.LineWriter(out / "meta/episodes.jsonl") as eps, \
-            atomic.LineWriter(out / "meta/episodes_stats.jsonl") as st:
+    with atomic.LineWriter(out / "meta/episodes.jsonl", out) as eps, \
+            atomic.LineWriter(out / "meta/episodes_stats.jsonl", out) as st:
         for ep, row in iter_v30_episodes(src, info, cameras):
             eps.write_json_line(v21_episode_line(ep.index, ep.tasks, ep.length))
             st.write_json_line(v21_stats_line(ep.index, stats_of_row(row)))
@@ -307,7 +314,8 @@ def publish_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOpti
     report.episodes, report.frames = episodes, frames
     atomic.write_lerobot_json(out / "meta/info.json", info_to_v21(info, options.limits.chunks_size,
                                                                   episodes=episodes, frames=frames,
-                                                                  tasks=report.tasks, cameras=len(cameras)))
+                                                                  tasks=report.tasks, cameras=len(cameras)),
+                              root=out)
 
 
 PUBLISH = {"v3.0": publish_v30, "v2.1": publish_v21}
@@ -345,10 +353,12 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
         raise DatasetError(src / "meta/info.json", f"the dataset already is {options.to}")
     check_paths(src, out, staged=staged)
     validate_metadata(src).raise_if_any()  # every metadata file checked before anything is written
+    check_output_tree(out)  # a symlink, FIFO, socket or device in the output (a resume too): refused
     refuse_foreign(out, OPTIONS_REL, "convert")
+    refuse_busy(out)  # a busy output (any command) is refused at once
     out.mkdir(parents=True, exist_ok=True)
     report = ConvertReport(str(src), str(out), options.to, options.settings(), engine.backend)
-    with exclusive_lock(out / LOCK_REL, f"output {out}"):
+    with output_lock(out, command_line("convert")):
         _claim_output(src, out, {**options.settings(), **(extra_settings or {})})
         for sub in ("videos", "data", "meta"):  # temp files of a killed run (never the staged source in prep/)
             atomic.remove_stale_temps(out / sub)
@@ -393,7 +403,7 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
 def write_report(out: Path, report: ConvertReport) -> None:
     doc = {"schema": "prep.convert_report/1", **asdict(report)}
     validate(doc, "convert_report", source=str(out / REPORT_REL))
-    atomic.write_json(out / REPORT_REL, doc, indent=2)
+    atomic.write_json(out / REPORT_REL, doc, indent=2, root=out)
 
 
 # ---- prep reencode --format -------------------------------------------------------------------------
@@ -440,13 +450,22 @@ def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engi
     check_options(conv)
     check_reencode_options(options)
     check_paths(src, out)
+    check_output_tree(out)
     refuse_foreign(out, OPTIONS_REL, "convert")
+    refuse_busy(out)
+    with output_lock(out, command_line("reencode")):  # held through both steps: no other command comes in between
+        return _reencode_as(src, out, options, to, conv, engine, keep_staged)
+
+
+def _reencode_as(src: Path, out: Path, options: Any, to: str, conv: ConvertOptions, engine: Engine,
+                 keep_staged: bool) -> ReencodeAsReport:
+    from pipeline.jobs.reencode import reencode_dataset
+
     staged = out / STAGED_REL
     settings = {**conv.settings(), "reencode": {"source": str(src.resolve()), **options.output_settings()}}
     if (out / "meta/info.json").is_file() and not staged.exists():
-        with exclusive_lock(out / LOCK_REL, f"output {out}"):
-            _claim_output(staged, out, settings)
-            previous = json.loads((out / REPORT_REL).read_text(encoding="utf-8"))
+        _claim_output(staged, out, settings)
+        previous = json.loads(atomic.read_regular_text(out / REPORT_REL))
         report = ConvertReport(**{k: v for k, v in previous.items() if k != "schema"})
         report.written, report.kept, report.written_files = 0, report.files, []
         report.verify = verify_output(out, engine, all_intra=True)
@@ -461,7 +480,7 @@ def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engi
     if result.ok:
         for name in CARRIED:
             if (staged / PREP_DIR / name).is_file():
-                with atomic.atomic_path(out / PREP_DIR / name) as tmp:
+                with atomic.atomic_path(out / PREP_DIR / name, out) as tmp:
                     shutil.copyfile(staged / PREP_DIR / name, tmp)
                 result.carried.append(f"{PREP_DIR}/{name}")
         if not keep_staged:

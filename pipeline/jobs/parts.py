@@ -15,6 +15,10 @@ failed (worker lost beyond the retries) is not recorded: a rerun tries it again.
 deterministic (it is: the dataset model orders episodes by index). The folder is removed once the job has
 published its outputs. Files changed on disk between the kill and the rerun are not noticed: delete the
 folder (or pass `resume=False`) to start over.
+
+The work folder, its lock (`<output>.parts.lock`) and the report beside them are prep's own: a symlink, FIFO,
+socket or device in their place (or inside the folder) is refused with one line before anything is read,
+cleared or written (`pipeline.atomic.check_tree`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import gzip
 import hashlib
 import json
 import re
+import shlex
 import shutil
 import sys
 from collections import deque
@@ -43,9 +48,28 @@ PLAN_FILE = "plan.json"
 PART_RE = re.compile(r"part-(\d{12})-(\d{12})\.jsonl\.gz")
 
 
+def command_line() -> str:
+    """This process's command line (`prep scan DATASET --out ...`), for the work folder lock's holder."""
+    return shlex.join(["prep", *sys.argv[1:]]) if sys.argv[1:] else "prep"
+
+
 def work_folder_for(output: Path) -> Path:
     output = Path(output).absolute()
     return output.with_name(output.name + ".parts")
+
+
+def check_report_place(sources: Iterable[Path | None], output: Path, table: Path) -> None:
+    """Before a report job reads or writes anything: the report is outside every source (the source is
+    read-only), and the report, its table, its work folder and the folder's lock are not symlinks, FIFOs,
+    sockets or devices (one line naming the first)."""
+    from pipeline.jobs.output import check_outside
+
+    output = Path(output).absolute()
+    check_outside(sources, output)
+    work = work_folder_for(output)
+    for path in (output, table, work.with_name(work.name + ".lock")):
+        atomic.check_entry(path, f"the place of the report {atomic.shown(output)}")
+    atomic.check_tree(work, what="the work folder", follow_root=False)
 
 
 def fingerprint(job: str, record_version: int, ds: Dataset, **options: Any) -> str:
@@ -62,16 +86,19 @@ class WorkFolder:
         self.path = Path(path)
         self.fingerprint = fingerprint
         self.lock_path = self.path.with_name(self.path.name + ".lock")
-        self._lock = exclusive_lock(self.lock_path, f"work folder {self.path}")
+        atomic.check_tree(self.path, what="the work folder", follow_root=False)  # before the lock is taken
+        self._lock = exclusive_lock(self.lock_path, f"work folder {atomic.shown(self.path)}",
+                                    command=command_line())
         self._lock.__enter__()  # a second run on the same output is refused while this one lives
         try:
+            atomic.check_tree(self.path, what="the work folder", follow_root=False)  # as it is under the lock
             previous = self._read_plan()
             if self.path.exists() and (not resume or previous != fingerprint):
                 shutil.rmtree(self.path)
-            self.path.mkdir(parents=True, exist_ok=True)
+            atomic.make_dirs(self.path)
             atomic.remove_stale_temps(self.path)
             if previous != fingerprint or not resume:
-                atomic.write_json(self.path / PLAN_FILE, {"fingerprint": fingerprint}, indent=None)
+                atomic.write_json(self.path / PLAN_FILE, {"fingerprint": fingerprint}, indent=None, root=self.path)
         except BaseException:
             self.release()
             raise
@@ -84,8 +111,8 @@ class WorkFolder:
 
     def _read_plan(self) -> str | None:
         try:
-            value = json.loads((self.path / PLAN_FILE).read_text(encoding="utf-8")).get("fingerprint")
-        except (OSError, ValueError, AttributeError):
+            value = json.loads(atomic.read_regular_text(self.path / PLAN_FILE)).get("fingerprint")
+        except (OSError, ValueError, AttributeError, RecursionError):
             return None
         return value if isinstance(value, str) else None
 
@@ -94,14 +121,14 @@ class WorkFolder:
         out = []
         for p in self.path.iterdir() if self.path.is_dir() else ():
             m = PART_RE.fullmatch(p.name)
-            if m:
+            if m and p.is_file() and not p.is_symlink():
                 out.append((int(m.group(1)), int(m.group(2)), p))
         return sorted(out)
 
     def write_record(self, first: int, lines: list[Any]) -> None:
         end = first + len(lines)
         path = self.path / f"part-{first:012d}-{end:012d}.jsonl.gz"
-        with atomic.atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=1) as fh:
+        with atomic.atomic_path(path, self.path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=1) as fh:
             for obj in lines:
                 fh.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n")
 

@@ -12,7 +12,7 @@ publish  the other files copied, then (only when every file succeeded) the rewri
          and reencode_report.json
 
 Resumable per file: a rerun keeps every output file that passes its checks (and its saved image stats).
-prep's files live in `<out>/prep/`: options.json, reencode.lock while running, stats/<file>.json,
+prep's files live in `<out>/prep/`: options.json, output.lock while running (any command's), stats/<file>.json,
 reencode_report.json, manifest.json (+ .episodes.parquet) and comparison.json.
 """
 
@@ -45,9 +45,16 @@ from pipeline.dataset.write import (
     write_output_metadata,
 )
 from pipeline.errors import PrepError
-from pipeline.jobs.output import check_paths, claim_output, refuse_foreign
+from pipeline.jobs.output import (
+    check_output_tree,
+    check_paths,
+    claim_output,
+    command_line,
+    output_lock,
+    refuse_busy,
+    refuse_foreign,
+)
 from pipeline.jobs.preverify import SOURCE_CHECK_REL, SourceCheck, check_repairs, check_source
-from pipeline.lock import exclusive_lock, refuse_if_held
 from pipeline.manifest import ByteCounter, ScanTotals, build_manifest, episode_row, episodes_schema, publish_manifest
 from pipeline.runner import Engine
 from pipeline.schemas import validate
@@ -67,7 +74,6 @@ from pipeline.video.encode import ENGINES, PROFILES
 from pipeline.video.resize import RESIZE_MODES
 
 OPTIONS_REL = f"{PREP_DIR}/options.json"
-LOCK_REL = f"{PREP_DIR}/reencode.lock"
 REPORT_REL = f"{PREP_DIR}/reencode_report.json"
 MANIFEST_REL = f"{PREP_DIR}/manifest.json"
 COMPARISON_REL = f"{PREP_DIR}/comparison.json"
@@ -296,7 +302,7 @@ class SidecarDataStats:
             return {}
         rel = self.ds.episodes[pos].data.rel
         if rel not in self._cache:
-            self._cache[rel] = json.loads(data_stats_sidecar(self.out, rel).read_text(encoding="utf-8"))
+            self._cache[rel] = json.loads(atomic.read_regular_text(data_stats_sidecar(self.out, rel)))
             if len(self._cache) > 16:
                 self._cache.popitem(last=False)
         stats: dict[str, Any] = self._cache[rel].get(str(episode), {})
@@ -315,7 +321,7 @@ class SidecarVideos:
     def _stats(self, rel: str, camera: str) -> dict[int, dict[str, Any]]:
         if rel not in self._cache:
             unit = ReencodeUnit("", str(self.out), rel, camera, 0.0, (), self.reduce.options)
-            doc = json.loads(stats_sidecar(unit).read_text(encoding="utf-8"))
+            doc = json.loads(atomic.read_regular_text(stats_sidecar(unit)))
             self._cache[rel] = {int(s[0]): st for s, st in zip(doc["key"]["spans"], doc["stats"], strict=True)}
             if len(self._cache) > 16:
                 self._cache.popitem(last=False)
@@ -410,18 +416,19 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     check_paths(src, out)
     ds, rejected = open_validated(src)  # metadata checked before any unit
     check_repairs(options.repairs, ds.codebase_version)
+    check_output_tree(out)  # a symlink, FIFO, socket or device in the output (a resume too): refused
     refuse_foreign(out, OPTIONS_REL, "reencode")
-    refuse_if_held(out / LOCK_REL, f"output {out}")  # a busy output is refused at once, before the session
+    refuse_busy(out)  # a busy output (any command) is refused at once, before the session
     engine.start()  # the session is up (scheduler reached, cluster started) before anything is written
     source = check_source(src, engine, options.repairs, accept_invalid_source)  # verify without decode
-    atomic.check_writable(out / PREP_DIR)  # read-only, full or blocked outputs are refused before any work
+    atomic.check_writable(out / PREP_DIR, root=out)  # read-only, full or blocked outputs are refused before any work
     report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine,
                             source_errors=source.errors_total, source_warnings=source.warnings_total,
                             accepted_invalid_source=source.accepted_invalid,
                             repaired_checks=list(source.repaired_checks))
-    with exclusive_lock(out / LOCK_REL, f"output {out}"):
+    with output_lock(out, command_line("reencode")):
         _claim_output(src, out, options)
-        atomic.remove_stale_temps(out)
+        atomic.remove_stale_temps(out, source=src)
         reduce = ReencodeReduce(ds, report, options)
         t0 = time.perf_counter()
         for batch in engine.map(reencode_unit, plan_videos(ds, out, options), on_error=reencode_failed,
@@ -431,11 +438,11 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
             for unit, result in zip(batch.units, batch.results, strict=True):
                 reduce.add_video(unit, result)
         report.seconds = time.perf_counter() - t0
-        atomic.remove_stale_temps(out)  # temp files of workers killed mid-task (their task was retried)
+        atomic.remove_stale_temps(out, source=src)  # temp files of workers killed mid-task (their task was retried)
         for d in engine.results(copy_data, plan_data(ds, out, options), on_error=copy_failed, desc="copy data",
                                 unit_name="file", total=len(ds.file_groups("data")), cost_s=COPY_COST_S):
             reduce.add_data(d)
-        atomic.remove_stale_temps(out)
+        atomic.remove_stale_temps(out, source=src)
         if reduce.write_errors:
             raise atomic.WriteError(_write_error("copy", reduce.write_errors[0]))
         try:
@@ -459,7 +466,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
                 report.drop_in = not source.accepted_invalid
             doc = {"schema": "prep.reencode_report/1", **asdict(report)}
             validate(doc, "reencode_report", source=str(out / REPORT_REL))
-            atomic.write_json(out / REPORT_REL, doc, indent=2)
+            atomic.write_json(out / REPORT_REL, doc, indent=2, root=out)
             if updates is not None:  # last: info.json present means every other file and report is there
                 phase = "info"
                 write_output_info(ds, out, updates)
@@ -481,7 +488,7 @@ def _publish_source_check(out: Path, source: SourceCheck, reduce: ReencodeReduce
     if "stats" in report.repaired:
         repaired["stats"] = [int(e) for e in reduce.ds.episodes.episode_index]
     doc = {**source.to_json(), "repaired_episodes": repaired}
-    atomic.write_json(out / SOURCE_CHECK_REL, doc, indent=1)
+    atomic.write_json(out / SOURCE_CHECK_REL, doc, indent=1, root=out)
 
 
 def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeReport,
@@ -498,19 +505,20 @@ def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeRep
     info = updated_info(ds.info, updates)
     info_bytes = len((json.dumps(info, indent=4, ensure_ascii=False) + "\n").encode("utf-8"))
     reduce.bytes.add("meta/info.json", info_bytes)  # counted now, written last (atomic.write_json's bytes)
-    atomic.write_json(out / PROVENANCE_REL, provenance(ds, reduce, updates), indent=2)
+    atomic.write_json(out / PROVENANCE_REL, provenance(ds, reduce, updates), indent=2, root=out)
     report.complete = True
-    table = RowGroupWriter(out / PREP_DIR / "manifest.episodes.parquet.tmp", episodes_schema(ds.camera_keys))
+    table = RowGroupWriter(out / PREP_DIR / "manifest.episodes.parquet.tmp", episodes_schema(ds.camera_keys),
+                           root=out)
     try:
         manifest = output_manifest(ds, out, reduce, info, table)
         table.close()
     except BaseException:
         table.abort()
         raise
-    publish_manifest(manifest, table.path, out / MANIFEST_REL)
+    publish_manifest(manifest, table.path, out / MANIFEST_REL, root=out)
     report.manifest = str(out / MANIFEST_REL)
     prepared_cams = [f"{c.key}: {c.codec} {c.width}x{c.height}" for c in cameras_from_info(info, out)]
     report.comparison = comparison(ds, copied.source, copied.prep_folder, manifest, prepared_cams)
     validate(report.comparison, "comparison", source=str(out / COMPARISON_REL))
-    atomic.write_json(out / COMPARISON_REL, report.comparison, indent=2)
+    atomic.write_json(out / COMPARISON_REL, report.comparison, indent=2, root=out)
     return updates

@@ -57,7 +57,10 @@ def decode(obj: list[dict[str, Any]]) -> list[EpisodeScan]:
 
 
 def scan_dataset(src: Path, out: Path, engine: Engine, *, resume: bool = True) -> tuple[dict[str, Any], Path]:
-    """Scan `src` through `engine` and write its manifest to `out`; returns (manifest, per-episode table)."""
+    """Scan `src` through `engine` and write its manifest to `out`; returns (manifest, per-episode table).
+    The manifest may not be written inside `src` (the source is read-only)."""
+    out = Path(out).absolute()
+    parts.check_report_place([src], out, table_path_for(out))  # in the source, or a link in its place: refused
     ds, rejected = open_validated(src)  # metadata checked before any unit
     engine.start(local=False)  # a scheduler that cannot be reached: refused before anything is written
     atomic.check_target(Path(out).absolute())  # a read-only, full or blocked output: refused before any work

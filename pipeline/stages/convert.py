@@ -125,7 +125,7 @@ def concat_video(unit: VideoConcatUnit) -> ConvertResult:
             return ConvertResult("video-concat", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
         src = Path(unit.src_root)
         inputs = [ConcatInput(i.episode, resolve_inside(src, i.rel, episode=i.episode), i.frames) for i in unit.inputs]
-        with atomic.atomic_path(dst) as tmp:
+        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
             concat_stream_copy(inputs, tmp, fps_fraction(unit.fps))
             failures = video_failures(tmp, unit.fps, spans, total, unit.camera)
             if failures:
@@ -143,7 +143,7 @@ def cut_video(unit: VideoCutUnit) -> ConvertResult:
             return ConvertResult("video-cut", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
         src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.episode)
         span = Span(unit.episode, unit.from_timestamp, unit.to_timestamp, unit.frames)
-        with atomic.atomic_path(dst) as tmp:
+        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
             cut_stream_copy(src, tmp, span, fps_fraction(unit.fps))
             failures = video_failures(tmp, unit.fps, out_span, unit.frames, unit.camera)
             if failures:
@@ -232,7 +232,7 @@ def concat_data(unit: DataConcatUnit) -> ConvertResult:
         if dst.is_file() and not data_failures(dst, expected, unit.first_index):
             return ConvertResult("data-concat", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
         rewritten = 0
-        with atomic.atomic_path(dst) as tmp:
+        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
             writer: pq.ParquetWriter | None = None
             out_schema: pa.Schema | None = None
             first_episode = unit.inputs[0].episode
@@ -308,7 +308,7 @@ def _split_one_source(units: list[DataSplitUnit]) -> Iterator[ConvertResult]:
             part = table.slice(int(rows[0]), len(rows))
             part, changed = with_index(part, unit.dataset_from_index, unit.episode, path)
             meta = target_metadata(part.schema, _source_features(unit.src_root), "v2.1")
-            with atomic.atomic_path(dst) as tmp:
+            with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
                 pq.write_table(part.replace_schema_metadata(meta), tmp, compression="snappy")
                 problems = data_failures(tmp, expected, unit.dataset_from_index)
                 if problems:

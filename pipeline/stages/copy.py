@@ -62,12 +62,12 @@ def copy_data(unit: DataUnit) -> DataCopied:
     dst = Path(unit.out_root) / unit.rel
     try:
         if unit.repair_fps is not None:
-            out.repaired = repair_timestamps(src, dst, unit.repair_fps)
+            out.repaired = repair_timestamps(src, dst, unit.repair_fps, Path(unit.out_root))
             out.bytes = dst.stat().st_size
         else:
             out.bytes = src.stat().st_size
             if not (dst.is_file() and dst.stat().st_size == out.bytes and filecmp.cmp(src, dst, shallow=False)):
-                with atomic.atomic_path(dst) as tmp:
+                with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
                     shutil.copyfile(src, tmp)
     except atomic.WriteError as exc:  # the output cannot be written: named with its disk, not the source
         out.status, out.write_error = "failed", str(exc)
@@ -94,7 +94,8 @@ def copy_data(unit: DataUnit) -> DataCopied:
     if unit.stats_features:
         try:
             atomic.write_json(data_stats_sidecar(Path(unit.out_root), unit.rel),
-                              {str(e): st for e, st in episode_stats(dst, unit.stats_features).items()}, indent=None)
+                              {str(e): st for e, st in episode_stats(dst, unit.stats_features).items()}, indent=None,
+                              root=Path(unit.out_root))
         except (pa.ArrowException, KeyError, ValueError) as exc:
             out.status, out.reason, out.path = "failed", f"cannot compute stats ({exc})", str(dst)
         except OSError as exc:
@@ -129,7 +130,7 @@ def episode_stats(path: Path, features: tuple[str, ...]) -> dict[int, dict[str, 
     return out
 
 
-def repair_timestamps(src: Path, dst: Path, fps: float) -> list[int]:
+def repair_timestamps(src: Path, dst: Path, fps: float, root: Path | None = None) -> list[int]:
     """Write `src` to `dst` with `timestamp = frame_index / fps` (in the column's own type), where the video
     frames are on the 1/fps grid but the parquet timestamps are not (wall-clock stamps, float drift): what
     LeRobot computes from the timestamps then finds each row's frame. Every other column is unchanged; the
@@ -151,7 +152,7 @@ def repair_timestamps(src: Path, dst: Path, fps: float) -> list[int]:
         table = table.append_column(col, new)
     episodes = table["episode_index"].to_numpy(zero_copy_only=False) if "episode_index" in table.column_names else \
         np.zeros(len(exact), dtype=np.int64)
-    with atomic.atomic_path(dst) as tmp:
+    with atomic.atomic_path(dst, root) as tmp:
         pq.write_table(table, tmp)
     return sorted({int(e) for e in np.unique(episodes[changed])})
 

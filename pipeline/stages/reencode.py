@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -310,24 +309,19 @@ def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[
 def load_stats(path: Path, key: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The stats saved beside an earlier output of the same source and settings, else None."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = json.loads(atomic.read_regular_text(path))
+    except (OSError, ValueError, RecursionError):
         return None
     stats = doc.get("stats") if isinstance(doc, dict) and doc.get("key") == key else None
     return stats if isinstance(stats, list) and len(stats) == len(key["spans"]) else None
 
 
-def save_stats(path: Path, doc: dict[str, Any]) -> None:
+def save_stats(path: Path, doc: dict[str, Any], root: Path | None = None) -> None:
     """Write a stats sidecar under a temp name and rename it: atomic, but not fsynced. It is a cache:
     after a power loss it may be missing or empty, which `load_stats` reads as "no stats" (the file's
     stats are then computed again), so it need not pay two fsyncs (~4 ms per file here)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = atomic.temp_path_for(path)
-    try:
+    with atomic.atomic_path(path, root, fsync=False) as tmp:
         tmp.write_text(json.dumps(doc), encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
@@ -368,7 +362,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
                 has one."""
                 if not hooked:
                     filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
-                save_stats(sidecar, {"key": key, "stats": stats.result()})
+                save_stats(sidecar, {"key": key, "stats": stats.result()}, Path(unit.out_root))
 
             out_probe = _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None,
                                         checked)
@@ -396,9 +390,9 @@ def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, res
     if dst.is_file() and dst.stat().st_size == probe.bytes and load_stats(sidecar, key) is not None:
         result.status = "kept"
     else:
-        with atomic.atomic_path(dst) as tmp:
+        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
             shutil.copyfile(src, tmp)
-        atomic.write_json(sidecar, {"key": key, "stats": [{} for _ in spans]}, indent=None)
+        atomic.write_json(sidecar, {"key": key, "stats": [{} for _ in spans]}, indent=None, root=Path(unit.out_root))
         result.status = "copied"
     result.copied = True
     result.episodes = [EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, {})
@@ -412,7 +406,7 @@ def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, res
 def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry, spans: list[Span],
                     total: int, hook: FrameHook | None, checked: Callable[[], None]) -> VideoProbe:
     opts = unit.options
-    with atomic.atomic_path(dst) as tmp:
+    with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
         job = EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality, hook)
         ENGINES[opts.engine](job)
         probe, failures = inspect_output(tmp, unit, spans, total)
