@@ -144,10 +144,10 @@ def check_tree(root: Path, *, what: str = "the output", follow_root: bool = True
         try:
             st = os.stat(root)
         except OSError:
-            raise unsafe(root, os.lstat(root).st_mode, what) from None
+            raise unsafe(root, os.lstat(root).st_mode, f"the place of {what}") from None
     if not stat.S_ISDIR(st.st_mode):
         if kind_of(st.st_mode) is not None:
-            raise unsafe(root, st.st_mode, what)
+            raise unsafe(root, st.st_mode, f"the place of {what}")
         return
     where = f"{what} {shown(root)}"
     stack = [str(root)]

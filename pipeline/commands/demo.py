@@ -8,7 +8,6 @@ the committed reports in `manifests/demo/`.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
@@ -65,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace, engine: Any) -> int:
+    from pipeline import atomic
     from pipeline.budget import headline_text
     from pipeline.budget import write_report as write_budget
     from pipeline.commands import convert as convert_cmd
@@ -107,9 +107,9 @@ def _demo(args: argparse.Namespace, engine: Any) -> int:
             return 1
         # reencode wrote its output's manifest from its own results: copied, not rescanned
         prepared_path = out / "prepared.manifest.json"
-        prepared = copy_manifest(Path(report.manifest), prepared_path)
+        prepared = copy_manifest(Path(report.manifest), prepared_path, root=out)
         if report.comparison is not None:
-            (out / "comparison.json").write_text(json.dumps(report.comparison, indent=2) + "\n")
+            atomic.write_json(out / "comparison.json", report.comparison, indent=2, root=out)
 
         print("\n[demo] step 3/5: prep verify merged_224 --expect-frames 90 --size 224x224 --all-intra --decode")
         options = VerifyOptions(expect_frames=90, size=(224, 224), all_intra=True, decode=True)

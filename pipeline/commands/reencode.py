@@ -80,6 +80,13 @@ def add_parser(sub: Any) -> None:
                    "the 1/fps grid but the parquet is not; the parquet files are then no longer byte-identical "
                    "(every repaired episode is listed in <out>/prep/source_check.json); stats (v2.1) = "
                    "meta/episodes_stats.jsonl written anew. Choices: %(choices)s")
+    p.add_argument("--fingerprint", choices=("ctime", "content"), default="ctime",
+                   help="how a rerun tells that a kept output's source file is unchanged: ctime (default) = size, "
+                   "mtime, the inode change time and three 64 KiB blocks, no full read: any write to the file is "
+                   "caught even with size and mtime put back (cp -p, rsync -a, touch -r), but a chmod, chown or "
+                   "restore of the same bytes redoes it; content = a BLAKE2b of every byte (recorded at the first "
+                   "encode), re-read for every kept file at resume: any change of bytes is caught, metadata-only "
+                   "changes are not redone")
     p.add_argument("--accept-invalid-source", action="store_true",
                    help="re-encode a source that verify finds errors in (LeRobot's reader would refuse it or trip "
                    "over it); the output is marked so in <out>/prep/source_check.json and never called drop-in")
@@ -284,7 +291,8 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.video.encode import DEFAULT_ENGINE, DEFAULT_PROFILE
 
     options = ReencodeOptions(size=size, resize=args.resize, profile=args.profile or DEFAULT_PROFILE, crf=args.crf,
-                              engine=args.engine or DEFAULT_ENGINE, repairs=tuple(sorted(set(args.repair))))
+                              engine=args.engine or DEFAULT_ENGINE, repairs=tuple(sorted(set(args.repair))),
+                              fingerprint=args.fingerprint)
     try:
         if args.format is not None:
             from pipeline.jobs.convert import reencode_as

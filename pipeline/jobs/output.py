@@ -58,8 +58,9 @@ def check_outside(sources: Iterable[Path | None], out: Path, *, flag: str = "--o
         if o == s or s in o.parents:
             how = (f"the default {flag} {atomic.shown(out)} (in the current folder)" if default
                    else f"{flag} {atomic.shown(out)}")
-            raise PrepError(f"{how} is inside the dataset {atomic.shown(src)}; the source is never written: "
-                            f"pass {flag} PATH outside it" + (" (or run from another folder)" if default else ""))
+            hint = " (or run from another folder)" if default else ""
+            raise PrepError(f"{how} is inside the dataset {atomic.shown(Path(src).absolute())}; the source is never "
+                            f"written: pass {flag} PATH outside it{hint}")
 
 
 def check_output_tree(out: Path) -> None:

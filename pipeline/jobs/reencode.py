@@ -60,6 +60,7 @@ from pipeline.runner import Engine
 from pipeline.schemas import validate
 from pipeline.stages.copy import DataCopied, DataUnit, copy_data, copy_failed, data_stats_sidecar
 from pipeline.stages.reencode import (
+    FINGERPRINTS,
     ReencodeOptions,
     ReencodeResult,
     ReencodeUnit,
@@ -131,6 +132,8 @@ def check_options(options: ReencodeOptions) -> None:
     w, h = options.size
     if prof.pix_fmt.endswith("420p") and (w % 2 or h % 2):
         raise PrepError(f"--dst {w}x{h}: {prof.pix_fmt} needs an even width and height")
+    if options.fingerprint not in FINGERPRINTS:
+        raise PrepError(f"unknown fingerprint {options.fingerprint!r} (choose from {', '.join(FINGERPRINTS)})")
     if options.engine == "ffmpeg" and shutil.which("ffmpeg") is None:
         raise PrepError("--engine ffmpeg needs the `ffmpeg` program on PATH (e.g. apt install ffmpeg)")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +52,16 @@ FPS_TOLERANCE = 0.01  # relative: a source may jitter, but 25 fps labelled 30 is
 # A frame is restamped onto the 1/fps grid only when it is already there up to rounding: LeRobot's tolerance
 # (1e-4 s), half the stream's time base, or timestamps rounded to whole milliseconds by a recorder or muxer.
 RESTAMP_TOLERANCE_S = 0.0005 + 1e-9
+# How a rerun decides that a kept output's source is unchanged (`--fingerprint`):
+# - "ctime" (default): size, mtime, the inode's change time and a hash of three 64 KiB blocks. Any write to the
+#   file (and chmod, chown, a new hard link, a rename) moves its ctime, which no user tool can set back (cp -p,
+#   rsync -a and touch -r restore the mtime only): a change with size and mtime kept is caught for one stat
+#   and three small reads per kept file. A copy of the corpus to another place looks changed (all redone).
+# - "content": a BLAKE2b of every byte, recorded when the file is first encoded and recomputed for every kept
+#   file at resume (a full read of the kept sources): catches any change of content and survives a copy.
+FINGERPRINTS = ("ctime", "content")
+DEFAULT_FINGERPRINT = "ctime"
+CHEAP_KEYS = ("bytes", "blake2b")
 
 
 @dataclass(slots=True, frozen=True)
@@ -63,6 +74,7 @@ class ReencodeOptions:
     crf: int | None = None  # None: the profile's default
     engine: str = DEFAULT_ENGINE
     repairs: tuple[str, ...] = ()  # `--repair NAME` (pipeline.jobs.preverify.REPAIRS): they change the output
+    fingerprint: str = DEFAULT_FINGERPRINT  # how a rerun tells a kept output's source is unchanged (FINGERPRINTS)
 
     @property
     def quality(self) -> int:
@@ -281,39 +293,72 @@ def stats_sidecar(unit: ReencodeUnit) -> Path:
 
 
 FINGERPRINT_BLOCK = 65_536  # bytes hashed at the start, middle and end of a source file
+CONTENT_CHUNK = 1 << 20
 
 
-def source_fingerprint(path: Path) -> dict[str, Any]:
-    """Size, mtime and a hash of three blocks of the file: a source replaced by other content (even of the
-    same size and frame count) no longer matches, without reading whole files on every rerun."""
-    st = path.stat()
+def content_hash(path: Path) -> str:
+    """BLAKE2b (16 bytes) of every byte of the file."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        while block := fh.read(CONTENT_CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def source_fingerprint(path: Path, *, content: bool = True) -> dict[str, Any]:
+    """Size, mtime, inode change time (ctime), a hash of three blocks and (`content`) of every byte: what a
+    rerun compares (`fingerprint_matches`) to keep an output made from this very file."""
+    st = os.stat(path)
     h = hashlib.blake2b(digest_size=16)
     with open(path, "rb") as fh:
         for offset in sorted({0, max(0, st.st_size // 2 - FINGERPRINT_BLOCK // 2),
                               max(0, st.st_size - FINGERPRINT_BLOCK)}):
             fh.seek(offset)
             h.update(fh.read(FINGERPRINT_BLOCK))
-    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "blake2b": h.hexdigest()}
+    fp: dict[str, Any] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+                          "blake2b": h.hexdigest()}
+    if content:
+        fp["content_blake2b"] = content_hash(path)
+    return fp
+
+
+def fingerprint_matches(recorded: Any, path: Path, mode: str = DEFAULT_FINGERPRINT) -> bool:
+    """Whether the source at `path` is the one `recorded` was taken of: "ctime" compares size, mtime, ctime and
+    the three-block hash (no full read); "content" compares size, the three-block hash and the hash of every
+    byte (mtime and ctime may differ: a copy of the same bytes matches)."""
+    if not isinstance(recorded, dict):
+        return False
+    now = source_fingerprint(path, content=False)
+    if any(recorded.get(k) != now[k] for k in CHEAP_KEYS):
+        return False
+    if mode == "content":
+        return isinstance(recorded.get("content_blake2b"), str) and recorded["content_blake2b"] == content_hash(path)
+    return recorded.get("mtime_ns") == now["mtime_ns"] and recorded.get("ctime_ns") == now["ctime_ns"]
 
 
 def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[str, Any]:
-    """What the output file and its stats depend on: the output settings, the source file (its
-    fingerprint) and the episode spans (as JSON reads back)."""
+    """What the output file and its stats depend on: the output settings, the source file and the episode
+    spans (as JSON reads back). The source's fingerprint is kept beside the key (`load_stats`)."""
     key = {"settings": unit.options.output_settings(), "source": unit.rel, "source_bytes": probe.bytes,
-           "source_fingerprint": source_fingerprint(Path(probe.path)),
            "spans": [[s.episode, s.from_timestamp, s.frames_expected] for s in spans]}
     loaded: dict[str, Any] = json.loads(json.dumps(key))
     return loaded
 
 
-def load_stats(path: Path, key: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The stats saved beside an earlier output of the same source and settings, else None."""
+def load_stats(path: Path, key: dict[str, Any], source: Path | None = None,
+               mode: str = DEFAULT_FINGERPRINT) -> list[dict[str, Any]] | None:
+    """The stats saved beside an earlier output of the same settings and spans, made from this very source
+    (`source`: its fingerprint matches by `mode`), else None."""
     try:
         doc = json.loads(atomic.read_regular_text(path))
     except (OSError, ValueError, RecursionError):
         return None
     stats = doc.get("stats") if isinstance(doc, dict) and doc.get("key") == key else None
-    return stats if isinstance(stats, list) and len(stats) == len(key["spans"]) else None
+    if not (isinstance(stats, list) and len(stats) == len(key["spans"])):
+        return None
+    if source is not None and not fingerprint_matches(doc.get("source_fingerprint"), source, mode):
+        return None
+    return stats
 
 
 def save_stats(path: Path, doc: dict[str, Any], root: Path | None = None) -> None:
@@ -348,13 +393,14 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         sidecar, key = stats_sidecar(unit), stats_key(unit, probe, spans)
         # A finished output is kept only when its sidecar says it was made from this very source (same
         # fingerprint, settings and spans) and it still passes its checks; its stats come from the sidecar.
-        kept_stats = load_stats(sidecar, key) if dst.is_file() else None
+        kept_stats = load_stats(sidecar, key, src, unit.options.fingerprint) if dst.is_file() else None
         out_probe, out_failures = inspect_output(dst, unit, spans, total) if kept_stats is not None else (None, [])
         if out_probe is not None and not out_failures:
             result.status = "kept"
         else:
             kept_stats = None
             hooked = unit.options.engine in ENGINES_WITH_HOOK
+            fingerprint = source_fingerprint(src)  # before the encode reads it (then from the page cache)
 
             def checked() -> None:
                 """The output passed its checks: its stats and the sidecar (which says what the output was
@@ -362,7 +408,8 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
                 has one."""
                 if not hooked:
                     filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
-                save_stats(sidecar, {"key": key, "stats": stats.result()}, Path(unit.out_root))
+                save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": stats.result()},
+                           Path(unit.out_root))
 
             out_probe = _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None,
                                         checked)
@@ -387,12 +434,15 @@ def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, res
     the sidecar's source fingerprint matches."""
     spans = list(unit.spans)
     sidecar, key = stats_sidecar(unit), {**stats_key(unit, probe, spans), "copied": True}
-    if dst.is_file() and dst.stat().st_size == probe.bytes and load_stats(sidecar, key) is not None:
+    if dst.is_file() and dst.stat().st_size == probe.bytes and \
+            load_stats(sidecar, key, src, unit.options.fingerprint) is not None:
         result.status = "kept"
     else:
+        fingerprint = source_fingerprint(src)
         with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
             shutil.copyfile(src, tmp)
-        atomic.write_json(sidecar, {"key": key, "stats": [{} for _ in spans]}, indent=None, root=Path(unit.out_root))
+        atomic.write_json(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": [{} for _ in spans]},
+                          indent=None, root=Path(unit.out_root))
         result.status = "copied"
     result.copied = True
     result.episodes = [EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, {})
