@@ -1,9 +1,12 @@
 """Run the fault-injection suite and print its scenario table and counts.
 
-Runs `pytest` on tests/test_faults_*.py (every test marked `faults`) plus the metadata readers'
-property tests (tests/test_metadata_fuzz.py, referenced as one row), in this process. Each
-scenario records its row (scenario, expected, observed, files lost, sources modified) through
-tests/faults_support.py; pytest's outcome decides the pass column: `yes`, `known bug` (a strict
+Runs `pytest` on tests/test_faults_*.py and tests/test_safety_*.py (every test marked `faults`) plus the
+metadata readers' property tests (tests/test_metadata_fuzz.py, referenced as one row), in this process. Each
+scenario records its row (scenario, expected, observed, files lost, sources modified; where measured the
+command, exit code, traceback, writes outside the allowed paths, temp files left) through
+tests/faults_support.py; the table shows case, command, exit, seconds, traceback, source modified, outside
+writes, temps left, expected, observed and pass (`-`: not measured by that scenario); pytest's outcome
+decides the pass column: `yes`, `known bug` (a strict
 xfail naming a pipeline bug: the scenario found it, the fix is pending), `skipped` (with the
 reason) or `NO`. Prints the table and the counts (scenarios run, bad inputs tried, files lost,
 sources modified, tracebacks in any prep run's output: the last three must be 0; files lost inside a
@@ -98,12 +101,33 @@ def build_rows(records: list[dict[str, Any]], outcomes: Outcomes) -> list[dict[s
     return rows
 
 
-def table(rows: list[dict[str, Any]], widths: tuple[int, ...] = (40, 46, 66, 9)) -> str:
-    head = ("scenario", "expected", "observed", "pass")
+COLUMNS = ("case", "command", "exit", "seconds", "traceback", "source modified", "outside writes", "temps left",
+           "expected", "observed", "pass")
+WIDTHS = (34, 9, 4, 7, 9, 8, 7, 5, 30, 44, 9)
+
+
+def _cell(value: Any) -> str:
+    """A table cell: `-` for a field the scenario did not measure, yes/no for a flag."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def columns(r: dict[str, Any]) -> tuple[str, ...]:
+    """One row's cells: case, command, exit, seconds, traceback, source modified, outside writes, temps left
+    (the last five from the scenario's record where it measured them), expected, observed, pass."""
+    return tuple(_cell(v) for v in (r["scenario"], r.get("command"), r.get("exit"), r.get("seconds"),
+                                    r.get("traceback"), r.get("sources_modified"), r.get("outside_writes"),
+                                    r.get("temps_left"), r["expected"], r["observed"], r["pass"]))
+
+
+def table(rows: list[dict[str, Any]], widths: tuple[int, ...] = WIDTHS) -> str:
     rule = "+".join("-" * (w + 2) for w in widths)
-    lines = [rule, _cells(head, widths), rule]
+    lines = [rule, _cells(COLUMNS, widths), rule]
     for r in rows:
-        lines.append(_cells((r["scenario"], r["expected"], r["observed"], r["pass"]), widths))
+        lines.append(_cells(columns(r), widths))
         lines.append(rule)
     return "\n".join(lines)
 
@@ -125,6 +149,9 @@ def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
         "files_lost": sum(int(r["files_lost"]) for r in rows),
         "files_lost_in_known_bugs": sum(int(r["files_lost"]) for r in rows if r["pass"] == "known bug"),
         "sources_modified": sum(int(r["sources_modified"]) for r in rows),
+        "outside_writes": sum(int(r.get("outside_writes") or 0) for r in rows),
+        "temps_left": sum(int(r.get("temps_left") or 0) for r in rows),
+        "tracebacks_in_rows": sum(bool(r.get("traceback")) for r in rows),
         "passed": sum(r["pass"] == "yes" for r in rows),
         "known_bugs": sum(r["pass"] == "known bug" for r in rows),
         "skipped": sum(r["pass"] == "skipped" for r in rows),
@@ -140,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     os.chdir(REPO)
-    targets = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_faults_*.py"))
+    targets = sorted(str(p.relative_to(REPO)) for pattern in ("test_faults_*.py", "test_safety_*.py")
+                     for p in (REPO / "tests").glob(pattern))
     if not args.no_fuzz:
         targets.append(FUZZ)
     with tempfile.TemporaryDirectory(prefix="prep-faults-bench-") as tmp:
@@ -170,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"files lost        {c['files_lost']} (must be 0"
           + (f"; {lost_bugs} of them in known-bug scenarios, pending the fix listed below)" if lost_bugs else ")"))
     print(f"sources modified  {c['sources_modified']} (must be 0)")
+    print(f"outside writes    {c['outside_writes']} (paths written outside the allowed ones: must be 0)")
+    print(f"temps left        {c['temps_left']} (temp files left by a finished or refused run, where measured)")
     print(f"tracebacks        {c['tracebacks']} in the output of every prep run of the suite (must be 0)")
     for tb in tracebacks[:5]:
         print(f"traceback         {tb['test']}: prep {' '.join(tb['args'][:3])} ...")
@@ -178,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         if r["pass"] == "known bug":
             print(f"known bug         {r['test']}: {plugin.tests.get(r['test'], {}).get('reason', '')}")
     ok = (c["failed"] == 0 and c["files_lost"] == lost_bugs and c["sources_modified"] == 0
-          and c["tracebacks"] == 0 and int(code) == 0)
+          and c["outside_writes"] == 0 and c["tracebacks"] == 0 and int(code) == 0)
     result = {
         "schema": "prep.bench.faults/1", "prep_version": __version__,
         "created_utc": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),

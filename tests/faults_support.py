@@ -11,7 +11,8 @@
   (everything else), `prep/` excluded (reports hold timings);
 - `tmpfs`: a small tmpfs mounted for a disk-full scenario (skips where mounting is not allowed);
 - `scenario(...)`: records one row of the scenario table (scenario, expected, observed, pass,
-  files lost, sources modified) to the JSON-lines file named by $PREP_FAULTS_RECORD, which
+  files lost, sources modified; optionally the command, its exit code, whether it printed a traceback,
+  writes outside the allowed paths and temp files left) to the JSON-lines file named by $PREP_FAULTS_RECORD, which
   bench/faults.py reads; `known_bug(...)` raises `KnownBug`, the only failure an
   `xfail(raises=KnownBug, strict=True)` marker accepts, so every other assertion still counts.
 """
@@ -451,6 +452,10 @@ def tmpfs_bytes(sizes: list[int], page: int = 4096) -> int:
 
 @dataclass
 class Row:
+    """One row of the scenario table. The fields after `details` are optional (None: not measured) and
+    are shown as columns by bench/faults.py: the prep command run, its exit code, whether its output held a
+    Python traceback, how many paths outside the allowed ones were written, and how many temp files it left."""
+
     scenario: str
     expected: str
     observed: str = ""
@@ -458,6 +463,11 @@ class Row:
     files_lost: int = 0
     sources_modified: int = 0
     details: dict[str, Any] = field(default_factory=dict)
+    command: str | None = None
+    exit: int | None = None
+    traceback: bool | None = None
+    outside_writes: int | None = None
+    temps_left: int | None = None
 
 
 @contextlib.contextmanager
@@ -482,6 +492,8 @@ def scenario(name: str, expected: str, *, bad_input: bool = False) -> Iterator[R
             "pass": error is None, "bad_input": row.bad_input, "files_lost": row.files_lost,
             "sources_modified": row.sources_modified, "seconds": round(time.monotonic() - t0, 2),
             "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0], "details": row.details,
+            "command": row.command, "exit": row.exit, "traceback": row.traceback,
+            "outside_writes": row.outside_writes, "temps_left": row.temps_left,
         })
 
 
