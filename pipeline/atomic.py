@@ -153,12 +153,20 @@ def check_tree(root: Path, *, what: str = "the output", follow_root: bool = True
     stack = [str(root)]
     while stack:
         folder = stack.pop()
-        with os.scandir(folder) as it:
+        try:
+            it = os.scandir(folder)
+        except FileNotFoundError:  # removed meanwhile (a temp folder): nothing there to refuse
+            continue
+        with it:
             for entry in it:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
                 elif not entry.is_file(follow_symlinks=False):
-                    raise unsafe(entry.path, entry.stat(follow_symlinks=False).st_mode, where)
+                    try:
+                        mode = entry.stat(follow_symlinks=False).st_mode
+                    except FileNotFoundError:  # a temp file renamed or removed meanwhile
+                        continue
+                    raise unsafe(entry.path, mode, where)
 
 
 def check_entry(path: Path, what: str) -> None:

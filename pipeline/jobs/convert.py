@@ -353,9 +353,9 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
         raise DatasetError(src / "meta/info.json", f"the dataset already is {options.to}")
     check_paths(src, out, staged=staged)
     validate_metadata(src).raise_if_any()  # every metadata file checked before anything is written
+    refuse_busy(out)  # a busy output (any command's) is refused at once, naming the holder
     check_output_tree(out)  # a symlink, FIFO, socket or device in the output (a resume too): refused
     refuse_foreign(out, OPTIONS_REL, "convert")
-    refuse_busy(out)  # a busy output (any command) is refused at once
     out.mkdir(parents=True, exist_ok=True)
     report = ConvertReport(str(src), str(out), options.to, options.settings(), engine.backend)
     with output_lock(out, command_line("convert")):
@@ -450,9 +450,9 @@ def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engi
     check_options(conv)
     check_reencode_options(options)
     check_paths(src, out)
+    refuse_busy(out)
     check_output_tree(out)
     refuse_foreign(out, OPTIONS_REL, "convert")
-    refuse_busy(out)
     with output_lock(out, command_line("reencode")):  # held through both steps: no other command comes in between
         return _reencode_as(src, out, options, to, conv, engine, keep_staged)
 
