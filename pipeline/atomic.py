@@ -316,13 +316,10 @@ def make_dirs(folder: Path, root: Path | None = None) -> None:
 def check_writable(folder: Path, *, create: bool = True, root: Path | None = None) -> None:
     """Create `folder` (and its parents) if needed and prove a file can be written in it (a 1-byte probe,
     created exclusively, fsynced and removed): a `WriteError` now instead of a failure after the work.
-    `create=False`: nothing is created; the probe goes to the nearest folder that exists (where `folder`
-    would be made)."""
+    `create=False`: the folders made for the probe are removed again (nothing is left; the probe is never
+    written outside `folder`)."""
     folder = Path(folder).absolute()
-    if not create:
-        while not os.path.lexists(folder) and folder != folder.parent:
-            folder = folder.parent
-    created = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
+    created = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]  # deepest first
     probe = folder / f".prep-write-probe{TEMP_MARK}{uuid.uuid4().hex[:TEMP_HEX]}"
     made = False
     try:
@@ -339,18 +336,16 @@ def check_writable(folder: Path, *, create: bool = True, root: Path | None = Non
             finally:
                 os.close(fd)
     except WriteError:
-        if made:
-            with contextlib.suppress(OSError):
-                probe.unlink()
-                made = False
-        for p in created:  # leave no empty folders behind for an output that cannot be written (deepest first)
-            with contextlib.suppress(OSError):
-                p.rmdir()
+        create = False  # leave no empty folders behind for an output that cannot be written
         raise
     finally:
         if made:
             with contextlib.suppress(OSError):
                 probe.unlink()
+        if not create:
+            for p in created:
+                with contextlib.suppress(OSError):
+                    p.rmdir()
 
 
 def check_target(path: Path) -> None:
