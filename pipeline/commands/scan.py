@@ -79,11 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.runner import open_engine
 
     out = output_of(args)
-    if args.out is None:  # `cd DATASET && prep scan .`: the default manifests/ would be inside the dataset
-        from pipeline.jobs.output import check_outside
-
-        check_outside([args.dataset], out, default=True)
-    with open_engine(run_config(args)) as engine:
-        manifest, _ = scan_dataset(args.dataset, out, engine, resume=not args.fresh)
+    with open_engine(run_config(args)) as engine:  # `cd DATASET && prep scan .`: the default is refused, said so
+        manifest, _ = scan_dataset(args.dataset, out, engine, resume=not args.fresh, out_is_default=args.out is None)
     print(summary(manifest, out))
     return 1 if manifest["failures"] else 0

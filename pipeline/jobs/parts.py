@@ -58,14 +58,14 @@ def work_folder_for(output: Path) -> Path:
     return output.with_name(output.name + ".parts")
 
 
-def check_report_place(sources: Iterable[Path | None], output: Path, table: Path) -> None:
+def check_report_place(sources: Iterable[Path | None], output: Path, table: Path, *, default: bool = False) -> None:
     """Before a report job reads or writes anything: the report is outside every source (the source is
     read-only), and the report, its table, its work folder and the folder's lock are not symlinks, FIFOs,
     sockets or devices (one line naming the first)."""
     from pipeline.jobs.output import check_outside
 
     output = Path(output).absolute()
-    check_outside(sources, output)
+    check_outside(sources, output, default=default)
     work = work_folder_for(output)
     for path in (output, table, work.with_name(work.name + ".lock")):
         atomic.check_entry(path, f"the place of the report {atomic.shown(output)}")

@@ -56,12 +56,14 @@ def decode(obj: list[dict[str, Any]]) -> list[EpisodeScan]:
                         cameras={k: CameraScan(*v) for k, v in d["cameras"].items()}) for d in obj]
 
 
-def scan_dataset(src: Path, out: Path, engine: Engine, *, resume: bool = True) -> tuple[dict[str, Any], Path]:
+def scan_dataset(src: Path, out: Path, engine: Engine, *, resume: bool = True,
+                 out_is_default: bool = False) -> tuple[dict[str, Any], Path]:
     """Scan `src` through `engine` and write its manifest to `out`; returns (manifest, per-episode table).
-    The manifest may not be written inside `src` (the source is read-only)."""
+    The manifest may not be written inside `src` (the source is read-only; `out_is_default`: the refusal says
+    that `out` is the command's default)."""
     out = Path(out).absolute()
-    parts.check_report_place([src], out, table_path_for(out))  # in the source, or a link in its place: refused
     ds, rejected = open_validated(src)  # metadata checked before any unit
+    parts.check_report_place([src], out, table_path_for(out), default=out_is_default)  # in the source: refused
     engine.start(local=False)  # a scheduler that cannot be reached: refused before anything is written
     atomic.check_target(Path(out).absolute())  # a read-only, full or blocked output: refused before any work
     fp = parts.fingerprint("scan", RECORD_VERSION, ds, out=str(Path(out).absolute()))
