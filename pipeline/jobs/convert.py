@@ -354,8 +354,8 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
     check_paths(src, out, staged=staged)
     validate_metadata(src).raise_if_any()  # every metadata file checked before anything is written
     refuse_busy(out)  # a busy output (any command's) is refused at once, naming the holder
+    refuse_foreign(out, OPTIONS_REL, "convert")  # a folder that is not this command's: refused before any walk
     check_output_tree(out)  # a symlink, FIFO, socket or device in the output (a resume too): refused
-    refuse_foreign(out, OPTIONS_REL, "convert")
     out.mkdir(parents=True, exist_ok=True)
     report = ConvertReport(str(src), str(out), options.to, options.settings(), engine.backend)
     with output_lock(out, command_line("convert")):
@@ -451,8 +451,8 @@ def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engi
     check_reencode_options(options)
     check_paths(src, out)
     refuse_busy(out)
-    check_output_tree(out)
     refuse_foreign(out, OPTIONS_REL, "convert")
+    check_output_tree(out)
     with output_lock(out, command_line("reencode")):  # held through both steps: no other command comes in between
         return _reencode_as(src, out, options, to, conv, engine, keep_staged)
 

@@ -420,8 +420,8 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     ds, rejected = open_validated(src)  # metadata checked before any unit
     check_repairs(options.repairs, ds.codebase_version)
     refuse_busy(out)  # a busy output (any command's) is refused at once, naming the holder, before the session
+    refuse_foreign(out, OPTIONS_REL, "reencode")  # a folder that is not this command's: refused before any walk
     check_output_tree(out)  # a symlink, FIFO, socket or device in the output (a resume too): refused
-    refuse_foreign(out, OPTIONS_REL, "reencode")
     engine.start()  # the session is up (scheduler reached, cluster started) before anything is written
     source = check_source(src, engine, options.repairs, accept_invalid_source)  # verify without decode
     atomic.check_writable(out / PREP_DIR, root=out)  # read-only, full or blocked outputs are refused before any work
