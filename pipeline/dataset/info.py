@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import string
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from pipeline.dataset.model import SUPPORTED_VERSIONS, CameraInfo
+from pipeline.dataset.template import cached_template, check_info_templates
 from pipeline.errors import DatasetError
+from pipeline.text import shown
 
 INFO_REL = "meta/info.json"
 
@@ -59,6 +61,7 @@ def read_info(root: Path) -> dict[str, Any]:
             raise DatasetError(path, f"missing key {key!r}")
     if not isinstance(info["features"], dict):
         raise DatasetError(path, f"'features' must be an object, found {type(info['features']).__name__}")
+    check_info_templates(info, path)  # before anything fills one: attribute access, huge widths, NUL
     return info
 
 
@@ -98,23 +101,21 @@ def video_keys(info: dict[str, Any], path: Path | str = INFO_REL) -> tuple[str, 
     return tuple(c.key for c in cameras_from_info(info, Path(path)))
 
 
-def template_fields(template: str) -> set[str]:
-    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+def format_template(template: str, path: Path | str, allowed: Collection[str], *, key: str | None = None,
+                    **values: Any) -> str:
+    """Fill a path template from info.json (checked by `pipeline.dataset.template.check_template` first),
+    refusing paths that leave the root."""
+    key = key or ("video_path" if "video_key" in allowed else "data_path")
+    tpl = cached_template(template, str(path), key, frozenset(allowed))
+    return inside_root(tpl.fill(**values), template, path, key)
 
 
-def format_template(template: str, path: Path, allowed: set[str], **values: Any) -> str:
-    """Fill a path template from info.json, refusing unknown fields and paths that leave the root."""
-    fields = template_fields(template)
-    unknown = fields - allowed
-    if unknown:
-        raise DatasetError(path, f"template {template!r} uses unknown field(s) {sorted(unknown)}")
-    try:
-        rel = template.format(**values)
-    except (ValueError, KeyError, IndexError) as exc:
-        raise DatasetError(path, f"template {template!r} cannot be filled: {exc}") from None
+def inside_root(rel: str, template: str, path: Path | str, key: str) -> str:
+    """A filled template's path, normalised; refused when it is absolute or leaves the dataset root."""
     norm = os.path.normpath(rel)
     if os.path.isabs(rel) or norm == ".." or norm.startswith(".." + os.sep):
-        raise DatasetError(path, f"template {template!r} gives {rel!r}, which leaves the dataset root")
+        raise DatasetError(path, f"{key}: template {shown(template)} gives {shown(rel)}, which leaves the "
+                                 "dataset root")
     return norm.replace(os.sep, "/")
 
 
