@@ -144,16 +144,16 @@ def prep_provenance(src: Path) -> dict[str, Any] | None:
     """What prep reencode recorded in SRC if SRC is one of its outputs: `prep/options.json`, or (a copy
     without prep/ of an output of an earlier prep, which kept provenance there) the `prep.*` entries of its
     info.json video features. None for any other dataset."""
-    import json
+    from pipeline.bounded import read_json
 
     try:
-        options = json.loads((src / "prep" / "options.json").read_text(encoding="utf-8"))
+        options = read_json(src / "prep" / "options.json")
         if isinstance(options, dict):
             return options
     except (OSError, ValueError):
         pass
     try:
-        info = json.loads((src / "meta" / "info.json").read_text(encoding="utf-8"))
+        info = read_json(src / "meta" / "info.json")
         for feat in info.get("features", {}).values():
             extra = (feat.get("info") or {}) if isinstance(feat, dict) else {}
             marks = {k.removeprefix("prep."): v for k, v in extra.items() if k.startswith("prep.")}

@@ -9,6 +9,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from pipeline.bounded import JsonBoundError, read_json
 from pipeline.dataset.model import SUPPORTED_VERSIONS, CameraInfo
 from pipeline.dataset.template import cached_template, check_info_templates
 from pipeline.errors import DatasetError
@@ -18,16 +19,16 @@ INFO_REL = "meta/info.json"
 
 
 def read_json_file(path: Path) -> Any:
+    """A whole JSON file of the dataset (size and depth bounded: `pipeline.bounded.read_json`)."""
     if not path.is_file():
         raise DatasetError(path, "missing file")
     try:
-        text = path.read_text(encoding="utf-8")
+        return read_json(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(path, f"cannot read: {exc}") from None
-    try:
-        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        what = "JSON refused" if isinstance(exc, JsonBoundError) else "invalid JSON"
+        raise DatasetError(path, f"{what} at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
 def read_info(root: Path) -> dict[str, Any]:

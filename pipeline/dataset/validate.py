@@ -28,6 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from pipeline.bounded import JsonBoundError, loads_json
 from pipeline.dataset.info import INFO_REL, read_info
 from pipeline.dataset.model import Dataset, Rejected
 from pipeline.errors import MetadataError
@@ -145,9 +146,10 @@ def check_jsonl(path: Path, name: str, problems: Problems) -> None:
             continue
         where = f"{path}:{lineno}"
         try:
-            obj = json.loads(line)
+            obj = loads_json(line)  # size and depth bounded before parsing
         except json.JSONDecodeError as exc:
-            problems.add(f"{where}: line is not JSON ({exc.msg} at column {exc.colno}): {_clip(line)}")
+            what = "refused" if isinstance(exc, JsonBoundError) else "is not JSON"
+            problems.add(f"{where}: line {what} ({exc.msg} at column {exc.colno}): {_clip(line)}")
             continue
         if not cache_.is_valid(obj):
             for p in schema_problems(obj, name, limit=1):
