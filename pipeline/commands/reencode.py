@@ -215,9 +215,11 @@ def summary(r: ReencodeReport) -> str:
                      "lossy; its files, spans and stats are the source's)")
     if r.comparison:
         c = r.comparison
-        lines.append(f"size      native {c['native']['gb_per_hour']:.3f} GB/hr -> prepared "
-                     f"{c['prepared']['gb_per_hour']:.3f} GB/hr ({c['ratio']:.2f}x smaller; video "
-                     f"{c['video_ratio']:.2f}x)")
+        rates = f"native {c['native']['gb_per_hour']:.3f} GB/hr -> prepared {c['prepared']['gb_per_hour']:.3f} GB/hr"
+        if c.get("video_ratio") is None or c.get("ratio") is None:  # a corpus without a camera
+            lines.append(f"size      {rates} (no video: nothing to re-encode; every file copied as it is)")
+        else:
+            lines.append(f"size      {rates} ({c['ratio']:.2f}x smaller; video {c['video_ratio']:.2f}x)")
         lines.append(f"reports   {Path(r.out) / COMPARISON_REL}, {Path(r.out) / MANIFEST_REL}")
     for f in r.failures[:20]:
         eps = f.get("episodes") or ([f["episode"]] if f.get("episode") is not None else [])
