@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
+from typing import Any
 
 # Control (C0, DEL, C1), format (bidi overrides, zero-width), surrogates (undecodable file name bytes),
 # and the line and paragraph separators: everything that moves the cursor, changes how a line reads,
@@ -54,3 +55,15 @@ def shown(value: object, width: int = 120) -> str:
         return printable(repr(value)[:-1] + "...'")
     text = repr(value)
     return printable(text if len(text) <= width else text[: width - 3] + "...")
+
+
+def printable_data(value: Any) -> Any:
+    """A copy of a JSON-like value (a report) with every string in it, keys included, `printable`: what a
+    Markdown or terminal rendering of the report is built from, while its JSON keeps the exact strings."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(k) if isinstance(k, str) else k: printable_data(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [printable_data(v) for v in value]
+    return value

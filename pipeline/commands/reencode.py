@@ -21,6 +21,7 @@ from pipeline.commands.argtypes import LazyChoices, LazyHelp, dataset_path
 from pipeline.commands.common import add_run_options, plural, run_config, warn
 from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.errors import PrepError
+from pipeline.text import printable, printable_lines
 
 if TYPE_CHECKING:
     from pipeline.jobs.convert import ReencodeAsReport
@@ -241,7 +242,7 @@ def summary(r: ReencodeReport) -> str:
     if r.failures:
         lines.append("metadata  not written (meta/info.json): the output is incomplete; fix or remove the failed "
                      "input and rerun the same command to finish (done files are kept)")
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 def format_summary(r: ReencodeAsReport) -> str:
@@ -256,10 +257,10 @@ def format_summary(r: ReencodeAsReport) -> str:
         lines += [line for line in summary(r.reencode).splitlines() if not line.startswith(("output", "reports"))]
         lines.insert(1, f"staged    {r.reencode.out} (the re-encode in the source's layout)")
     if r.convert is not None:
-        lines += [f"--- into {r.to} (stream copy of the all-intra files) ---", convert_summary(r.convert)]
+        lines += [f"--- into {r.to} (stream copy of the all-intra files) ---", *convert_summary(r.convert).splitlines()]
     if r.staged_removed:
         lines.append(f"staged    removed; kept: {', '.join(r.carried) or 'nothing'}")
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 def output_of(args: argparse.Namespace) -> Path:
@@ -303,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
                                      keep_staged=args.keep_staged)
             print(format_summary(result))
             for w in warnings:
-                print(f"warning   {w}")
+                print(f"warning   {printable(w)}")
             return 0 if result.ok else 1
         with open_engine(run_config(args)) as engine:
             report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source)
@@ -311,9 +312,9 @@ def run(args: argparse.Namespace) -> int:
         from pipeline.commands.verify import failures_table
 
         print(failures_table(exc.check.blocking, total=exc.check.errors_total))
-        print(f"REFUSED   {src}: {exc}")
+        print(printable(f"REFUSED   {src}: {exc}"))
         return 1
     print(summary(report))
     for w in warnings:  # said again: the first time scrolled away behind the progress bar
-        print(f"warning   {w}")
+        print(f"warning   {printable(w)}")
     return 0 if report.ok else 1
