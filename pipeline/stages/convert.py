@@ -79,8 +79,7 @@ def _run(kind: str, out_rel: str, episodes: int, frames: int, body: Callable[[],
     try:
         result = body()
     except EpisodeError as exc:
-        result = ConvertResult(kind, out_rel, "failed", exc.message if exc.episode is None
-                               else f"episode {exc.episode}: {exc.path}: {exc.message}")
+        result = ConvertResult(kind, out_rel, "failed", str(exc))  # the source file it names, and the episode
     result.episodes, result.frames = episodes, frames
     result.seconds = time.perf_counter() - t0
     return result
