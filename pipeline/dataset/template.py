@@ -14,7 +14,8 @@ the key and the (escaped) template:
   `MAX_WIDTH` (a spec with nested fields is checked again once filled, for every path);
 - more than one level of nesting (what `str.format` itself allows).
 
-`Template.fill` then formats each field with its checked spec, never `str.format` on the raw text.
+`Template.fill` then fills it: with `str.format` when every spec is checked as written (all it can run
+is a plain field with a bounded spec), else field by field, each filled spec checked before it is used.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Template:
     where: str
     key: str
     parts: tuple[str | Field, ...]
+    nested: bool = False  # a spec holds a field: filled and checked per path
 
     @property
     def fields(self) -> set[str]:
@@ -73,6 +75,12 @@ class Template:
         return names
 
     def fill(self, **values: Any) -> str:
+        if not self.nested:  # every field a checked plain name with a checked spec: str.format is safe here
+            try:
+                return self.text.format(**values)
+            except (ValueError, TypeError) as exc:
+                raise DatasetError(self.where, f"{self.key}: template {shown(self.text)} cannot be filled with "
+                                               f"{shown(values)}: {exc}") from None
         out = []
         for p in self.parts:
             if isinstance(p, str):
@@ -166,7 +174,7 @@ def check_template(text: Any, where: Path | str, key: str, allowed: Collection[s
         if not nested:
             _check_spec(spec, text, where, key)
         parts.append(Field(name, conv, spec, tuple(nested)))
-    return Template(text, where, key, tuple(parts))
+    return Template(text, where, key, tuple(parts), any(isinstance(p, Field) and p.spec_fields for p in parts))
 
 
 @functools.lru_cache(maxsize=64)
