@@ -18,7 +18,7 @@ from typing import Any
 from pipeline import __version__
 from pipeline.commands import COMMANDS
 from pipeline.errors import PrepError
-from pipeline.text import printable
+from pipeline.text import one_line, printable
 
 
 def chosen_command(argv: list[str]) -> str | None:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.func(args)
     except PrepError as exc:
         for line in exc.lines() or [type(exc).__name__]:  # one line per problem, data escaped
-            print(f"prep {args.command}: error: {printable(line)}", file=sys.stderr)
+            print(f"prep {args.command}: error: {one_line(line)}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
     except OSError as exc:  # a write no job turned into a WriteError: still one line, never a traceback
         from pipeline.atomic import WRITE_ERRNOS, WRITE_EXIT, describe

@@ -41,6 +41,16 @@ def printable(text: object) -> str:
     return "".join(_escape(ch) if unicodedata.category(ch) in UNSAFE_CATEGORIES else ch for ch in s)
 
 
+MAX_LINE_CHARS = 4000
+
+
+def one_line(text: object, limit: int = MAX_LINE_CHARS) -> str:
+    """`printable(text)` clipped to `limit` characters (a 64 MB value quoted in an error stays one
+    readable line), the number of characters left out said."""
+    s = printable(text)
+    return s if len(s) <= limit else f"{s[:limit]}... ({len(s) - limit:,} more characters)"
+
+
 def printable_lines(lines: Iterable[object]) -> str:
     """Lines built by prep joined with newlines, each escaped on its own: a newline inside a value from
     the data shows as `\\n` and cannot start a line of its own."""

@@ -32,6 +32,7 @@ from pipeline.bounded import JsonBoundError, loads_json
 from pipeline.dataset.info import INFO_REL, read_info
 from pipeline.dataset.model import Dataset, Rejected
 from pipeline.errors import MetadataError
+from pipeline.text import shown
 
 MAX_LISTED = 20  # problems listed one per line (all are counted)
 SHAPE_CACHE = 4096  # distinct line shapes whose verdict is remembered
@@ -172,7 +173,7 @@ def check_json(path: Path, name: str, problems: Problems) -> Any:
 
 
 def _clip(text: str, width: int = 80) -> str:
-    return repr(text if len(text) <= width else text[: width - 3] + "...")
+    return shown(text, width)  # quoted, control characters escaped, clipped
 
 
 # ---- rules JSON Schema cannot state -------------------------------------------------------------
