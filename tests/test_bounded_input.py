@@ -125,3 +125,18 @@ def test_toml_within_the_bound(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text("a = " + deep(MAX_DEPTH - 1) + "\nb = '[[[[[[['\n")
     assert load_toml(path)["b"] == "[[[[[[["
+
+
+def test_jsonl_line_bound_refuses_as_it_reads(tmp_path: Path) -> None:
+    """A JSON Lines line longer than the bound is refused by `iter_lines` while it is read (a file with
+    no newline is never held whole), naming the file and the line."""
+    from pipeline.dataset.v21 import iter_lines
+
+    path = tmp_path / "episodes.jsonl"
+    path.write_text('{"a": 1}\n' + "x" * 50 + "\n")
+    with pytest.raises(DatasetError, match=r"episodes\.jsonl: line 2: (51|more than 20) characters, above the 20"):
+        list(iter_lines(path, max_chars=20))
+    path.write_text('{"a": 1}\n' + "x" * 50)  # no newline at the end: the carried part is bounded too
+    with pytest.raises(DatasetError, match=r"episodes\.jsonl: line 2: more than 20 characters, above the 20"):
+        list(iter_lines(path, max_chars=20))
+    assert [n for n, _ in iter_lines(path, max_chars=60)] == [1, 2]
