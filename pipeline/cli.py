@@ -18,6 +18,7 @@ from typing import Any
 from pipeline import __version__
 from pipeline.commands import COMMANDS
 from pipeline.errors import PrepError
+from pipeline.text import one_line, printable
 
 
 def chosen_command(argv: list[str]) -> str | None:
@@ -78,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except PrepError as exc:
-        for line in str(exc).splitlines() or [type(exc).__name__]:  # one line per problem
-            print(f"prep {args.command}: error: {line}", file=sys.stderr)
+        for line in exc.lines() or [type(exc).__name__]:  # one line per problem, data escaped
+            print(f"prep {args.command}: error: {one_line(line)}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
     except OSError as exc:  # a write no job turned into a WriteError: still one line, never a traceback
         from pipeline.atomic import WRITE_ERRNOS, WRITE_EXIT, describe
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         if exc.errno not in WRITE_ERRNOS:
             raise
         where = exc.filename2 if exc.filename2 is not None else exc.filename
-        print(f"prep {args.command}: error: {describe(where or '(output)', exc)}", file=sys.stderr)
+        print(f"prep {args.command}: error: {printable(describe(where or '(output)', exc))}", file=sys.stderr)
         return WRITE_EXIT
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM raised as Terminated
         return interrupted(args.command, argv, args, exc)

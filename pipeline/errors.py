@@ -8,6 +8,11 @@ from pathlib import Path
 class PrepError(Exception):
     """A user-facing failure: printed as one line, never as a traceback."""
 
+    def lines(self) -> list[str]:
+        """What the command line prints, one `prep CMD: error:` line each (escaped there: a newline in a
+        value from the data stays inside its line)."""
+        return [str(self)]
+
 
 class DatasetError(PrepError):
     """The dataset as a whole cannot be read (missing or invalid metadata, unsupported version)."""
@@ -44,3 +49,6 @@ class MetadataError(DatasetError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+    def lines(self) -> list[str]:
+        return [*self.problems, self.args[0].rsplit("\n", 1)[-1]]

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline import __version__, atomic
+from pipeline.bounded import read_json
 from pipeline.clock import utc_now
 from pipeline.dataset.files import FileIndex
 from pipeline.dataset.model import Dataset, resolve_inside
@@ -249,10 +250,10 @@ def copy_manifest(src: Path, dst: Path, root: Path | None = None) -> dict[str, A
 def load_manifest(path: Path | str) -> dict[str, Any]:
     path = Path(path)
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = read_json(path)  # size and depth bounded before parsing
     except FileNotFoundError:
         raise PrepError(f"{path}: manifest not found") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PrepError(f"{path}: cannot read manifest: {exc}") from None
     validate(obj, MANIFEST_SCHEMA, source=str(path))
     result: dict[str, Any] = obj

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from pipeline.bounded import load_toml
 from pipeline.budget.model import Anchor, StepFit, StepModel, fit_step_model
 from pipeline.errors import PrepError
 
@@ -217,8 +218,7 @@ def coerce(name: str, raw: Any, origin: str) -> Any:
 def read_config_file(path: Path) -> dict[str, Any]:
     """Parameter values from a TOML file; keys at top level or in their section."""
     try:
-        with path.open("rb") as fh:
-            doc = tomllib.load(fh)
+        doc = load_toml(path)  # size and depth bounded before parsing
     except FileNotFoundError:
         raise PrepError(f"{path}: config file not found") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.bounded import load_toml
 from pipeline.errors import PrepError
 from pipeline.resources import data_path
 
@@ -93,8 +94,7 @@ def derive_timesteps(values: dict[str, Reported]) -> tuple[float | None, str]:
 
 def load_landscape(path: Path = DEFAULT_LANDSCAPE) -> Landscape:
     try:
-        with path.open("rb") as fh:
-            doc = tomllib.load(fh)
+        doc = load_toml(path)  # size and depth bounded before parsing
     except FileNotFoundError:
         raise PrepError(f"{path}: landscape file not found") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:

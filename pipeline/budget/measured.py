@@ -26,6 +26,8 @@ from pipeline.budget.config import (
 from pipeline.errors import PrepError
 from pipeline.manifest import load_manifest
 
+NO_VIDEO = "no video"
+
 
 @dataclass(slots=True, frozen=True)
 class ManifestFigures:
@@ -39,6 +41,13 @@ class ManifestFigures:
     gb_per_hour: float
     frames_per_episode: float
     fps: float
+    video_bytes: int = 0
+    cameras: int = 0
+
+    @property
+    def has_video(self) -> bool:
+        """False for a corpus without a camera (state and action only): re-encoding leaves it as it is."""
+        return self.cameras > 0 or self.video_bytes > 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +76,7 @@ def read_figures(path: Path, role: str) -> ManifestFigures:
         role=role, path=str(path), root=m["dataset"]["root"], episodes=t["episodes"], frames=t["frames"],
         hours=t["hours"], total_bytes=t["bytes"]["total"], gb_per_hour=t["gb_per_hour"],
         frames_per_episode=float(fpe), fps=float(m["dataset"]["fps"]),
+        video_bytes=int(t["bytes"].get("video") or 0), cameras=len(m["dataset"].get("cameras") or []),
     )
 
 
@@ -126,11 +136,25 @@ def estimate_rates(cfg: BudgetConfig, native: ManifestFigures | None,
     Only one rate known (measured, config or CLI), the other a document default: the other is estimated
     with `prepared_ratio` = native / prepared and labelled "estimated from ...". Both known: the
     ratio shown is theirs (measured when both come from manifests) and a ratio set by hand is unused.
-    Neither: the document's 6.15 and 2.13 GB/hr stand.
+    Neither: the document's 6.15 and 2.13 GB/hr stand. A measured corpus without video (no camera, no
+    video bytes) has nothing to re-encode: the other rate is the same (ratio 1), whatever the ratio.
     """
     n_src, p_src = cfg.source("gb_per_hour_native"), cfg.source("gb_per_hour_prepared")
     ratio, r_src = cfg.prepared_ratio, _ratio_source(cfg)
     notes: list[str] = []
+    novideo = next((m for m, src in ((native, n_src), (prepared, p_src))
+                    if m is not None and not m.has_video and src.startswith("measured ")), None)
+    if novideo is not None and (n_src == DEFAULT_SOURCE) != (p_src == DEFAULT_SOURCE):
+        known = "native" if n_src != DEFAULT_SOURCE else "prepared"
+        other = "prepared" if known == "native" else "native"
+        rate = getattr(cfg, f"gb_per_hour_{known}")
+        why = f"{NO_VIDEO}: {novideo.path} has no camera and no video bytes, re-encoding keeps every byte"
+        if cfg.source("prepared_ratio") != DEFAULT_SOURCE:
+            notes.append(f"prepared_ratio {ratio:.6g} ({r_src}) is not used: {why}")
+        cfg = cfg.with_values({f"gb_per_hour_{other}": rate},
+                              f"estimated from gb_per_hour_{known} {rate:.6g} "
+                              f"({cfg.source(f'gb_per_hour_{known}')}) x 1 ({why})")
+        return cfg.with_values({"prepared_ratio": 1.0}, f"measured {novideo.path} ({why})"), notes
     if n_src != DEFAULT_SOURCE and p_src == DEFAULT_SOURCE:
         n = cfg.gb_per_hour_native
         cfg = cfg.with_values({"gb_per_hour_prepared": n / ratio},
@@ -173,6 +197,8 @@ def rate_label(cfg: BudgetConfig, kind: str) -> str:
     origin = origin_of(source)
     if origin == "measured":
         return "measured"
+    if origin == "estimated" and NO_VIDEO in source:
+        return f"estimated: = {'native' if kind == 'prepared' else 'prepared'} ({NO_VIDEO})"
     if origin == "estimated":
         return (f"estimated: native / {cfg.prepared_ratio:.3g}" if kind == "prepared"
                 else f"estimated: prepared x {cfg.prepared_ratio:.3g}")

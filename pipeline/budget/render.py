@@ -1,10 +1,15 @@
-"""Render a budget report (the report.json dict) as Markdown and as the terminal headline."""
+"""Render a budget report (the report.json dict) as Markdown and as the terminal headline.
+
+Both renderings start from `printable_data(report)`: every string of the report (paths, dataset roots,
+sources, notes) with its control characters escaped, so a file name from the data cannot drive the
+terminal or break a Markdown line; report.json keeps the exact strings."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pipeline.budget import fmt
+from pipeline.text import printable, printable_data
 
 PLOT_TITLES = {
     "throughput.png": "Node throughput vs global batch",
@@ -15,7 +20,13 @@ PLOT_TITLES = {
 }
 
 def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return printable(text).replace("|", "\\|")
+
+
+def _code(text: Any) -> str:
+    """A Markdown code span that a backtick inside `text` cannot close early."""
+    s = printable(text)
+    return f"`` {s} ``" if "`" in s else f"`{s}`"
 
 
 def md_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -33,6 +44,7 @@ def text_table(table: list[list[str]]) -> list[str]:
 
 def headline_text(report: dict[str, Any]) -> str:
     """The headline table (and the corpus coverage, given a manifest) as aligned plain text, for the terminal."""
+    report = printable_data(report)
     h = report["headline"]
     lines = text_table([["", *h["columns"], ""]] + [[r["label"], *r["values"], r["note"]] for r in h["rows"]])
     t, m = report["training"], report["memory"]
@@ -120,7 +132,7 @@ def _inputs(report: dict[str, Any]) -> str:
         out.append("\nMeasured manifests (`prep scan`; GB/hr = total bytes / 1e9 / hours):\n")
         out.append(md_table(
             ["role", "manifest", "episodes", "frames", "hours", "bytes", "GB/hr", "frames/episode", "fps"],
-            [[role, f"`{m['path']}`", f"{m['episodes']:,}", f"{m['frames']:,}", f"{m['hours']:.6g}",
+            [[role, _code(m['path']), f"{m['episodes']:,}", f"{m['frames']:,}", f"{m['hours']:.6g}",
               f"{m['total_bytes']:,}", f"{m['gb_per_hour']:.6g}", f"{m['frames_per_episode']:.6g}",
               f"{m['fps']:g}"] for role, m in manifests]))
     else:
@@ -242,7 +254,7 @@ def _landscape(report: dict[str, Any], gpus: int) -> str:
                  f"{days} days on one {gpus}-GPU node (this report)"])
     refs = "\n".join(f"- [{k}] {v}" for k, v in land["references"].items())
     return "\n".join([
-        f"Published VLA pre-training runs, from `{land['path']}`. Timesteps seen = steps x batch only where "
+        f"Published VLA pre-training runs, from {_code(land['path'])}. Timesteps seen = steps x batch only where "
         "both are reported as single numbers; *italic* = not reported or not derivable, never guessed.\n",
         md_table(["run", "params", "steps", "batch", "timesteps seen", "data", "compute"], rows),
         "",
@@ -260,12 +272,12 @@ def _corpus(report: dict[str, Any]) -> str:
     b = c["bytes"]
     fpe, fps = c["frames_per_episode"], c["fps"]
     has = md_table(["the corpus has", "value", "source"], [
-        ["episodes", f"{c['episodes']:,}", f"measured `{c['manifest']}` (totals.episodes)"],
-        ["timesteps (frames)", f"{c['timesteps']:,}", f"measured `{c['manifest']}` (totals.frames)"],
-        ["hours", f"{fmt.hours(c['hours'])} ({c['hours'] * 3600:,.1f} s)", f"measured `{c['manifest']}` "
+        ["episodes", f"{c['episodes']:,}", f"measured {_code(c['manifest'])} (totals.episodes)"],
+        ["timesteps (frames)", f"{c['timesteps']:,}", f"measured {_code(c['manifest'])} (totals.frames)"],
+        ["hours", f"{fmt.hours(c['hours'])} ({c['hours'] * 3600:,.1f} s)", f"measured {_code(c['manifest'])} "
          "(totals.hours = frames / fps / 3600)"],
         ["frames per episode, fps", f"{fmt.value(fpe)}, {fmt.value(fps)}",
-         f"measured `{c['manifest']}` (totals.frames_per_episode.mean, dataset.fps)"],
+         f"measured {_code(c['manifest'])} (totals.frames_per_episode.mean, dataset.fps)"],
         ["bytes, native", f"{fmt.size(b['native']['value'])} ({b['native']['value']:,.0f} bytes)",
          b["native"]["source"]],
         ["bytes, prepared", f"{fmt.size(b['prepared']['value'])} ({b['prepared']['value']:,.0f} bytes)",
@@ -292,7 +304,7 @@ def _corpus(report: dict[str, Any]) -> str:
         nxt = (f"The corpus covers {fmt.share(lo)} to {fmt.share(hi)} of the target: enough for the smaller "
                "target, not for the larger one (see the missing rows).")
     return "\n".join([
-        f"Your corpus: `{c['manifest']}` (the {c['role']} manifest). Coverage is counted in timesteps, the unit "
+        f"Your corpus: {_code(c['manifest'])} (the {c['role']} manifest). Coverage is counted in timesteps, the unit "
         "of the equivalence; missing hours, episodes and TB convert the missing timesteps with the inputs' fps, "
         "frames per episode and GB/hr.",
         "",
@@ -307,6 +319,7 @@ def _corpus(report: dict[str, Any]) -> str:
 
 
 def render_markdown(report: dict[str, Any]) -> str:
+    report = printable_data(report)
     inputs = {i["name"]: i["value"] for i in report["inputs"]}
     h = report["headline"]
     parts = [

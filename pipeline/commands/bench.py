@@ -18,6 +18,7 @@ from typing import Any
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
 from pipeline.errors import PrepError
+from pipeline.text import printable, printable_lines
 
 SWEEP_KEYS = ("workers", "batch", "prefetch")
 DEFAULT_OUT = Path("prep-bench")
@@ -207,14 +208,14 @@ def run(args: argparse.Namespace) -> int:
     path = _write(doc, args.out, name)
     from pipeline.loader.verdict import explain_lines
 
-    print(report.table(runs))
+    print(printable_lines(report.table(runs).splitlines()))
     for line in doc["min_workers"]:
-        print(line)
+        print(printable(line))
     for r in runs:
-        print("\n".join(explain_lines(r)))
+        print(printable_lines(explain_lines(r)))
     for r in runs:
-        for msg in r["error_examples"]:
-            print(f"ERROR     {r['label']}: {msg}")
+        for msg in r["error_examples"]:  # a decode error names the dataset's files
+            print(printable(f"ERROR     {r['label']}: {msg}"))
     print(f"results   {path}" + (f", {args.out / plots[0]}" if plots else ""))
     if not doc["ok"]:
         return 1
@@ -249,7 +250,7 @@ def _run_stress(args: argparse.Namespace, host: dict[str, Any], argv: list[str])
                           stress=stress, plots=plots)
     path = _write(doc, args.out, name)
     for line in report.stress_lines(stress):
-        print(line)
+        print(printable(line))
     print(f"results   {path}")
     return 0 if stress["passed"] else 1
 
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except PrepError as exc:
-        print(f"prep bench: error: {exc}", file=sys.stderr)
+        print(f"prep bench: error: {printable(exc)}", file=sys.stderr)
         return 2
     return code
 

@@ -16,6 +16,7 @@ from pipeline.budget.landscape import DEFAULT_LANDSCAPE
 from pipeline.commands import help_of
 from pipeline.commands.common import default_in_cwd
 from pipeline.errors import PrepError
+from pipeline.text import printable
 
 PREPARED_MANIFEST = Path("prep") / "manifest.json"  # what `prep reencode` writes into its output
 
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         where = exc.filename if exc.filename is not None else out
         raise PrepError(f"--out {out}: cannot write {where}: {exc.strerror or exc}") from None
     for warning in report.get("warnings", []):
-        print(f"prep budget: warning: {warning}", file=sys.stderr)
+        print(f"prep budget: warning: {printable(warning)}", file=sys.stderr)
     print(headline_text(report))
     print(f"report      {out / 'report.md'}, {out / 'report.json'}"
           + (f", {len(report['plots'])} plots" if report["plots"] else ""))

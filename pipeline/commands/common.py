@@ -18,6 +18,7 @@ from pathlib import Path
 from pipeline.commands.argtypes import memory_size, non_negative_int, positive_int, scheduler_address
 from pipeline.errors import PrepError
 from pipeline.runner import BACKENDS, RunConfig, machine_cores  # light: Dask is imported only when a cluster starts
+from pipeline.text import printable
 
 MEMORY_HELP = ("memory limit of each LocalCluster worker, Dask's own (distributed's memory_limit: at 80%% a "
                "worker pauses, at 95%% the nanny restarts it and its task is retried): a size such as 4GiB, "
@@ -76,7 +77,7 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 
 def warn(command: str, message: str) -> None:
-    print(f"prep {command}: warning: {message}", file=sys.stderr, flush=True)
+    print(f"prep {command}: warning: {printable(message)}", file=sys.stderr, flush=True)
 
 
 def rerun_command(argv: list[str]) -> str:

@@ -19,6 +19,7 @@ from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
 from pipeline.commands.common import add_run_options, plural, run_config
 from pipeline.errors import PrepError
+from pipeline.text import printable_lines
 
 if TYPE_CHECKING:
     from pipeline.jobs.convert import ConvertReport
@@ -106,7 +107,7 @@ def summary(r: ConvertReport) -> str:
                      f"({v['failures_total']:,} failures)")
         lines += [f"          {line}" for line in v["failures"][:10]]
     lines.append(f"report    {Path(r.out) / REPORT_REL}")
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 def resume_note(args: argparse.Namespace) -> str | None:

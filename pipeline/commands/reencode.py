@@ -21,6 +21,7 @@ from pipeline.commands.argtypes import LazyChoices, LazyHelp, dataset_path
 from pipeline.commands.common import add_run_options, plural, run_config, warn
 from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.errors import PrepError
+from pipeline.text import printable, printable_lines
 
 if TYPE_CHECKING:
     from pipeline.jobs.convert import ReencodeAsReport
@@ -151,16 +152,16 @@ def prep_provenance(src: Path) -> dict[str, Any] | None:
     """What prep reencode recorded in SRC if SRC is one of its outputs: `prep/options.json`, or (a copy
     without prep/ of an output of an earlier prep, which kept provenance there) the `prep.*` entries of its
     info.json video features. None for any other dataset."""
-    import json
+    from pipeline.bounded import read_json
 
     try:
-        options = json.loads((src / "prep" / "options.json").read_text(encoding="utf-8"))
+        options = read_json(src / "prep" / "options.json")
         if isinstance(options, dict):
             return options
     except (OSError, ValueError):
         pass
     try:
-        info = json.loads((src / "meta" / "info.json").read_text(encoding="utf-8"))
+        info = read_json(src / "meta" / "info.json")
         for feat in info.get("features", {}).values():
             extra = (feat.get("info") or {}) if isinstance(feat, dict) else {}
             marks = {k.removeprefix("prep."): v for k, v in extra.items() if k.startswith("prep.")}
@@ -222,9 +223,11 @@ def summary(r: ReencodeReport) -> str:
                      "lossy; its files, spans and stats are the source's)")
     if r.comparison:
         c = r.comparison
-        lines.append(f"size      native {c['native']['gb_per_hour']:.3f} GB/hr -> prepared "
-                     f"{c['prepared']['gb_per_hour']:.3f} GB/hr ({c['ratio']:.2f}x smaller; video "
-                     f"{c['video_ratio']:.2f}x)")
+        rates = f"native {c['native']['gb_per_hour']:.3f} GB/hr -> prepared {c['prepared']['gb_per_hour']:.3f} GB/hr"
+        if c.get("video_ratio") is None or c.get("ratio") is None:  # a corpus without a camera
+            lines.append(f"size      {rates} (no video: nothing to re-encode; every file copied as it is)")
+        else:
+            lines.append(f"size      {rates} ({c['ratio']:.2f}x smaller; video {c['video_ratio']:.2f}x)")
         lines.append(f"reports   {Path(r.out) / COMPARISON_REL}, {Path(r.out) / MANIFEST_REL}")
     for f in r.failures[:20]:
         eps = f.get("episodes") or ([f["episode"]] if f.get("episode") is not None else [])
@@ -246,7 +249,7 @@ def summary(r: ReencodeReport) -> str:
     if r.failures:
         lines.append("metadata  not written (meta/info.json): the output is incomplete; fix or remove the failed "
                      "input and rerun the same command to finish (done files are kept)")
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 def format_summary(r: ReencodeAsReport) -> str:
@@ -261,10 +264,10 @@ def format_summary(r: ReencodeAsReport) -> str:
         lines += [line for line in summary(r.reencode).splitlines() if not line.startswith(("output", "reports"))]
         lines.insert(1, f"staged    {r.reencode.out} (the re-encode in the source's layout)")
     if r.convert is not None:
-        lines += [f"--- into {r.to} (stream copy of the all-intra files) ---", convert_summary(r.convert)]
+        lines += [f"--- into {r.to} (stream copy of the all-intra files) ---", *convert_summary(r.convert).splitlines()]
     if r.staged_removed:
         lines.append(f"staged    removed; kept: {', '.join(r.carried) or 'nothing'}")
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 def output_of(args: argparse.Namespace) -> Path:
@@ -309,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
                                      keep_staged=args.keep_staged)
             print(format_summary(result))
             for w in warnings:
-                print(f"warning   {w}")
+                print(f"warning   {printable(w)}")
             return 0 if result.ok else 1
         with open_engine(run_config(args)) as engine:
             report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source)
@@ -317,9 +320,9 @@ def run(args: argparse.Namespace) -> int:
         from pipeline.commands.verify import failures_table
 
         print(failures_table(exc.check.blocking, total=exc.check.errors_total))
-        print(f"REFUSED   {src}: {exc}")
+        print(printable(f"REFUSED   {src}: {exc}"))
         return 1
     print(summary(report))
     for w in warnings:  # said again: the first time scrolled away behind the progress bar
-        print(f"warning   {w}")
+        print(f"warning   {printable(w)}")
     return 0 if report.ok else 1

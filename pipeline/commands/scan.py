@@ -9,6 +9,7 @@ from typing import Any
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import dataset_path
 from pipeline.commands.common import add_run_options, default_in_cwd, plural, run_config
+from pipeline.text import printable_lines
 
 DEFAULT_DIR = Path("manifests")
 
@@ -71,7 +72,7 @@ def summary(m: dict[str, Any], out: Path) -> str:
     if t["episodes_failed"] > 10:
         lines.append(f"FAILED    ... and {t['episodes_failed'] - 10:,} more (see the manifest)")
     lines.append(f"manifest  {out}")
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import dataset_path, positive_int
 from pipeline.commands.common import add_run_options, plural, run_config
+from pipeline.text import printable, printable_lines
 
 if TYPE_CHECKING:
     from pipeline.jobs.verify import VerifyReport
@@ -26,9 +27,10 @@ TABLE_ROWS = 40
 
 def failures_table(failures: list[CheckFailure], limit: int = TABLE_ROWS, total: int | None = None) -> str:
     rows = [("severity", "episode", "camera", "check", "expected", "found")]
-    for f in failures[:limit]:
-        rows.append((f.severity, str(f.episode) if f.episode is not None else "-", _short_camera(f.camera), f.check,
-                     _clip(f.expected), _clip(f.found)))
+    for f in failures[:limit]:  # every cell escaped before the widths are taken: a camera key is user data
+        rows.append((f.severity, str(f.episode) if f.episode is not None else "-",
+                     printable(_short_camera(f.camera)), printable(f.check), _clip(printable(f.expected)),
+                     _clip(printable(f.found))))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] for r in rows]
     if total is not None and total > min(limit, len(failures)):
@@ -53,7 +55,7 @@ def summary(report: VerifyReport) -> str:
     ds = report.dataset
     lines = []
     if report.failures:
-        lines += [failures_table(report.failures, total=report.failures_total), ""]
+        lines += [*failures_table(report.failures, total=report.failures_total).splitlines(), ""]  # cells escaped
     lines += [
         f"dataset   {ds.root}  (LeRobot {ds.codebase_version}, {ds.fps:g} fps, {plural(len(ds.cameras), 'camera')})",
         f"episodes  {t['episodes']:,}: {t['episodes_passed']:,} passed, {t['episodes_failed']:,} failed"
@@ -67,7 +69,7 @@ def summary(report: VerifyReport) -> str:
         f"FAILED    {plural(t['errors'], 'error')} in " + _episode_list(report.failed_episodes)
         + (f" ({plural(t['warnings'], 'warning')})" if t["warnings"] else ""),
     ]
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 def _prediction(report: VerifyReport) -> str:
@@ -141,5 +143,5 @@ def run(args: argparse.Namespace) -> int:
         report = verify_dataset(args.dataset, options, engine, json_path=out, resume=not args.fresh)
     print(summary(report))
     if out:
-        print(f"report    {out}")
+        print(f"report    {printable(out)}")
     return 0 if report.passed else 1

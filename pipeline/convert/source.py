@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.bounded import loads_json
 from pipeline.convert.layout import MB, V21Episode, V30Episode, V30Video
 from pipeline.dataset.info import format_template
 from pipeline.dataset.model import resolve_inside
@@ -38,7 +39,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_json(line)
         except json.JSONDecodeError as exc:
             raise DatasetError(path, f"line {lineno}: not JSON ({exc.msg})") from None
         if not isinstance(obj, dict):

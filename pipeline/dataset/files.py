@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.dataset.model import Dataset
+from pipeline.dataset.template import FIELDS, Template, cached_template
+from pipeline.errors import DatasetError
 
 NUMBER = r"(-?\d+)"
 
@@ -41,15 +43,19 @@ class FileIndex:
         self.ds = ds
         self.version = ds.codebase_version
         self.chunks_size = ds.info.get("chunks_size", 1000)
-        self._kinds: list[tuple[str, str, str, re.Pattern[str], list[str]]] = []
+        self._kinds: list[tuple[str, str, Template, re.Pattern[str], list[str]]] = []
         video_tpl, data_tpl = ds.info.get("video_path"), ds.info.get("data_path")
+        fields = FIELDS[self.version]
+        where = str(ds.root / "meta/info.json")
         if isinstance(video_tpl, str):
+            tpl = cached_template(video_tpl, where, "video_path", fields["video_path"])
             for cam in ds.camera_keys:
                 rx, names = _pattern(video_tpl, {"video_key": cam})
-                self._kinds.append(("video", cam, video_tpl, rx, names))
+                self._kinds.append(("video", cam, tpl, rx, names))
         if isinstance(data_tpl, str):
             rx, names = _pattern(data_tpl, {})
-            self._kinds.append(("data", "", data_tpl, rx, names))
+            self._kinds.append(("data", "", cached_template(data_tpl, where, "data_path", fields["data_path"]), rx,
+                                names))
         self._files: dict[str, set[tuple[int, ...]]] = {}
 
     def _referenced_v30(self, kind: str, chunk: int, file: int) -> bool:
@@ -59,11 +65,11 @@ class FileIndex:
             self._files[kind] = {tuple(int(v) for v in row) for row in np.unique(keys, axis=0)}
         return (chunk, file) in self._files[kind]
 
-    def _referenced(self, kind: str, tpl: str, values: dict[str, int], fixed: dict[str, Any]) -> bool:
+    def _referenced(self, kind: str, tpl: Template, values: dict[str, int], fixed: dict[str, Any]) -> bool:
         try:  # zero padding etc.: the template must give this very path back
-            if os.path.normpath(tpl.format(**values, **fixed)).replace(os.sep, "/") != self._last_rel:
+            if os.path.normpath(tpl.fill(**values, **fixed)).replace(os.sep, "/") != self._last_rel:
                 return False
-        except (ValueError, KeyError, IndexError):
+        except (DatasetError, KeyError):
             return False
         if self.version == "v3.0":
             return self._referenced_v30(kind, values.get("chunk_index", 0), values.get("file_index", 0))

@@ -5,27 +5,30 @@ from __future__ import annotations
 import json
 import math
 import os
-import string
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from pipeline.bounded import JsonBoundError, read_json
 from pipeline.dataset.model import SUPPORTED_VERSIONS, CameraInfo
+from pipeline.dataset.template import cached_template, check_info_templates
 from pipeline.errors import DatasetError
+from pipeline.text import shown
 
 INFO_REL = "meta/info.json"
 
 
 def read_json_file(path: Path) -> Any:
+    """A whole JSON file of the dataset (size and depth bounded: `pipeline.bounded.read_json`)."""
     if not path.is_file():
         raise DatasetError(path, "missing file")
     try:
-        text = path.read_text(encoding="utf-8")
+        return read_json(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(path, f"cannot read: {exc}") from None
-    try:
-        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        what = "JSON refused" if isinstance(exc, JsonBoundError) else "invalid JSON"
+        raise DatasetError(path, f"{what} at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
 def read_info(root: Path) -> dict[str, Any]:
@@ -59,6 +62,7 @@ def read_info(root: Path) -> dict[str, Any]:
             raise DatasetError(path, f"missing key {key!r}")
     if not isinstance(info["features"], dict):
         raise DatasetError(path, f"'features' must be an object, found {type(info['features']).__name__}")
+    check_info_templates(info, path)  # before anything fills one: attribute access, huge widths, NUL
     return info
 
 
@@ -98,23 +102,21 @@ def video_keys(info: dict[str, Any], path: Path | str = INFO_REL) -> tuple[str, 
     return tuple(c.key for c in cameras_from_info(info, Path(path)))
 
 
-def template_fields(template: str) -> set[str]:
-    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+def format_template(template: str, path: Path | str, allowed: Collection[str], *, key: str | None = None,
+                    **values: Any) -> str:
+    """Fill a path template from info.json (checked by `pipeline.dataset.template.check_template` first),
+    refusing paths that leave the root."""
+    key = key or ("video_path" if "video_key" in allowed else "data_path")
+    tpl = cached_template(template, str(path), key, frozenset(allowed))
+    return inside_root(tpl.fill(**values), template, path, key)
 
 
-def format_template(template: str, path: Path, allowed: set[str], **values: Any) -> str:
-    """Fill a path template from info.json, refusing unknown fields and paths that leave the root."""
-    fields = template_fields(template)
-    unknown = fields - allowed
-    if unknown:
-        raise DatasetError(path, f"template {template!r} uses unknown field(s) {sorted(unknown)}")
-    try:
-        rel = template.format(**values)
-    except (ValueError, KeyError, IndexError) as exc:
-        raise DatasetError(path, f"template {template!r} cannot be filled: {exc}") from None
+def inside_root(rel: str, template: str, path: Path | str, key: str) -> str:
+    """A filled template's path, normalised; refused when it is absolute or leaves the dataset root."""
     norm = os.path.normpath(rel)
     if os.path.isabs(rel) or norm == ".." or norm.startswith(".." + os.sep):
-        raise DatasetError(path, f"template {template!r} gives {rel!r}, which leaves the dataset root")
+        raise DatasetError(path, f"{key}: template {shown(template)} gives {shown(rel)}, which leaves the "
+                                 "dataset root")
     return norm.replace(os.sep, "/")
 
 

@@ -13,38 +13,30 @@ otherwise a stable sort by file.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
 import numpy as np
 
-from pipeline.dataset.info import template_fields
-from pipeline.errors import DatasetError
+from pipeline.dataset.info import inside_root
+from pipeline.dataset.template import cached_template
 
 
 class PathTemplate:
     """A path template of info.json, checked once (fields, root escape) and then filled fast."""
 
-    def __init__(self, template: str, path: Any, allowed: set[str], sample: dict[str, Any]) -> None:
-        unknown = template_fields(template) - allowed
-        if unknown:
-            raise DatasetError(path, f"template {template!r} uses unknown field(s) {sorted(unknown)}")
+    def __init__(self, template: str, path: Any, allowed: set[str], sample: dict[str, Any],
+                 key: str | None = None) -> None:
+        self.key = key or ("video_path" if "video_key" in allowed else "data_path")
+        self.checked = cached_template(template, str(path), self.key, frozenset(allowed))
         self.template = template
         self.path = path
-        self.fields = template_fields(template)
+        self.fields = self.checked.fields
         self.fill(**sample)  # a bad template is one dataset-level error, before any episode
 
     def fill(self, **values: Any) -> str:
-        try:
-            rel = self.template.format(**values)
-        except (ValueError, KeyError, IndexError) as exc:
-            raise DatasetError(self.path, f"template {self.template!r} cannot be filled: {exc}") from None
-        norm = os.path.normpath(rel)
-        if os.path.isabs(rel) or norm == ".." or norm.startswith(".." + os.sep):
-            raise DatasetError(self.path, f"template {self.template!r} gives {rel!r}, which leaves the dataset root")
-        return norm.replace(os.sep, "/")
+        return inside_root(self.checked.fill(**values), self.template, self.path, self.key)
 
 
 @dataclass(slots=True)

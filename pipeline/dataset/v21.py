@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.bounded import MAX_JSON_CHARS, loads_json
 from pipeline.dataset.info import cameras_from_info
 from pipeline.dataset.model import DataRef, Dataset, Episode, Rejected, VideoRef
 from pipeline.dataset.rows import RowBuilder
@@ -44,11 +45,12 @@ class BadJsonLine(ValueError):
         return int(match.group(1)) if match else None
 
 
-def iter_lines(path: Path, digest: Any = None) -> Iterator[tuple[int, str]]:
+def iter_lines(path: Path, digest: Any = None, max_chars: int = MAX_JSON_CHARS) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line, as `str.splitlines` numbers them, reading a block at a time.
 
-    Raises DatasetError for a missing or unreadable file (not UTF-8). `digest` (a hashlib object) is
-    fed the file's bytes.
+    Raises DatasetError for a missing or unreadable file (not UTF-8) and for a line longer than
+    `max_chars` (refused as it is read: a file with no newline is never held whole). `digest` (a
+    hashlib object) is fed the file's bytes.
     """
     if not path.is_file():
         raise DatasetError(path, "missing file")
@@ -67,7 +69,13 @@ def iter_lines(path: Path, digest: Any = None) -> Iterator[tuple[int, str]]:
                 carry = parts.pop() if parts and block else ""
                 for part in parts:
                     lineno += 1
+                    if len(part) > max_chars:
+                        raise DatasetError(path, f"line {lineno}: {len(part):,} characters, above the "
+                                                 f"{max_chars:,} prep reads in a line")
                     yield lineno, part.splitlines()[0]
+                if len(carry) > max_chars:
+                    raise DatasetError(path, f"line {lineno + 1}: more than {max_chars:,} characters, above "
+                                             f"the {max_chars:,} prep reads in a line")
                 if not block:
                     return
     except UnicodeDecodeError:
@@ -88,7 +96,7 @@ def read_jsonl(path: Path) -> list[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            rows.append((lineno, json.loads(line)))
+            rows.append((lineno, loads_json(line)))
         except json.JSONDecodeError as exc:
             rows.append((lineno, BadJsonLine(exc, line)))
     return rows
@@ -116,7 +124,7 @@ def _parse(ep_path: Path, rows: RowBuilder, digest: Any) -> None:
             continue
         where = f"{ep_path}:{lineno}"
         try:
-            obj = json.loads(line)
+            obj = loads_json(line)
         except json.JSONDecodeError as exc:
             rows.reject(lineno, EpisodeError(BadJsonLine(exc, line).episode_hint(), where,
                                              f"line is not JSON ({exc})"))

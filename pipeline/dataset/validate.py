@@ -28,9 +28,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from pipeline.bounded import JsonBoundError, loads_json
 from pipeline.dataset.info import INFO_REL, read_info
 from pipeline.dataset.model import Dataset, Rejected
 from pipeline.errors import MetadataError
+from pipeline.text import shown
 
 MAX_LISTED = 20  # problems listed one per line (all are counted)
 SHAPE_CACHE = 4096  # distinct line shapes whose verdict is remembered
@@ -145,9 +147,10 @@ def check_jsonl(path: Path, name: str, problems: Problems) -> None:
             continue
         where = f"{path}:{lineno}"
         try:
-            obj = json.loads(line)
+            obj = loads_json(line)  # size and depth bounded before parsing
         except json.JSONDecodeError as exc:
-            problems.add(f"{where}: line is not JSON ({exc.msg} at column {exc.colno}): {_clip(line)}")
+            what = "refused" if isinstance(exc, JsonBoundError) else "is not JSON"
+            problems.add(f"{where}: line {what} ({exc.msg} at column {exc.colno}): {_clip(line)}")
             continue
         if not cache_.is_valid(obj):
             for p in schema_problems(obj, name, limit=1):
@@ -170,7 +173,7 @@ def check_json(path: Path, name: str, problems: Problems) -> Any:
 
 
 def _clip(text: str, width: int = 80) -> str:
-    return repr(text if len(text) <= width else text[: width - 3] + "...")
+    return shown(text, width)  # quoted, control characters escaped, clipped
 
 
 # ---- rules JSON Schema cannot state -------------------------------------------------------------

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import atomic
+from pipeline.bounded import loads_json
 from pipeline.dataset.model import Dataset, resolve_inside
 from pipeline.dataset.v30 import episode_meta_files
 from pipeline.errors import EpisodeError
@@ -257,7 +258,7 @@ def _write_v21_stats(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: lis
         for _lineno, line in iter_lines(path):
             if not line.strip():
                 continue
-            row = json.loads(line)
+            row = loads_json(line)
             ep = row.get("episode_index")
             new: dict[str, Any] = {}
             if isinstance(ep, int) and not isinstance(ep, bool):

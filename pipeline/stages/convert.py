@@ -23,7 +23,6 @@ target version's LeRobot writes them (`pipeline/convert/hf.py`).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import atomic
+from pipeline.bounded import read_json
 from pipeline.convert.hf import target_metadata
 from pipeline.convert.layout import (
     DataConcatUnit,
@@ -79,8 +79,7 @@ def _run(kind: str, out_rel: str, episodes: int, frames: int, body: Callable[[],
     try:
         result = body()
     except EpisodeError as exc:
-        result = ConvertResult(kind, out_rel, "failed", exc.message if exc.episode is None
-                               else f"episode {exc.episode}: {exc.path}: {exc.message}")
+        result = ConvertResult(kind, out_rel, "failed", str(exc))  # the source file it names, and the episode
     result.episodes, result.frames = episodes, frames
     result.seconds = time.perf_counter() - t0
     return result
@@ -159,7 +158,7 @@ def cut_video(unit: VideoCutUnit) -> ConvertResult:
 def _source_features(src_root: str) -> dict[str, Any]:
     """The source's info.json features (only needed when a parquet carries no Hugging Face features)."""
     try:
-        info = json.loads((Path(src_root) / "meta/info.json").read_text(encoding="utf-8"))
+        info = read_json(Path(src_root) / "meta/info.json")
     except (OSError, ValueError):
         return {}
     feats = info.get("features") if isinstance(info, dict) else None

@@ -76,14 +76,39 @@ def _share(total: int, part: int, whole: int) -> int:
     return round(total * part / whole) if whole else 0
 
 
+# The largest row count a row group may claim in its footer: `datasets`' parquet loader, which every
+# LeRobot reader (0.3.x, 0.4.x, 0.6.x) loads data files with, takes a row group's count as a C int and
+# raises OverflowError above it (seen with all three). Below it the readers get what the pages hold,
+# cut at the footer's count when that is smaller: what `iter_batches` hands over, counted here.
+READERS_MAX_ROW_GROUP_ROWS = 2**31 - 1
+COUNT_BATCH = 1 << 16
+
+
 def _parquet_rows(path: Path, episodes: tuple[Episode, ...]) -> tuple[dict[int, int], int]:
-    """Rows per episode index in a parquet file and the file's size."""
+    """Rows per episode index in a parquet file, as the readers would get them (counted from the pages,
+    streaming, never from the footer's claim alone), and the file's size."""
     size = path.stat().st_size
+    pf = pq.ParquetFile(path)
+    md = pf.metadata
+    for g in range(md.num_row_groups):
+        claimed = md.row_group(g).num_rows
+        if claimed > READERS_MAX_ROW_GROUP_ROWS:
+            pages = sum(b.num_rows for b in pf.iter_batches(batch_size=COUNT_BATCH, row_groups=[g],
+                                                             columns=[pf.schema_arrow.names[0]]))
+            v21 = episodes[0].data.from_index is None
+            readers = "LeRobot 0.3.x (v2.1)" if v21 else "LeRobot 0.4.x and 0.6.x (v3.0)"
+            raise EpisodeError(episodes[0].index, path, f"the footer's row group {g} claims {claimed:,} rows where "
+                               f"its pages hold {pages:,}: {readers} raise(s) loading this file (datasets' parquet "
+                               f"loader: OverflowError above {READERS_MAX_ROW_GROUP_ROWS:,} rows a row group)")
     if len(episodes) == 1 and episodes[0].data.from_index is None:
-        return {episodes[0].index: pq.read_metadata(path).num_rows}, size
-    col = pq.read_table(path, columns=["episode_index"])["episode_index"]
-    counts = pc.value_counts(col).to_pylist()
-    return {int(c["values"]): int(c["counts"]) for c in counts}, size
+        column = "episode_index" if "episode_index" in pf.schema_arrow.names else pf.schema_arrow.names[0]
+        rows = sum(b.num_rows for b in pf.iter_batches(batch_size=COUNT_BATCH, columns=[column]))
+        return {episodes[0].index: rows}, size
+    counts: dict[int, int] = {}
+    for batch in pf.iter_batches(batch_size=COUNT_BATCH, columns=["episode_index"]):
+        for c in pc.value_counts(batch.column(0)).to_pylist():
+            counts[int(c["values"])] = counts.get(int(c["values"]), 0) + int(c["counts"])
+    return counts, size
 
 
 def scan_unit(unit: ScanUnit) -> list[EpisodeScan]:
