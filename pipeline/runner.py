@@ -198,6 +198,7 @@ class Engine:
         self._stack = contextlib.ExitStack()
         self._client: Any = None
         self._checked: dict[str, set[str]] = {}  # module -> workers that import it (remote clusters)
+        self._size_hint: int | None = None
 
     # ---- session -------------------------------------------------------------------------------
 
@@ -232,10 +233,16 @@ class Engine:
 
     def runs_inline(self, total: int | None) -> bool:
         """Whether a map of `total` units runs in this process: always on the inline backend; on the local one
-        when the map is small (at most `inline_max` units) and no cluster was started yet."""
+        when the map is small (at most `inline_max` units; a map of unknown size: the job's `size_hint`) and no
+        cluster was started yet."""
+        n = total if total is not None else self._size_hint
         return self.backend == "inline" or (
-            self.backend == "local" and total is not None and total <= self.config.inline_max
-            and self._client is None)
+            self.backend == "local" and n is not None and n <= self.config.inline_max and self._client is None)
+
+    def size_hint(self, units: int) -> None:
+        """The size of the job in the units its command's small-input threshold counts, for maps whose own
+        size is not known before they run (streamed plans)."""
+        self._size_hint = units
 
     @property
     def workers(self) -> int:
