@@ -27,6 +27,7 @@ fails becomes failure results for its units (`Batch.failed`) -- nothing is raise
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -349,8 +350,9 @@ class Engine:
                 if not inflight:
                     return
                 for fut in watch.wait(inflight):
-                    _, bseq, bfirst, chunk = inflight.pop(fut.key)
-                    pending[bseq] = self._collect(watch, fut, bseq, bfirst, chunk, on_error, sizer)
+                    _, bseq, bfirst, chunk = inflight[fut.key]
+                    pending[bseq] = self._collect(watch, inflight, fut, bseq, bfirst, chunk, on_error, sizer)
+                    del inflight[fut.key]
                 while emitted in pending:
                     yield pending.pop(emitted)
                     emitted += 1
@@ -359,13 +361,21 @@ class Engine:
                 with contextlib.suppress(Exception):
                     client.sync(client._cancel, [f for f, *_ in inflight.values()], callback_timeout=5)
 
-    def _collect(self, watch: _Watch, fut: Any, seq: int, first: int, chunk: list[U],
-                 on_error: Callable[[U, BaseException], R], sizer: _Sizer) -> Batch[U, R]:
+    def _collect(self, watch: _Watch, inflight: dict[Any, tuple[Any, int, int, list[U]]], fut: Any, seq: int,
+                 first: int, chunk: list[U], on_error: Callable[[U, BaseException], R],
+                 sizer: _Sizer) -> Batch[U, R]:
         """A finished task's batch; a task that failed (its worker died on every attempt, ...) becomes failure
-        results; a task lost with the scheduler raises ClusterError."""
+        results; a task lost with the scheduler raises ClusterError. The result is fetched from its worker in
+        bounded waits: a worker that dies between finishing the task and handing its result over makes the
+        scheduler run the task again, on a worker that may never come (the stall checks run meanwhile)."""
         try:
-            with watch.translating():
-                results, seconds = fut.result()
+            while True:
+                try:
+                    with watch.translating():
+                        results, seconds = fut.result(timeout=FETCH_S)
+                    break
+                except TimeoutError:
+                    watch.check(inflight)
         except ClusterError:
             raise
         except Exception as exc:  # the task failed: its worker died beyond the retries, ...
@@ -414,6 +424,7 @@ def describe_units(units: Sequence[Any]) -> str:
 # ---- watching the cluster while a map waits --------------------------------------------------------
 
 TICK_S = 1.0  # a map waits this long for a finished task before it looks at the cluster
+FETCH_S = 5.0  # a finished task's result is fetched in waits this long, the cluster checked between them
 POLL_S = 2.0  # the cluster's state is read at most this often while nothing finishes ...
 POLL_BUSY_S = 10.0  # ... and this often while tasks finish (a frozen worker among busy ones)
 NOTE_S = 30.0  # a waiting map prints a note this often
@@ -586,7 +597,8 @@ class _Watch:
             silent = now - before[1]
             mine = held.get(w) or []
             if mine and silent >= HEARTBEAT_SLACK_S:
-                what = describe_units(mine[0][3]) + (f" and {len(mine) - 1} more task(s)" if len(mine) > 1 else "")
+                what = "; ".join(describe_units(t[3]) for t in mine[:3]) + (
+                    f" and {len(mine) - 3} more task(s)" if len(mine) > 3 else "")
                 self.stalled(f"silent {w}", f"Dask worker {_worker_name(w, workers)} has not been heard from for "
                              f"{{s}} while running {what} (frozen: stopped, an NFS stall, a network partition?)",
                              silent)
@@ -752,10 +764,15 @@ def remote_client(config: RunConfig) -> Iterator[Any]:
         hint = (" (tls:// needs the Dask TLS configuration: distributed.comm.tls.ca-file, .client.cert, "
                 ".client.key)" if str(config.scheduler).startswith("tls://") else "")
         raise PrepError(f"cannot use Dask scheduler {config.scheduler!r}: {exc}{hint}") from None
-    try:
-        yield client
-    finally:
-        _close_quietly(client)
+    # Dask's client logs its own reconnect attempts and their tracebacks at ERROR when the scheduler goes away; the
+    # run says it in one line of its own (ClusterError), as the embedded cluster's `silence_logs` does for it.
+    from distributed.utils import silence_logging_cmgr
+
+    with silence_logging_cmgr(logging.CRITICAL):
+        try:
+            yield client
+        finally:
+            _close_quietly(client)
 
 
 def _handshake(address: str, timeout: float) -> None:
@@ -875,6 +892,9 @@ def _close_quietly(client: Any, cluster: Any = None) -> None:
         if cluster is not None:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=10)
+        # the client's leftover asyncio tasks (a result fetch given up on a lost worker, a reconnect) are collected
+        # now, while their "Task exception was never retrieved" cannot print; later, at exit, they would
+        gc.collect()
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
