@@ -80,6 +80,8 @@ def cluster_failed(command: str, argv: list[str], args: argparse.Namespace, exc:
     """A cluster fault (the scheduler lost, no workers, a frozen worker, ...): one line saying what failed and
     what was kept, then the command that resumes the run once the cluster is fixed."""
     note, hint = resume_hint(command, argv, args)
+    if not exc.kept:
+        note, hint = None, hint.replace("to resume: rerun the same command", "to run it again")
     message = " ".join(str(exc).split())  # one line, whatever the message holds
     print(f"prep {command}: error: {message}" + (f"; {note}" if note else ""), file=sys.stderr)
     print(hint, file=sys.stderr)

@@ -53,6 +53,10 @@ class ClusterError(PrepError):
 
     exit_code = 4
 
+    def __init__(self, message: str, *, kept: bool = True) -> None:
+        super().__init__(message)
+        self.kept = kept  # False: the run stopped before it wrote anything (no "kept in ..." note)
+
 
 class WorkerLost(Exception):
     """A task whose worker died while running it, on every attempt (Dask's `KilledWorker`, beyond the retries):

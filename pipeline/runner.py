@@ -229,7 +229,7 @@ class Engine:
             self._stack.enter_context(dask.config.set(SESSION_SETTINGS))  # restored when the session ends
             self._client = self._stack.enter_context(BACKENDS[self.backend](self.config))
             self.stats.clusters_started += 1
-            _log_start(self.backend, self._client)
+            _log_start(self.backend, self._client, self.config)
         return self._client
 
     def runs_inline(self, total: int | None) -> bool:
@@ -640,8 +640,7 @@ class _Watch:
         """Dask's KilledWorker as WorkerLost: killed at the memory limit (the nanny's own event says so), or died."""
         last = getattr(exc, "last_worker", None)
         addr = str(getattr(last, "address", "") or "?")
-        name = getattr(last, "name", None)
-        who = f"{addr} ({name})" if name not in (None, "", addr) else addr
+        who = _worker_name(addr, {addr: {"name": getattr(last, "name", None)}})
         limit = int(getattr(last, "memory_limit", 0) or 0)
         rss = 0
         for attempt in range(3):  # the nanny's event may reach the scheduler just after the task failed
@@ -670,8 +669,12 @@ def _import_probe(module: str) -> Callable[[], str]:
 
 
 def _worker_name(address: str, workers: dict[str, Any]) -> str:
+    """`tcp://10.0.0.5:40123 (node7-3)`: the address and the worker's name (`dask worker --name`; a LocalCluster
+    numbers its workers: `(worker 0)`)."""
     name = (workers.get(address) or {}).get("name")
-    return f"{address} ({name})" if name not in (None, "", address) else address
+    if name in (None, "", address):
+        return address
+    return f"{address} (worker {name})" if isinstance(name, int) or str(name).isdigit() else f"{address} ({name})"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -701,17 +704,20 @@ class _Rates:
         self.bar.update(len(batch.units))
 
 
-def _log_start(backend: str, client: Any) -> None:
+def _log_start(backend: str, client: Any, config: RunConfig) -> None:
     workers = len(client.nthreads())
     where = "LocalCluster" if backend == "local" else client.scheduler.address
-    print(f"[engine] {backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {dashboard_link(client)}, "
+    link = dashboard_link(client, enabled=backend != "local" or config.dashboard is not None)
+    print(f"[engine] {backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {link}, "
           f"{_memory_text(client)}", file=sys.stderr, flush=True)
 
 
-def dashboard_link(client: Any) -> str:
+def dashboard_link(client: Any, *, enabled: bool = True) -> str:
     """The dashboard's address as it is bound: the embedded scheduler's own HTTP server (127.0.0.1 unless
     --dashboard opened it; 0.0.0.0 is named as every interface), else the remote scheduler's host and its
     dashboard port; `off` when there is none."""
+    if not enabled:
+        return "off"
     cluster = getattr(client, "cluster", None)
     server = getattr(getattr(cluster, "scheduler", None), "http_server", None)
     if cluster is not None:
@@ -834,6 +840,9 @@ def local_cluster_kwargs(config: RunConfig) -> dict[str, Any]:
         # this machine only by default (Dask's ":0" listens on every interface: an unauthenticated page with task
         # keys, logs and system information); port 0 = a free one, never colliding with another cluster's :8787
         "dashboard_address": config.dashboard,
+        # with the dashboard off, the scheduler's HTTP server (health and metrics routes) still starts: on
+        # loopback and a free port, not on Dask's default 8787 of the scheduler's host
+        **({} if config.dashboard else {"scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"}}),
         # Worker logs at ERROR are comm chatter (a heartbeat to a scheduler that is closing prints a 40-line
         # traceback); a task's own error comes back through its future, a restart is a WARNING: quiet them.
         "silence_logs": logging.CRITICAL,

@@ -108,7 +108,7 @@ def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_inv
     report = verify_dataset(src, VerifyOptions(), engine)
     lost = next((f for f in report.failures if f.check == WORKER_LOST), None)
     if lost is not None:  # a resource problem of the cluster, never a source error: stop, name it, keep nothing
-        raise ClusterError(f"the check of the source could not finish: {lost.found}; nothing was encoded")
+        raise ClusterError(f"the check of the source could not finish: {lost.found}; nothing was encoded", kept=False)
     covered = frozenset().union(*(REPAIRS[r] for r in repairs)) if repairs else frozenset()
 
     def fixed(f: CheckFailure) -> bool:
