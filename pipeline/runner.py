@@ -226,6 +226,7 @@ class Engine:
             import distributed  # noqa: F401  (its configuration defaults first: the session's settings are restored
             # at the end by deleting the keys that did not exist before, which would drop all of distributed's)
 
+            _quiet_gather_helpers()
             self._stack.enter_context(dask.config.set(SESSION_SETTINGS))  # restored when the session ends
             self._client = self._stack.enter_context(BACKENDS[self.backend](self.config))
             self.stats.clusters_started += 1
@@ -883,6 +884,23 @@ def local_client(config: RunConfig) -> Iterator[Any]:
 
 
 QUIET_LOGGERS = ("distributed", "tornado", "asyncio")
+
+
+class _DropGatherExit(logging.Filter):
+    """Dask's gather stops its helper tasks with `AllExit` (its own control flow, never an error); a helper left
+    behind by a bounded result fetch (`Engine._collect`) ends that way when the client closes, and asyncio would
+    print it as "Task exception was never retrieved" with a traceback whenever the task is collected."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (exc is not None and type(exc).__name__ == "AllExit"
+                    and type(exc).__module__.startswith("distributed"))
+
+
+def _quiet_gather_helpers() -> None:
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _DropGatherExit) for f in logger.filters):
+        logger.addFilter(_DropGatherExit())
 
 
 def _close_quietly(client: Any, cluster: Any = None) -> None:
