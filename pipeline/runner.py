@@ -684,7 +684,12 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _note(message: str) -> None:
-    print(f"[engine] {message}", file=sys.stderr, flush=True)
+    """An `[engine]` line on stderr, on a line of its own: a progress bar being drawn is cleared first and
+    redrawn below it (a plain print would glue the line onto the bar)."""
+    from tqdm import tqdm
+
+    tqdm.write(f"[engine] {message}", file=sys.stderr)
+    sys.stderr.flush()
 
 
 class _Rates:
@@ -709,8 +714,7 @@ def _log_start(backend: str, client: Any, config: RunConfig) -> None:
     workers = len(client.nthreads())
     where = "LocalCluster" if backend == "local" else client.scheduler.address
     link = dashboard_link(client, enabled=backend != "local" or config.dashboard is not None)
-    print(f"[engine] {backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {link}, "
-          f"{_memory_text(client)}", file=sys.stderr, flush=True)
+    _note(f"{backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {link}, {_memory_text(client)}")
 
 
 def dashboard_link(client: Any, *, enabled: bool = True) -> str:

@@ -271,3 +271,19 @@ def test_runs_inline_follows_the_threshold_and_the_size_hint() -> None:
         assert not engine.started
     with open_engine(RunConfig(backend="remote", scheduler="tcp://127.0.0.1:1", inline_max=100)) as engine:
         assert not engine.runs_inline(1)  # a --scheduler run always uses the cluster
+
+
+def test_engine_line_is_not_glued_onto_the_progress_bar(tmp_path: Any) -> None:
+    """The cluster starts while the first progress bar is drawn: its `[engine]` line gets a line of its own."""
+    import subprocess
+    import sys
+
+    from pipeline.synth import SynthSpec, write_synthetic
+
+    src = write_synthetic(tmp_path / "ds", SynthSpec(episodes=2, frames=10, height=48, width=64))
+    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "scan", str(src), "--out", str(tmp_path / "m.json"),
+                        "--workers", "1"], capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stderr.split("\n") if "[engine]" in line]
+    assert len(lines) == 1 and "scan:" in r.stderr, r.stderr  # a bar was drawn
+    assert lines[0].split("\r")[-1].startswith("[engine] local: LocalCluster, 1 worker, "), repr(lines[0])
