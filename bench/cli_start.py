@@ -1,15 +1,17 @@
-"""Benchmark the CLI's start-up: median wall time of `prep --version`, `prep scan --help` and a 1-episode scan.
+"""Benchmark the CLI's start-up: median wall time of `prep --version`, `prep --help`, `prep scan --help`, and a
+scan and a verify of a 10-episode dataset (3 cameras, 30 frames of 128x96 each).
 
 Each command is a fresh process (as a user types it), run N times; the table gives median, min and max.
-Targets on the shared 2-core machine: 0.3 s, 0.5 s and 2 s.  By default the checkout holding this
-script is measured (`python -m pipeline.cli` with PYTHONPATH=REPO); `--repo /work/main` measures another
-checkout (e.g. before/after a change), `--prep .venv/bin/prep` an installed entry point.
+Targets on a quiet 2-core machine: 0.3 s, 0.3 s, 0.5 s, 2 s and 2 s.  By default the checkout holding this
+script is measured (`python -m pipeline.cli` with PYTHONPATH=REPO); `--repo PATH` measures another checkout
+(e.g. before/after a change), `--prep .venv/bin/prep` an installed entry point.
 
     python bench/cli_start.py [--runs 5] [--label after] [--repo PATH | --prep COMMAND]
                               [--out bench/results/cli_start.json]
 
 The JSON keeps one entry per `--label` (a rerun replaces its own label's entry), each with the load average
-before and after and the interpreter used.
+before and after and the Python version. It records no path of the machine: a checkout is named relative to
+this one, the interpreter as `python`, the temporary dataset as `<tmp>`.
 """
 
 from __future__ import annotations
@@ -28,15 +30,26 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parents[1]
-TARGETS = {"prep --version": 0.3, "prep --help": 0.3, "prep scan --help": 0.5, "prep scan (1 episode)": 2.0}
+TARGETS = {"prep --version": 0.3, "prep --help": 0.3, "prep scan --help": 0.5, "prep scan (10 episodes)": 2.0,
+           "prep verify (10 episodes)": 2.0}
 
 
 def _make_corpus(root: Path) -> None:
-    """One synthetic episode (3 cameras, 30 small frames), written by this checkout's pipeline.synth."""
+    """Ten synthetic episodes (3 cameras, 30 small frames), written by this checkout's pipeline.synth."""
     sys.path.insert(0, str(HERE))
     from pipeline.synth import SynthSpec, write_synthetic
 
-    write_synthetic(root, SynthSpec(episodes=1, frames=30, height=96, width=128))
+    write_synthetic(root, SynthSpec(episodes=10, frames=30, height=96, width=128))
+
+
+def _relative(path: Path) -> str:
+    """A path as this checkout names it (`.`, `../main`), never absolute."""
+    return os.path.relpath(path.resolve(), HERE)
+
+
+def _portable(argv: list[str], prefix: list[str], shown: list[str], tmp: Path) -> list[str]:
+    """argv as recorded: the command's own prefix (interpreter, entry point) as `shown`, the temp folder as <tmp>."""
+    return [*shown, *(a.replace(str(tmp), "<tmp>") for a in argv[len(prefix):])]
 
 
 def _time(argv: list[str], env: dict[str, str], cwd: Path) -> float:
@@ -61,26 +74,30 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if args.prep:
         prep = shlex.split(args.prep)
-        source = args.prep
+        shown = [Path(prep[0]).name, *prep[1:]] if os.path.isabs(prep[0]) else prep
+        source = shlex.join(shown)
     else:
         prep = [sys.executable, "-m", "pipeline.cli"]
+        shown = ["python", "-m", "pipeline.cli"]
         env["PYTHONPATH"] = str(args.repo.resolve())
-        source = f"{sys.executable} -m pipeline.cli, PYTHONPATH={args.repo.resolve()}"
+        source = f"python -m pipeline.cli, PYTHONPATH={_relative(args.repo)} (relative to this checkout)"
     load_before = os.getloadavg()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="prep-cli-start-") as tmp:
         work = Path(tmp)
-        _make_corpus(work / "one")
+        _make_corpus(work / "ten")
         commands = {
             "prep --version": ["--version"],
             "prep --help": ["--help"],
             "prep scan --help": ["scan", "--help"],
-            "prep scan (1 episode)": ["scan", str(work / "one"), "--out", str(work / "one.manifest.json")],
+            "prep scan (10 episodes)": ["scan", str(work / "ten"), "--out", str(work / "ten.manifest.json")],
+            "prep verify (10 episodes)": ["verify", str(work / "ten")],
         }
         for name, extra in commands.items():
             times = [_time([*prep, *extra], env, work) for _ in range(args.runs)]
             med = statistics.median(times)
-            rows.append({"command": name, "argv": [*prep, *extra], "runs_s": [round(t, 4) for t in times],
+            rows.append({"command": name, "argv": _portable([*prep, *extra], prep, shown, work),
+                         "runs_s": [round(t, 4) for t in times],
                          "median_s": round(med, 4), "min_s": round(min(times), 4), "max_s": round(max(times), 4),
                          "target_s": TARGETS[name], "met": med <= TARGETS[name]})
     load_after = os.getloadavg()
@@ -105,7 +122,7 @@ def main() -> int:
     tmp_out = args.out.with_suffix(".json.tmp")
     tmp_out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     tmp_out.replace(args.out)
-    print(f"results   {args.out}")
+    print(f"results   {_relative(args.out)}")
     return 0
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.commands import COMMANDS
-from pipeline.errors import PrepError
+from pipeline.errors import ClusterError, PrepError
 from pipeline.text import one_line, printable
 
 
@@ -56,18 +56,37 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
-def interrupted(command: str, argv: list[str], args: argparse.Namespace, exc: KeyboardInterrupt) -> int:
-    """Say what happened, what was kept, and the exact command that resumes (or reruns) the job."""
+def resume_hint(command: str, argv: list[str], args: argparse.Namespace) -> tuple[str | None, str]:
+    """What a rerun keeps (the command's `resume_note`, None when nothing is kept) and the lines that say how to
+    rerun: the exact command line, from the folder it ran in."""
     from pipeline.commands.common import rerun_command
 
     module: Any = importlib.import_module(COMMANDS[command].module)
     note_of = getattr(module, "resume_note", None)
     note: str | None = note_of(args) if note_of is not None else None
+    verb = "resume: rerun the same command" if note else "run it again"
+    return note, f"prep {command}: to {verb} (from {Path.cwd()}):\n    {rerun_command(argv)}"
+
+
+def interrupted(command: str, argv: list[str], args: argparse.Namespace, exc: KeyboardInterrupt) -> int:
+    """Say what happened, what was kept, and the exact command that resumes (or reruns) the job."""
+    note, hint = resume_hint(command, argv, args)
     what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
     print(f"\nprep {command}: {what}" + (f"; {note}" if note else ""), file=sys.stderr)
-    verb = "resume: rerun the same command" if note else "run it again"
-    print(f"prep {command}: to {verb} (from {Path.cwd()}):\n    {rerun_command(argv)}", file=sys.stderr)
+    print(hint, file=sys.stderr)
     return 143 if isinstance(exc, Terminated) else 130
+
+
+def cluster_failed(command: str, argv: list[str], args: argparse.Namespace, exc: ClusterError) -> int:
+    """A cluster fault (the scheduler lost, no workers, a frozen worker, ...): one line saying what failed and
+    what was kept, then the command that resumes the run once the cluster is fixed."""
+    note, hint = resume_hint(command, argv, args)
+    if not exc.kept:
+        note, hint = None, hint.replace("to resume: rerun the same command", "to run it again")
+    message = " ".join(str(exc).split())  # one line, whatever the message holds
+    print(f"prep {command}: error: {message}" + (f"; {note}" if note else ""), file=sys.stderr)
+    print(hint, file=sys.stderr)
+    return int(exc.exit_code)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
         code: int = args.func(args)
+    except ClusterError as exc:
+        return cluster_failed(args.command, argv, args, exc)
     except PrepError as exc:
         for line in exc.lines() or [type(exc).__name__]:  # one line per problem, data escaped
             print(f"prep {args.command}: error: {one_line(line)}", file=sys.stderr)

@@ -27,6 +27,7 @@ fails becomes failure results for its units (`Batch.failed`) -- nothing is raise
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -40,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from pipeline.errors import PrepError
+from pipeline.errors import ClusterError, PrepError, WorkerLost
 
 U = TypeVar("U")
 R = TypeVar("R")
@@ -58,9 +59,16 @@ class RunConfig:
     `batch`: units per task (None: sized so that a task runs about `task_seconds`).
     `window`: tasks in flight at most (None: 2 per worker, at least 4).
     `inline_max`: with the local backend, a map of at most this many units runs in-process
-    (no cluster is started for it).
+    (no cluster is started for it; the CLI raises it for small inputs, see `commands.common.run_config`).
     `worker_env` / `memory_limit`: settings of LocalCluster workers (environment variables such as
     MALLOC_TRIM_THRESHOLD_, and Dask's per-worker memory limit; 0 = none).
+    `stall_timeout`: seconds a map waits with no worker connected, or on a worker holding its task that stopped
+    answering (frozen, an NFS stall, a partition), or on an unresponsive scheduler, before it stops with
+    `ClusterError` (0 = wait forever); progress notes are printed meanwhile.
+    `connect_timeout`: seconds to reach the scheduler and complete Dask's handshake (and for a worker to answer
+    the import check).
+    `dashboard`: where the LocalCluster's dashboard listens, `HOST:PORT` (port 0 = a free one); the default is
+    this machine only; None = no dashboard.
     """
 
     scheduler: str | None = None
@@ -74,6 +82,9 @@ class RunConfig:
     inline_max: int = 1
     worker_env: tuple[tuple[str, str], ...] = ()
     memory_limit: str | int = 0
+    stall_timeout: float = 300.0
+    connect_timeout: float = 10.0
+    dashboard: str | None = "127.0.0.1:0"
 
     def backend_name(self) -> str:
         name = self.backend or ("remote" if self.scheduler else "local")
@@ -187,6 +198,8 @@ class Engine:
         self.stats = EngineStats()
         self._stack = contextlib.ExitStack()
         self._client: Any = None
+        self._checked: dict[str, set[str]] = {}  # module -> workers that import it (remote clusters)
+        self._size_hint: int | None = None
 
     # ---- session -------------------------------------------------------------------------------
 
@@ -210,12 +223,28 @@ class Engine:
             raise PrepError("the inline backend has no Dask client")
         if self._client is None:
             import dask
+            import distributed  # noqa: F401  (its configuration defaults first: the session's settings are restored
+            # at the end by deleting the keys that did not exist before, which would drop all of distributed's)
 
+            _quiet_gather_helpers()
             self._stack.enter_context(dask.config.set(SESSION_SETTINGS))  # restored when the session ends
             self._client = self._stack.enter_context(BACKENDS[self.backend](self.config))
             self.stats.clusters_started += 1
-            _log_start(self.backend, self._client)
+            _log_start(self.backend, self._client, self.config)
         return self._client
+
+    def runs_inline(self, total: int | None) -> bool:
+        """Whether a map of `total` units runs in this process: always on the inline backend; on the local one
+        when the map is small (at most `inline_max` units; a map of unknown size: the job's `size_hint`) and no
+        cluster was started yet."""
+        n = total if total is not None else self._size_hint
+        return self.backend == "inline" or (
+            self.backend == "local" and n is not None and n <= self.config.inline_max and self._client is None)
+
+    def size_hint(self, units: int) -> None:
+        """The size of the job in the units its command's small-input threshold counts, for maps whose own
+        size is not known before they run (streamed plans)."""
+        self._size_hint = units
 
     @property
     def workers(self) -> int:
@@ -248,9 +277,7 @@ class Engine:
         from tqdm import tqdm
 
         self.stats.maps += 1
-        inline = self.backend == "inline" or (
-            self.backend == "local" and total is not None and total <= self.config.inline_max
-            and self._client is None)
+        inline = self.runs_inline(total)
         bar = tqdm(total=total, desc=desc, unit=unit_name, disable=not self.config.progress, dynamic_ncols=True,
                    file=sys.stderr)
         rates = _Rates(bar, measure)
@@ -294,55 +321,375 @@ class Engine:
 
     def _distributed(self, fn: Callable[[U], R], units: Iterable[U], on_error: Callable[[U, BaseException], R],
                      desc: str, total: int | None, cost_s: float | None) -> Iterator[Batch[U, R]]:
-        from distributed import as_completed
-
         client = self.client()
+        watch = _Watch(self, client, desc)
+        watch.ready(fn)  # a worker is connected and every worker imports the stage (remote), before any task
         workers = self.workers
         window = self.config.window or max(4, 2 * workers)
         cap = 4 * window  # in flight + finished but waiting for an earlier batch
         sizer = _Sizer(self.config, workers, cost_s)
         it = iter(units)
         token = uuid.uuid4().hex[:8]
-        meta: dict[str, tuple[int, int, list[U]]] = {}
+        inflight: dict[Any, tuple[Any, int, int, list[U]]] = {}  # key -> (future, seq, first, units)
         pending: dict[int, Batch[U, R]] = {}
-        ac = as_completed()
-        seq = emitted = first = in_flight = 0
+        seq = emitted = first = 0
         exhausted = False
         try:
             while True:
-                while not exhausted and in_flight < window and seq - emitted < cap:
+                while not exhausted and len(inflight) < window and seq - emitted < cap:
                     chunk = _take(it, sizer.size(None if total is None else total - first))
                     if not chunk:
                         exhausted = True
                         break
-                    fut = client.submit(_run_batch, chunk, fn, on_error, key=f"{desc}-{token}-{seq}",
-                                        retries=self.config.retries, pure=False)
-                    meta[fut.key] = (seq, first, chunk)
-                    ac.add(fut)
-                    in_flight += 1
+                    with watch.translating():
+                        fut = client.submit(_run_batch, chunk, fn, on_error, key=f"{desc}-{token}-{seq}",
+                                            retries=self.config.retries, pure=False)
+                    inflight[fut.key] = (fut, seq, first, chunk)
                     seq += 1
                     first += len(chunk)
-                    self._count_submit(len(chunk), in_flight, seq - emitted)
-                if in_flight == 0:
+                    self._count_submit(len(chunk), len(inflight), seq - emitted)
+                if not inflight:
                     return
-                fut = next(ac)
-                in_flight -= 1
-                bseq, bfirst, chunk = meta.pop(fut.key)
-                try:
-                    results, seconds = fut.result()
-                    batch = Batch(bseq, bfirst, chunk, results, seconds)
-                    sizer.observe(len(chunk), seconds)
-                except Exception as exc:  # the task failed (its worker died beyond the retries, ...)
-                    batch = Batch(bseq, bfirst, chunk, [on_error(u, exc) for u in chunk], 0.0, failed=True)
-                fut.release()
-                pending[bseq] = batch
+                for fut in watch.wait(inflight):
+                    _, bseq, bfirst, chunk = inflight[fut.key]
+                    pending[bseq] = self._collect(watch, inflight, fut, bseq, bfirst, chunk, on_error, sizer)
+                    del inflight[fut.key]
                 while emitted in pending:
                     yield pending.pop(emitted)
                     emitted += 1
         finally:
-            if meta:  # stopped early (an error or Ctrl-C in the caller): cancel what is still queued
+            if inflight and client.status == "running":  # stopped early (an error, Ctrl-C): cancel what is queued
                 with contextlib.suppress(Exception):
-                    client.cancel(list(ac.futures))
+                    client.sync(client._cancel, [f for f, *_ in inflight.values()], callback_timeout=5)
+
+    def _collect(self, watch: _Watch, inflight: dict[Any, tuple[Any, int, int, list[U]]], fut: Any, seq: int,
+                 first: int, chunk: list[U], on_error: Callable[[U, BaseException], R],
+                 sizer: _Sizer) -> Batch[U, R]:
+        """A finished task's batch; a task that failed (its worker died on every attempt, ...) becomes failure
+        results; a task lost with the scheduler raises ClusterError. The result is fetched from its worker in
+        bounded waits: a worker that dies between finishing the task and handing its result over makes the
+        scheduler run the task again, on a worker that may never come (the stall checks run meanwhile)."""
+        try:
+            while True:
+                try:
+                    with watch.translating():
+                        results, seconds = fut.result(timeout=FETCH_S)
+                    break
+                except TimeoutError:
+                    watch.check(inflight)
+        except ClusterError:
+            raise
+        except Exception as exc:  # the task failed: its worker died beyond the retries, ...
+            error: BaseException = watch.lost(exc, chunk) if _is_killed_worker(exc) else exc
+            return Batch(seq, first, chunk, [on_error(u, error) for u in chunk], 0.0, failed=True)
+        finally:
+            fut.release()
+        sizer.observe(len(chunk), seconds)
+        return Batch(seq, first, chunk, results, seconds)
+
+
+def _is_killed_worker(exc: BaseException) -> bool:
+    from distributed.scheduler import KilledWorker
+
+    return isinstance(exc, KilledWorker)
+
+
+def describe_units(units: Sequence[Any]) -> str:
+    """What a task holds, for a message: its first unit's file (`rel`, `out_rel`, `src_rel`) or episodes, and
+    how many more units there are."""
+    if not units:
+        return "an empty task"
+    head = units[0]
+    text = ""
+    for attr in ("rel", "out_rel", "src_rel"):
+        value = getattr(head, attr, None)
+        if isinstance(value, str):
+            text = value
+            break
+    episodes = getattr(head, "episodes", None)
+    if episodes is None and getattr(head, "episode", None) is not None:
+        episodes = (head.episode,)
+    if episodes is None and getattr(head, "spans", None):
+        episodes = tuple(s.episode for s in head.spans)
+    if episodes:
+        idx = [int(getattr(e, "index", e)) for e in episodes]
+        what = f"episode {idx[0]}" if len(idx) == 1 else f"episodes {min(idx)}-{max(idx)}"
+        if not text:  # a file set: name its first file
+            data = getattr(episodes[0], "data", None)
+            text = str(getattr(data, "rel", "") or "")
+        text = f"{text} ({what})" if text else what
+    text = text or type(head).__name__
+    return text + (f" and {len(units) - 1} more unit{'s' * (len(units) > 2)}" if len(units) > 1 else "")
+
+
+# ---- watching the cluster while a map waits --------------------------------------------------------
+
+TICK_S = 1.0  # a map waits this long for a finished task before it looks at the cluster
+FETCH_S = 5.0  # a finished task's result is fetched in waits this long, the cluster checked between them
+POLL_S = 2.0  # the cluster's state is read at most this often while nothing finishes ...
+POLL_BUSY_S = 10.0  # ... and this often while tasks finish (a frozen worker among busy ones)
+NOTE_S = 30.0  # a waiting map prints a note this often
+SLOW_NOTE_S = 60.0  # a map none of whose tasks finished for this long says what runs where
+HEARTBEAT_SLACK_S = 5.0  # a worker not heard from for this long (heartbeats come every ~0.5-5 s) may be frozen
+
+
+class _Watch:
+    """The cluster as one map sees it while it waits: the scheduler's connection, the workers connected, the
+    workers holding the map's tasks and whether they still answer (their heartbeat), and progress. A fault
+    past `stall_timeout` becomes one ClusterError naming the scheduler, worker and units; a wait shorter
+    than that prints a note every NOTE_S."""
+
+    def __init__(self, engine: Engine, client: Any, desc: str) -> None:
+        self.engine, self.client, self.desc = engine, client, desc
+        self.remote = engine.backend == "remote"
+        self.address = str(engine.config.scheduler or "the embedded scheduler")
+        self.stall = float(engine.config.stall_timeout)
+        self.timeout = float(engine.config.connect_timeout)
+        now = time.monotonic()
+        self.progress_at = now  # when a task of this map last finished (or the map started)
+        self.polled_at = 0.0
+        self.noted: dict[str, float] = {}  # what was noted -> when
+        self.since: dict[str, float] = {}  # a condition -> since when it holds
+        self.heard: dict[str, tuple[Any, float]] = {}  # worker -> (last heartbeat seen, when it changed here)
+        self.memory_advice = ("raise --memory-limit or lower --workers" if engine.backend == "local" else
+                              "give the workers more memory (dask worker --memory-limit) or fewer threads")
+
+    # ---- waiting -----------------------------------------------------------------------------------
+
+    def wait(self, inflight: dict[Any, tuple[Any, int, int, list[Any]]]) -> list[Any]:
+        """The tasks of `inflight` that finished, at least one; looks at the cluster while none does."""
+        from distributed import wait
+
+        futures = [f for f, *_ in inflight.values()]
+        while True:
+            try:
+                with self.translating():
+                    done, _ = wait(futures, timeout=TICK_S, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                done = set()
+            now = time.monotonic()
+            if done:
+                self.progress_at = now
+                self.since.pop("no progress", None)
+                if now - self.polled_at >= POLL_BUSY_S:
+                    self.check(inflight)
+                return list(done)
+            if now - self.polled_at >= POLL_S:
+                self.check(inflight)
+
+    @contextlib.contextmanager
+    def translating(self) -> Iterator[None]:
+        """Dask's errors of a lost scheduler (a closed connection pool, a cancelled future, a closed comm) as
+        one ClusterError; any other error as it is."""
+        try:
+            yield
+        except ClusterError:
+            raise
+        except Exception as exc:
+            if self.scheduler_lost(exc):
+                raise self.lost_scheduler(exc) from None
+            raise
+
+    def scheduler_lost(self, exc: BaseException | None = None) -> bool:
+        from concurrent.futures import CancelledError
+
+        from distributed.comm.core import CommClosedError
+
+        if self.client.status != "running":
+            return True
+        return isinstance(exc, (CancelledError, CommClosedError)) or (
+            isinstance(exc, RuntimeError) and "closed" in str(exc).lower())
+
+    def lost_scheduler(self, exc: BaseException) -> ClusterError:
+        return ClusterError(f"lost the connection to the Dask scheduler {self.address} mid-run "
+                            f"({type(exc).__name__}: {_first_line(exc)}); the tasks in flight are gone")
+
+    # ---- before the first task ---------------------------------------------------------------------
+
+    def ready(self, fn: Callable[..., Any]) -> None:
+        """Wait (with notes, up to stall_timeout) until a worker is connected, then check that every worker
+        imports `fn`'s module (remote clusters: their environment is not this one)."""
+        if not self.remote:
+            return
+        while True:
+            ident = self.poll()
+            workers = ident.get("workers", {})
+            if workers:
+                self.check_imports(workers, fn)
+                self.since.pop("no workers", None)
+                return
+            if not ident.get("unanswered"):
+                self.no_workers()
+            time.sleep(TICK_S)
+
+    def check_imports(self, workers: dict[str, Any], fn: Callable[..., Any] | None = None) -> None:
+        """Every worker not yet checked imports the stage's module, or ClusterError names the worker and error."""
+        module = getattr(fn, "__module__", None) or "pipeline"
+        checked = self.engine._checked.setdefault(module, set())
+        new = [w for w in workers if w not in checked]
+        if not self.remote or not new:
+            return
+        probe = _import_probe(module)
+        try:
+            with self.translating():
+                answers = self.client.run(probe, workers=new, on_error="return", callback_timeout=self.timeout)
+        except TimeoutError:  # one worker does not answer: ask each alone, leave the silent ones to the heartbeats
+            answers = {}
+            for w in new:
+                with contextlib.suppress(TimeoutError):
+                    answers.update(self.client.run(probe, workers=[w], on_error="return",
+                                                   callback_timeout=self.timeout))
+        from pipeline import __version__
+
+        for w in new:
+            got = answers.get(w)
+            if isinstance(got, BaseException):
+                raise ClusterError(f"Dask worker {_worker_name(w, workers)} cannot import {module}: "
+                                   f"{type(got).__name__}: {_first_line(got)}; install prep {__version__} (the "
+                                   "version running here) in the workers' environment, then rerun")
+            if got is None:
+                continue  # did not answer in time: checked again at the next look
+            checked.add(w)
+            if got != __version__ and f"version {w}" not in self.noted:
+                self.noted[f"version {w}"] = time.monotonic()
+                _note(f"worker {_worker_name(w, workers)} runs prep {got}, this client prep {__version__}")
+
+    # ---- while waiting -----------------------------------------------------------------------------
+
+    def poll(self) -> dict[str, Any]:
+        """The scheduler's view (its identity with every worker), bounded: an unresponsive scheduler is a stall."""
+        self.polled_at = time.monotonic()
+        try:
+            with self.translating():
+                ident: dict[str, Any] = self.client.sync(self.client.scheduler.identity, n_workers=-1,
+                                                         callback_timeout=self.timeout)
+        except TimeoutError:
+            self.stalled("scheduler", f"the Dask scheduler {self.address} has not answered for {{s}}", None)
+            return {"workers": {}, "unanswered": True}
+        self.since.pop("scheduler", None)
+        return ident
+
+    def check(self, inflight: dict[Any, tuple[Any, int, int, list[Any]]]) -> None:
+        """Look at the cluster: raise ClusterError for a fault that lasted stall_timeout; print notes."""
+        ident = self.poll()
+        if ident.get("unanswered"):
+            return
+        workers: dict[str, Any] = ident.get("workers", {})
+        if not workers:
+            self.no_workers()
+            return
+        self.since.pop("no workers", None)
+        self.check_imports(workers)
+        try:
+            with self.translating():
+                processing: dict[str, list[Any]] = self.client.sync(self.client.scheduler.processing,
+                                                                    callback_timeout=self.timeout)
+        except TimeoutError:
+            return
+        now = time.monotonic()
+        held = {w: [inflight[k] for k in keys if k in inflight] for w, keys in processing.items()}
+        for w, info in workers.items():
+            seen = info.get("last_seen")
+            before = self.heard.get(w)
+            if before is None or before[0] != seen:
+                self.heard[w] = (seen, now)
+                self.since.pop(f"silent {w}", None)
+                continue
+            silent = now - before[1]
+            mine = held.get(w) or []
+            if mine and silent >= HEARTBEAT_SLACK_S:
+                what = "; ".join(describe_units(t[3]) for t in mine[:3]) + (
+                    f" and {len(mine) - 3} more task(s)" if len(mine) > 3 else "")
+                self.stalled(f"silent {w}", f"Dask worker {_worker_name(w, workers)} has not been heard from for "
+                             f"{{s}} while running {what} (frozen: stopped, an NFS stall, a network partition?)",
+                             silent)
+        if all(info.get("status") == "paused" for info in workers.values()):
+            limit = min(int(i.get("memory_limit") or 0) for i in workers.values())
+            self.stalled("paused", f"every Dask worker has been paused for {{s}} at its memory limit "
+                         f"({limit / 2**30:.1f} GiB; Dask pauses a worker at 80%): a resource problem, not the data; "
+                         f"{self.memory_advice}", None)
+        else:
+            self.since.pop("paused", None)
+        idle = now - self.progress_at
+        if idle >= SLOW_NOTE_S and now - self.noted.get("slow", 0.0) >= SLOW_NOTE_S:
+            self.noted["slow"] = now
+            running = [f"{describe_units(tasks[0][3])} on {_worker_name(w, workers)}"
+                       for w, tasks in held.items() if tasks]
+            _note(f"{self.desc}: no task finished for {idle:.0f} s; running: {'; '.join(running[:3]) or 'none'} "
+                  "(their workers answer: slow tasks, or tasks blocked on I/O)")
+
+    def no_workers(self) -> None:
+        self.stalled("no workers", f"no Dask worker has been connected to {self.address} for {{s}}: start workers "
+                     f"(dask worker {self.address}) or raise --stall-timeout", None)
+
+    def stalled(self, what: str, message: str, seconds: float | None) -> None:
+        """A condition that holds: a note every NOTE_S, ClusterError once it has lasted stall_timeout.
+        `message` has a `{s}` for how long; `seconds` is how long it has held already (None: from now)."""
+        now = time.monotonic()
+        since = self.since.setdefault(what, now - (seconds or 0.0))
+        held = now - since
+        if self.stall and held >= self.stall:
+            raise ClusterError(message.format(s=f"{held:.0f} s") + f" (--stall-timeout {self.stall:g})")
+        if held >= NOTE_S / 3 and now - self.noted.get(what, 0.0) >= NOTE_S:
+            self.noted[what] = now
+            limit = f"stopping after --stall-timeout {self.stall:g} s" if self.stall else "waiting (--stall-timeout 0)"
+            _note(f"{self.desc}: " + message.format(s=f"{held:.0f} s") + f"; {limit}")
+
+    # ---- a task lost with its worker -----------------------------------------------------------------
+
+    def lost(self, exc: BaseException, units: Sequence[Any]) -> WorkerLost:
+        """Dask's KilledWorker as WorkerLost: killed at the memory limit (the nanny's own event says so), or died."""
+        last = getattr(exc, "last_worker", None)
+        addr = str(getattr(last, "address", "") or "?")
+        who = _worker_name(addr, {addr: {"name": getattr(last, "name", None)}})
+        limit = int(getattr(last, "memory_limit", 0) or 0)
+        rss = 0
+        for attempt in range(3):  # the nanny's event may reach the scheduler just after the task failed
+            with contextlib.suppress(Exception):
+                events = self.client.sync(self.client.scheduler.events, topic="worker-restart-memory",
+                                          callback_timeout=self.timeout)
+                rss = max((int(e.get("rss") or 0) for _t, e in events if e.get("worker") == addr), default=0)
+            if rss or attempt == 2:
+                break
+            time.sleep(0.2)
+        return WorkerLost("memory" if rss else "died", who, describe_units(units), limit=limit, rss=rss,
+                          advice=self.memory_advice)
+
+
+def _import_probe(module: str) -> Callable[[], str]:
+    """A function for the workers that imports `module` and returns prep's version there. It is made here (a
+    closure), so it travels by value: a worker without prep can still run it and say why the import fails."""
+
+    def probe() -> str:
+        import importlib
+
+        importlib.import_module(module)
+        return str(importlib.import_module("pipeline").__version__)
+
+    return probe
+
+
+def _worker_name(address: str, workers: dict[str, Any]) -> str:
+    """`tcp://10.0.0.5:40123 (node7-3)`: the address and the worker's name (`dask worker --name`; a LocalCluster
+    numbers its workers: `(worker 0)`)."""
+    name = (workers.get(address) or {}).get("name")
+    if name in (None, "", address):
+        return address
+    return f"{address} (worker {name})" if isinstance(name, int) or str(name).isdigit() else f"{address} ({name})"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _note(message: str) -> None:
+    """An `[engine]` line on stderr, on a line of its own: a progress bar being drawn is cleared first and
+    redrawn below it (a plain print would glue the line onto the bar)."""
+    from tqdm import tqdm
+
+    tqdm.write(f"[engine] {message}", file=sys.stderr)
+    sys.stderr.flush()
 
 
 class _Rates:
@@ -363,12 +710,39 @@ class _Rates:
         self.bar.update(len(batch.units))
 
 
-def _log_start(backend: str, client: Any) -> None:
+def _log_start(backend: str, client: Any, config: RunConfig) -> None:
     workers = len(client.nthreads())
     where = "LocalCluster" if backend == "local" else client.scheduler.address
-    link = getattr(client, "dashboard_link", None)
-    print(f"[engine] {backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {link or 'off'}, "
-          f"{_memory_text(client)}", file=sys.stderr, flush=True)
+    link = dashboard_link(client, enabled=backend != "local" or config.dashboard is not None)
+    _note(f"{backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {link}, {_memory_text(client)}")
+
+
+def dashboard_link(client: Any, *, enabled: bool = True) -> str:
+    """The dashboard's address as it is bound: the embedded scheduler's own HTTP server (127.0.0.1 unless
+    --dashboard opened it; 0.0.0.0 is named as every interface), else the remote scheduler's host and its
+    dashboard port; `off` when there is none."""
+    if not enabled:
+        return "off"
+    cluster = getattr(client, "cluster", None)
+    server = getattr(getattr(cluster, "scheduler", None), "http_server", None)
+    if cluster is not None:
+        if server is None or not getattr(server, "port", None):
+            return "off"
+        host = str(server.address)
+        if host in ("0.0.0.0", "::", ""):
+            import socket
+
+            return f"http://{socket.gethostname()}:{server.port}/status (listening on every interface)"
+        return f"http://{'[' + host + ']' if ':' in host else host}:{server.port}/status"
+    try:
+        info = client.scheduler_info(n_workers=0)
+        port = info.get("services", {}).get("dashboard")
+    except Exception:
+        port = None
+    if not port:
+        return "off"
+    host = client.scheduler.address.split("://", 1)[-1].rsplit(":", 1)[0]
+    return f"http://{host}:{port}/status"
 
 
 def _memory_text(client: Any) -> str:
@@ -388,21 +762,49 @@ def _memory_text(client: Any) -> str:
 
 @contextlib.contextmanager
 def remote_client(config: RunConfig) -> Iterator[Any]:
-    """A `distributed.Client` to `config.scheduler`."""
+    """A `distributed.Client` to `config.scheduler`, once the address has answered Dask's handshake."""
     from distributed import Client
 
+    timeout = config.connect_timeout
     try:
-        client = Client(config.scheduler, timeout="10s")
+        _handshake(str(config.scheduler), timeout)
+        client = Client(config.scheduler, timeout=f"{timeout}s")
     except (OSError, TimeoutError) as exc:
         raise PrepError(f"cannot reach Dask scheduler {config.scheduler}: {exc}") from None
     except (ValueError, TypeError) as exc:  # a malformed address; tls:// without a security configuration
         hint = (" (tls:// needs the Dask TLS configuration: distributed.comm.tls.ca-file, .client.cert, "
                 ".client.key)" if str(config.scheduler).startswith("tls://") else "")
         raise PrepError(f"cannot use Dask scheduler {config.scheduler!r}: {exc}{hint}") from None
+    # Dask's client logs its own reconnect attempts and their tracebacks at ERROR when the scheduler goes away; the
+    # run says it in one line of its own (ClusterError), as the embedded cluster's `silence_logs` does for it.
+    from distributed.utils import silence_logging_cmgr
+
+    with silence_logging_cmgr(logging.CRITICAL):
+        try:
+            yield client
+        finally:
+            _close_quietly(client)
+
+
+def _handshake(address: str, timeout: float) -> None:
+    """Connect to `address` and complete Dask's handshake within `timeout` seconds (Dask's own connect bounds
+    the TCP connect but waits for the handshake forever: an address that accepts connections and never speaks
+    Dask, such as another service on that port, would hang the client)."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def probe() -> None:
+        comm = await connect(address, timeout=timeout, **Security().get_connection_args("client"))
+        await comm.close()
+
+    bound = 2 * timeout  # connect's own bound first (a refused or unroutable address), then the handshake's
     try:
-        yield client
-    finally:
-        _close_quietly(client)
+        asyncio.run(asyncio.wait_for(probe(), bound))
+    except TimeoutError:
+        raise TimeoutError(f"it accepted the connection but did not answer Dask's handshake within {bound:g} s "
+                           "(is it a Dask scheduler? a TLS scheduler needs tls://)") from None
 
 
 # Settings of the embedded cluster's scheduler, nannies and workers (applied while it starts; a worker takes
@@ -433,13 +835,19 @@ def local_cluster_kwargs(config: RunConfig) -> dict[str, Any]:
     """Keyword arguments of the embedded LocalCluster: the one place for worker settings.
 
     Workers start with the nanny's environment (`distributed.nanny.pre-spawn-environ`, which sets
-    MALLOC_TRIM_THRESHOLD_=65536; see /work/shared/docs/lerobot-reader-notes.md) plus `worker_env`.
+    MALLOC_TRIM_THRESHOLD_=65536: kept on purpose, see CLUSTER_SETTINGS; bench/reencode.py's `no-malloc-trim`
+    setting measures it) plus `worker_env`.
     """
     return {
         "n_workers": config.workers or machine_cores(),
         "threads_per_worker": 1,
         "processes": True,
-        "dashboard_address": ":0",  # a free port: never collides with another cluster's :8787
+        # this machine only by default (Dask's ":0" listens on every interface: an unauthenticated page with task
+        # keys, logs and system information); port 0 = a free one, never colliding with another cluster's :8787
+        "dashboard_address": config.dashboard,
+        # with the dashboard off, the scheduler's HTTP server (health and metrics routes) still starts: on
+        # loopback and a free port, not on Dask's default 8787 of the scheduler's host
+        **({} if config.dashboard else {"scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"}}),
         # Worker logs at ERROR are comm chatter (a heartbeat to a scheduler that is closing prints a 40-line
         # traceback); a task's own error comes back through its future, a restart is a WARNING: quiet them.
         "silence_logs": logging.CRITICAL,
@@ -482,6 +890,23 @@ def local_client(config: RunConfig) -> Iterator[Any]:
 QUIET_LOGGERS = ("distributed", "tornado", "asyncio")
 
 
+class _DropGatherExit(logging.Filter):
+    """Dask's gather stops its helper tasks with `AllExit` (its own control flow, never an error); a helper left
+    behind by a bounded result fetch (`Engine._collect`) ends that way when the client closes, and asyncio would
+    print it as "Task exception was never retrieved" with a traceback whenever the task is collected."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (exc is not None and type(exc).__name__ == "AllExit"
+                    and type(exc).__module__.startswith("distributed"))
+
+
+def _quiet_gather_helpers() -> None:
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _DropGatherExit) for f in logger.filters):
+        logger.addFilter(_DropGatherExit())
+
+
 def _close_quietly(client: Any, cluster: Any = None) -> None:
     """Close the session on every exit path (normal end, an error, Ctrl-C, SIGTERM) without Dask's shutdown
     chatter on stderr (heartbeats to a closing scheduler, comms closed mid-message): the run's outcome has been
@@ -498,6 +923,9 @@ def _close_quietly(client: Any, cluster: Any = None) -> None:
         if cluster is not None:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=10)
+        # the client's leftover asyncio tasks (a result fetch given up on a lost worker, a reconnect) are collected
+        # now, while their "Task exception was never retrieved" cannot print; later, at exit, they would
+        gc.collect()
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)

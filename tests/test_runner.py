@@ -155,3 +155,135 @@ def test_session_comms_keep_a_short_message_log() -> None:
         log = client.scheduler_comm.recent_message_log
         assert log.maxlen == n and len(log) <= n
         assert client.run_on_scheduler(_stream_log_bounds) == [n, n]
+
+
+# ---- the embedded dashboard: this machine only, unless opened ------------------------------------------------
+
+
+def non_loopback_address() -> str | None:
+    """An IPv4 address of this machine that is not loopback (the one a route to a private network would use:
+    connecting a UDP socket sends nothing), or None."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+        except OSError:
+            return None
+        host: str = s.getsockname()[0]
+    return None if host.startswith("127.") or host == "0.0.0.0" else host
+
+
+def reachable(host: str, port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+def dashboard_port(link: str) -> int:
+    import re
+
+    m = re.fullmatch(r"http://[^/]+:(\d+)/status.*", link)
+    assert m, link
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("dashboard", ["127.0.0.1:0", "0.0.0.0:0"], ids=["default", "opened"])
+def test_dashboard_listens_on_loopback_unless_opened(dashboard: str) -> None:
+    """By default the LocalCluster's dashboard (an unauthenticated page: task keys, logs, system information) is
+    reachable from this machine only; `--dashboard 0.0.0.0:0` opens it, which the same probe sees (so the
+    probe can fail). The printed link is the bound address."""
+    from pipeline.runner import dashboard_link
+
+    host = non_loopback_address()
+    if host is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to probe from")
+    with open_engine(RunConfig(workers=1, progress=False, dashboard=dashboard)) as engine:
+        link = dashboard_link(engine.client())
+        port = dashboard_port(link)
+        assert reachable("127.0.0.1", port), link
+        if dashboard == "127.0.0.1:0":
+            assert link == f"http://127.0.0.1:{port}/status"
+            assert not reachable(host, port), f"the dashboard answers on {host}:{port}"
+        else:
+            assert link.endswith(f":{port}/status (listening on every interface)"), link
+            assert reachable(host, port)
+
+
+def test_dashboard_off(capfd: pytest.CaptureFixture[str]) -> None:
+    """`--dashboard off`: no dashboard, and the scheduler's remaining HTTP routes stay on loopback."""
+    host = non_loopback_address()
+    with open_engine(RunConfig(workers=1, progress=False, dashboard=None)) as engine:
+        server = engine.client().cluster.scheduler.http_server
+        assert server.address == "127.0.0.1" and server.port != 8787
+        if host is not None:
+            assert not reachable(host, server.port)
+    assert ", dashboard off, " in capfd.readouterr().err
+
+
+# ---- small inputs run in the command's process ------------------------------------------------------------
+
+
+def test_small_input_starts_no_cluster_unless_asked(tmp_path: Any) -> None:
+    """`prep scan` of a 3-episode dataset runs in its own process (no [engine] line, no worker process); with
+    --workers, --backend local or --scheduler the same command starts a cluster, and the manifests agree.
+    Each command's --help states its threshold."""
+    import json
+    import subprocess
+    import sys
+
+    from pipeline.synth import SynthSpec, write_synthetic
+
+    src = write_synthetic(tmp_path / "ds", SynthSpec(episodes=3, frames=10, height=48, width=64))
+
+    def scan(*extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+        out = tmp_path / f"m{len(extra)}.json"
+        r = subprocess.run([sys.executable, "-m", "pipeline.cli", "scan", str(src), "--out", str(out),
+                            "--no-progress", *extra], capture_output=True, text=True, timeout=300, check=False)
+        assert r.returncode == 0, r.stderr
+        return r, json.loads(out.read_text())
+
+    small, a = scan()
+    assert "[engine]" not in small.stderr, small.stderr
+    cluster, b = scan("--workers", "1")
+    assert "[engine] local: LocalCluster, 1 worker" in cluster.stderr, cluster.stderr
+    forced, _ = scan("--backend", "local", "--workers", "1")
+    assert "[engine] local: LocalCluster" in forced.stderr
+    assert a["totals"] == b["totals"] and a["dataset"] == b["dataset"]
+    for command, text in [("scan", "at most 256 file sets"), ("verify", "at most 128 file sets"),
+                          ("reencode", "at most 4 camera video files"), ("convert", "at most 64 episodes")]:
+        h = subprocess.run([sys.executable, "-m", "pipeline.cli", command, "--help"], capture_output=True,
+                           text=True, timeout=120, check=False, env={"COLUMNS": "400", "PATH": ""})
+        assert text in " ".join(h.stdout.split()), (command, h.stdout)
+
+
+def test_runs_inline_follows_the_threshold_and_the_size_hint() -> None:
+    with open_engine(RunConfig(workers=1, progress=False, inline_max=3)) as engine:
+        assert engine.runs_inline(3) and not engine.runs_inline(4)
+        assert not engine.runs_inline(None)  # unknown size: a cluster
+        engine.size_hint(2)
+        assert engine.runs_inline(None)
+        assert list(engine.results(square_or_fail, [1, 2, 4], on_error=as_failure, desc="t", total=3)) == [1, 4, 16]
+        assert not engine.started
+    with open_engine(RunConfig(backend="remote", scheduler="tcp://127.0.0.1:1", inline_max=100)) as engine:
+        assert not engine.runs_inline(1)  # a --scheduler run always uses the cluster
+
+
+def test_engine_line_is_not_glued_onto_the_progress_bar(tmp_path: Any) -> None:
+    """The cluster starts while the first progress bar is drawn: its `[engine]` line gets a line of its own."""
+    import subprocess
+    import sys
+
+    from pipeline.synth import SynthSpec, write_synthetic
+
+    src = write_synthetic(tmp_path / "ds", SynthSpec(episodes=2, frames=10, height=48, width=64))
+    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "scan", str(src), "--out", str(tmp_path / "m.json"),
+                        "--workers", "1"], capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stderr.split("\n") if "[engine]" in line]
+    assert len(lines) == 1 and "scan:" in r.stderr, r.stderr  # a bar was drawn
+    assert lines[0].split("\r")[-1].startswith("[engine] local: LocalCluster, 1 worker, "), repr(lines[0])

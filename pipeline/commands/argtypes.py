@@ -106,3 +106,31 @@ class LazyHelp:
     def __mod__(self, params: object) -> str:
         text: str = self.render() % params
         return text
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds >= 0 (0 = no bound), refused with one line naming the bad value."""
+    try:
+        if not text.strip().isascii():
+            raise ValueError(text)
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (0 = no bound), got {text!r}") from None
+    if not 0 <= value < 10**9:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds from 0 (no bound) up, got {text!r}")
+    return value
+
+
+def dashboard_address(text: str) -> str | None:
+    """Where the embedded cluster's dashboard listens: `HOST:PORT`, `HOST` (a free port), `:PORT` (every
+    interface, as Dask reads it) or `off`; checked without Dask."""
+    import re
+
+    t = text.strip()
+    if t.lower() in ("off", "none", "no"):
+        return None
+    m = re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]*)(?::([0-9]{1,5}))?", t)
+    if not t or not m or (m.group(2) is not None and int(m.group(2)) > 65535) or (not m.group(1) and not m.group(2)):
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:8787, 0.0.0.0:0 = every interface, a "
+                                         f"free port) or off, got {text!r}")
+    return f"{m.group(1)}:{m.group(2) or 0}"

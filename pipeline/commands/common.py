@@ -13,9 +13,17 @@ import argparse
 import shlex
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.commands.argtypes import memory_size, non_negative_int, positive_int, scheduler_address
+from pipeline.commands.argtypes import (
+    dashboard_address,
+    memory_size,
+    non_negative_int,
+    positive_int,
+    scheduler_address,
+    seconds,
+)
 from pipeline.errors import PrepError
 from pipeline.runner import BACKENDS, RunConfig, machine_cores  # light: Dask is imported only when a cluster starts
 from pipeline.text import printable
@@ -25,8 +33,24 @@ MEMORY_HELP = ("memory limit of each LocalCluster worker, Dask's own (distribute
                "or auto = this machine's memory divided among the workers, or 0 = none (default: auto)")
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("execution")
+STALL_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class SmallInput:
+    """A command's threshold for running in its own process: a job of at most `units` `what` (the units of its
+    main map) starts no cluster unless --workers, --backend or --scheduler asks for one."""
+
+    units: int
+    what: str
+
+
+def add_run_options(p: argparse.ArgumentParser, small: SmallInput | None = None) -> None:
+    inline = (f"Small inputs run in this process, without starting a cluster (1.5-8 s saved): at most {small.units:,} "
+              f"{small.what}, unless --workers, --backend or --scheduler is given. " if small else "")
+    g = p.add_argument_group("execution", description=inline + "Cluster faults (the scheduler lost, no worker, a "
+                             "worker that cannot import prep or stops answering, a worker killed at its memory limit) "
+                             "stop the run with one line and the command that resumes it (exit 4).")
     g.add_argument("--scheduler", type=scheduler_address, metavar="ADDRESS",
                    help="existing Dask scheduler, e.g. tcp://host:8786 "
                    "(default: an embedded LocalCluster sized to this machine)")
@@ -34,12 +58,22 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    "and at most: this machine's cores; a larger N is capped at the cores, with a note)")
     g.add_argument("--memory-limit", type=memory_size, default="auto", metavar="SIZE", help=MEMORY_HELP)
     g.add_argument("--backend", choices=list(BACKENDS), help="inline = in this process (debugging, tiny inputs); "
-                   "local = an embedded LocalCluster (the default); remote = --scheduler")
+                   "local = an embedded LocalCluster (the default" + (", for inputs above the size above" if small
+                                                                      else "") + "); remote = --scheduler")
     g.add_argument("--retries", type=non_negative_int, default=2, metavar="N",
                    help="retries of a task whose worker died (default: 2)")
     g.add_argument("--batch", type=positive_int, metavar="N", help="units per Dask task (default: sized so that "
                    "a task runs about a second)")
+    g.add_argument("--stall-timeout", type=seconds, default=STALL_TIMEOUT_S, metavar="SECONDS",
+                   help="stop (exit 4, finished work kept) after this long with no worker connected, a worker "
+                   "holding a task that stopped answering, or an unresponsive scheduler; a note is printed every "
+                   f"30 s meanwhile (default: {STALL_TIMEOUT_S:g}; 0 = wait forever)")
+    g.add_argument("--dashboard", type=dashboard_address, default="127.0.0.1:0", metavar="HOST:PORT",
+                   help="where the embedded LocalCluster's dashboard listens (default: 127.0.0.1:0, this machine "
+                   "only, a free port: reach it from elsewhere with ssh -L; 0.0.0.0:8787 opens it to the network; "
+                   "off = none). A --scheduler cluster's dashboard is its scheduler's own")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(inline_max=small.units if small else 1)
 
 
 def capped_workers(requested: int | None, command: str) -> int | None:
@@ -56,9 +90,11 @@ def capped_workers(requested: int | None, command: str) -> int | None:
 def run_config(args: argparse.Namespace) -> RunConfig:
     remote = bool(args.scheduler) and args.backend in (None, "remote")
     workers = args.workers if remote else capped_workers(args.workers, getattr(args, "command", "") or "run")
+    auto = args.backend is None and not args.scheduler and args.workers is None  # nothing asked for a cluster
     return RunConfig(scheduler=args.scheduler, workers=workers, retries=args.retries,
                      progress=not args.no_progress, backend=args.backend, batch=args.batch,
-                     memory_limit=args.memory_limit)
+                     memory_limit=args.memory_limit, stall_timeout=args.stall_timeout, dashboard=args.dashboard,
+                     inline_max=args.inline_max if auto else 1)
 
 
 def default_in_cwd(rel: Path, flag: str = "--out") -> Path:

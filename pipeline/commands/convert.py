@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
-from pipeline.commands.common import add_run_options, plural, run_config
+from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
 from pipeline.errors import PrepError
 from pipeline.text import printable_lines
 
@@ -68,7 +68,7 @@ def add_parser(sub: Any) -> None:
                    help="output dataset folder (default: <DATASET>_v21 or <DATASET>_v30 beside DATASET)")
     p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
     add_limit_options(p)
-    add_run_options(p)
+    add_run_options(p, SmallInput(64, "episodes"))
     p.set_defaults(func=run)
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import LazyChoices, LazyHelp, dataset_path
-from pipeline.commands.common import add_run_options, plural, run_config, warn
+from pipeline.commands.common import SmallInput, add_run_options, plural, run_config, warn
 from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
@@ -91,7 +91,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--accept-invalid-source", action="store_true",
                    help="re-encode a source that verify finds errors in (LeRobot's reader would refuse it or trip "
                    "over it); the output is marked so in <out>/prep/source_check.json and never called drop-in")
-    add_run_options(p)
+    add_run_options(p, SmallInput(4, "camera video files to encode (v2.1: episodes x cameras)"))
     p.set_defaults(func=run)
 
 

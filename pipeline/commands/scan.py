@@ -8,7 +8,7 @@ from typing import Any
 
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import dataset_path
-from pipeline.commands.common import add_run_options, default_in_cwd, plural, run_config
+from pipeline.commands.common import SmallInput, add_run_options, default_in_cwd, plural, run_config
 from pipeline.text import printable_lines
 
 DEFAULT_DIR = Path("manifests")
@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
                    help=f"manifest file (default: {DEFAULT_DIR}/<DATASET name>.manifest.json in the current "
                    "folder; the per-episode table goes beside it)")
     p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
-    add_run_options(p)
+    add_run_options(p, SmallInput(256, "file sets (a v2.1 episode; in v3.0, the episodes that share their files)"))
     p.set_defaults(func=run)
 
 

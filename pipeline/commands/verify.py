@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import dataset_path, positive_int
-from pipeline.commands.common import add_run_options, plural, run_config
+from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
 from pipeline.text import printable, printable_lines
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def add_parser(sub: Any) -> None:
                    "finished batches (<report>.parts/). Default: no file, the verdict is printed and the exit code "
                    "says it (--json is the former name)")
     p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
-    add_run_options(p)
+    add_run_options(p, SmallInput(128, "file sets (a v2.1 episode; in v3.0, the episodes that share their files)"))
     p.set_defaults(func=run)
 
 

@@ -206,6 +206,11 @@ def units_to_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOpt
         yield DataSplitGroup(tuple(group))
 
 
+def _episodes(info: dict[str, Any]) -> int:
+    n = info.get("total_episodes")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 1 << 62
+
+
 def keyframe_problems(src: Path, info: dict[str, Any], engine: Engine) -> list[StartProblem]:
     """Every episode (per camera) of a v3.0 dataset that does not start on a keyframe (one demux per file)."""
     episodes = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json")))
@@ -363,7 +368,8 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
         for sub in ("videos", "data", "meta"):  # temp files of a killed run (never the staged source in prep/)
             atomic.remove_stale_temps(out / sub)
         t0 = time.perf_counter()
-        if engine.backend != "inline" and not engine.started:  # the cluster's start-up, timed apart
+        engine.size_hint(_episodes(info))  # a small dataset is converted in this process (the CLI's threshold)
+        if not engine.runs_inline(None) and not engine.started:  # the cluster's start-up, timed apart
             engine.client()
             report.engine_start_seconds = time.perf_counter() - t0
             t0 = time.perf_counter()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.errors import PrepError
+from pipeline.errors import ClusterError, PrepError
 
 if TYPE_CHECKING:
     from pipeline.runner import Engine
@@ -103,9 +103,12 @@ def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_inv
     """Run verify (no decode) on the source; raise SourceRefused when errors remain after the repairs (checked
     by `check_repairs` first) and the invalid source is not accepted."""
     from pipeline.jobs.verify import verify_dataset
-    from pipeline.stages.verify import VerifyOptions
+    from pipeline.stages.verify import WORKER_LOST, VerifyOptions
 
     report = verify_dataset(src, VerifyOptions(), engine)
+    lost = next((f for f in report.failures if f.check == WORKER_LOST), None)
+    if lost is not None:  # a resource problem of the cluster, never a source error: stop, name it, keep nothing
+        raise ClusterError(f"the check of the source could not finish: {lost.found}; nothing was encoded", kept=False)
     covered = frozenset().union(*(REPAIRS[r] for r in repairs)) if repairs else frozenset()
 
     def fixed(f: CheckFailure) -> bool:

@@ -422,7 +422,9 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     refuse_busy(out)  # a busy output (any command's) is refused at once, naming the holder, before the session
     refuse_foreign(out, OPTIONS_REL, "reencode")  # a folder that is not this command's: refused before any walk
     check_output_tree(out)  # a symlink, FIFO, socket or device in the output (a resume too): refused
-    engine.start()  # the session is up (scheduler reached, cluster started) before anything is written
+    files = sum(len(ds.file_groups(cam)) for cam in ds.camera_keys)
+    # the session is up (scheduler reached, cluster started unless the encode map is small) before anything is written
+    engine.start(local=not engine.runs_inline(files))
     source = check_source(src, engine, options.repairs, accept_invalid_source)  # verify without decode
     atomic.check_writable(out / PREP_DIR, root=out)  # read-only, full or blocked outputs are refused before any work
     report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine,
@@ -435,8 +437,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
         reduce = ReencodeReduce(ds, report, options)
         t0 = time.perf_counter()
         for batch in engine.map(reencode_unit, plan_videos(ds, out, options), on_error=reencode_failed,
-                                desc="reencode", unit_name="file",
-                                total=sum(len(ds.file_groups(cam)) for cam in ds.camera_keys),
+                                desc="reencode", unit_name="file", total=files,
                                 cost_s=ENCODE_COST_S, measure=lambda r: {"frames": float(r.frames)}):
             for unit, result in zip(batch.units, batch.results, strict=True):
                 reduce.add_video(unit, result)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.dataset.model import CameraInfo, Dataset, Episode, require_file, resolve_inside
-from pipeline.errors import EpisodeError
+from pipeline.errors import EpisodeError, WorkerLost
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     WARNING,
@@ -126,8 +126,19 @@ def verify_units(ds: Dataset, options: VerifyOptions, *, contiguous_index: bool 
         )
 
 
+WORKER_LOST = "worker_lost"  # the check name of episodes whose worker died on every attempt (not a data finding)
+
+
 def verify_unit_failed(unit: VerifyUnit, exc: BaseException) -> list[EpisodeVerify]:
-    """Every episode of a unit failed by an exception that escaped the stage (a bug or a dead worker)."""
+    """Every episode of a unit failed by an exception that escaped the stage (a bug), or whose task's worker
+    died on every attempt (`WorkerLost`: check `worker_lost`, naming the worker, its memory limit and the unit's
+    first file, so that no caller takes it for a finding about the data)."""
+    if isinstance(exc, WorkerLost):
+        path = unit.episodes[0].data.rel if unit.episodes else None
+        return [EpisodeVerify(ep.index, ep.frames_expected,
+                              failures=[CheckFailure(WORKER_LOST, "the checks to run", str(exc), ep.index, None,
+                                                     path)])
+                for ep in unit.episodes]
     found = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
     return [
         EpisodeVerify(ep.index, ep.frames_expected,
