@@ -1,0 +1,123 @@
+"""`prep edit DATASET --out OUT --drop EPISODES | --keep EPISODES`: a LeRobot dataset with some episodes left
+out, by stream copy (no re-encode), in the source's format, renumbered and verified.
+
+EPISODES is a list of indices and ranges, `0-9,12`. A v3.0 source whose kept episode would need a cut off a
+keyframe is refused (exit 2) naming the file and episode: `prep reencode` (all-intra) first (no smart
+cut: docs/edit.md). The job is `pipeline.jobs.edit`; this module parses, prints and sets the exit code
+(0 complete and verified, 1 files failed or verify failed, 2 refused or bad input).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.commands import help_of
+from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
+from pipeline.errors import PrepError
+from pipeline.text import printable_lines
+
+if TYPE_CHECKING:
+    from pipeline.jobs.edit import EditReport
+
+MAX_LISTED = 10_000_000  # indices one list may name (a range like 0-99999999 is refused, not expanded)
+
+
+def episode_list(text: str) -> tuple[int, ...]:
+    """`0-9,12` -> (0, 1, ..., 9, 12): indices and inclusive ranges, comma-separated, sorted and unique."""
+    out: set[int] = set()
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        lo_text, sep, hi_text = item.partition("-")
+        try:
+            lo = int(lo_text)
+            hi = int(hi_text) if sep else lo
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected episode indices and ranges such as 0-9,12, got {item!r}") \
+                from None
+        if lo < 0 or hi < lo:
+            raise argparse.ArgumentTypeError(f"{item!r} is not a range of episode indices (low-high, low <= high)")
+        if hi - lo + 1 + len(out) > MAX_LISTED:
+            raise argparse.ArgumentTypeError(f"{item!r}: more than {MAX_LISTED:,} episodes in one list")
+        out.update(range(lo, hi + 1))
+    if not out:
+        raise argparse.ArgumentTypeError("no episode given (expected indices and ranges such as 0-9,12)")
+    return tuple(sorted(out))
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "edit", help=help_of("edit"),
+        description="Write a LeRobot dataset (v2.1 or v3.0) without some episodes, by stream copy: no frame is "
+        "re-encoded and every kept packet is the source's byte for byte. Episodes, rows and tasks are renumbered, "
+        "per-episode stats carried and the global stats aggregated from them; a v3.0 file keeps only its kept "
+        "episodes, with exact offsets. A cut that does not fall on a keyframe is refused (no smart cut). "
+        "Resumable: a rerun keeps output files that are complete and correct. `prep verify` runs on the result.")
+    p.add_argument("src", type=Path, metavar="DATASET", help="source dataset folder")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output dataset folder")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--drop", type=episode_list, metavar="EPISODES",
+                       help="episodes to leave out: indices and ranges, e.g. 3,17-19")
+    which.add_argument("--keep", type=episode_list, metavar="EPISODES",
+                       help="episodes to keep (all others are left out): indices and ranges, e.g. 0-9,12")
+    p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
+    add_run_options(p, SmallInput(64, "episodes"))
+    p.set_defaults(func=run)
+
+
+def summary(r: EditReport) -> str:
+    from pipeline.jobs.edit import REPORT_REL, ranges
+
+    by_reason: dict[str, list[int]] = {}
+    for d in r.dropped:
+        by_reason.setdefault(d["reason"], []).append(d["episode"])
+    lines = [
+        f"source    {r.src} ({r.format}, {plural(r.source_episodes, 'episode')})",
+        f"output    {r.out}",
+        f"dropped   {plural(r.dropped_total, 'episode')}",
+    ]
+    for reason, eps in by_reason.items():
+        lines.append(f"          {ranges(eps)}: {reason}")
+    if r.dropped_total > len(r.dropped):
+        lines.append(f"          ... {r.dropped_total - len(r.dropped):,} more (see {Path(r.out) / REPORT_REL})")
+    lines.append(f"files     {r.files:,}: {r.written:,} written, {r.kept:,} kept (already complete), {r.failed:,} "
+                 f"failed ({r.out_bytes / 1e6:,.1f} MB) in {r.seconds:.1f} s, stream copy, engine {r.engine}")
+    if r.complete:
+        lines.append(f"episodes  {r.episodes:,}, {plural(r.frames, 'timestep')}, {plural(r.tasks, 'task')}; "
+                     "meta/info.json written")
+    for f in r.failures[:20]:
+        lines.append(f"FAILED    {f['path']}: {f['reason']}")
+    if len(r.failures) > 20:
+        lines.append(f"FAILED    ... and {len(r.failures) - 20} more (see {Path(r.out) / REPORT_REL})")
+    if r.failures:
+        lines.append("metadata  not written (meta/info.json): the output is incomplete; fix the failed input, or "
+                     "drop its episode too, and rerun (done files are kept)")
+    if r.verify is not None:
+        v = r.verify
+        verdict = "PASSED" if v["passed"] else "FAILED"
+        lines.append(f"verify    {verdict}: {v['episodes_passed']:,} of {v['episodes_checked']:,} episodes pass "
+                     f"({v['failures_total']:,} failures)")
+        lines += [f"          {line}" for line in v["failures"][:10]]
+    lines.append(f"report    {Path(r.out) / REPORT_REL}")
+    return printable_lines(lines)
+
+
+def resume_note(args: argparse.Namespace) -> str | None:
+    return f"finished files are kept in {args.out.absolute()}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.jobs.edit import EditOptions, edit_dataset
+    from pipeline.runner import open_engine
+
+    if args.drop is None and args.keep is None:
+        raise PrepError("say which episodes to leave out: --drop EPISODES or --keep EPISODES")
+    options = EditOptions(drop=args.drop, keep=args.keep)
+    with open_engine(run_config(args)) as engine:
+        report = edit_dataset(args.src.absolute(), args.out.absolute(), options, engine,
+                              verify=not args.no_verify)
+    print(summary(report))
+    return 0 if report.ok else 1

@@ -1,0 +1,666 @@
+"""The edit job: a LeRobot dataset with some episodes left out (`prep edit --drop/--keep`), by stream copy,
+in the source's format; nothing is re-encoded and every kept packet is the source's byte for byte.
+
+plan     the source metadata -> the kept episodes (renumbered 0, 1, 2, ... in source order) -> one unit per
+         output file, lazily and deterministically. v2.1: each kept episode's parquet and mp4s under its new
+         index (a file copy; one episode per file, so no cut). v3.0: each source file that holds a kept
+         episode becomes one output file holding only its kept episodes (so every output file is within the
+         size limits the source kept), numbered chunk/file in order per stream. Before anything is written,
+         `check_splice` maps over the v3.0 video files that lose an episode: a kept episode after a cut must
+         start on a keyframe (LeRobot's writer starts every episode's encode afresh, so its episodes do);
+         otherwise the edit is refused (`EditRefused`, exit 2) naming the file and episode.
+stage    `pipeline.stages.edit.edit_unit` (write under a temp name, check, rename; or keep a file that
+         already exists and passes the checks)
+reduce   `EditReduce`: counts and the first failures
+publish  only when every output file succeeded: tasks (those the kept episodes use, renumbered in source
+         order), episodes metadata (renumbered; v3.0 `dataset_from/to_index`, file indices and exact
+         `from/to_timestamp`), per-episode stats carried (`episode_index`, `index`, `task_index` moved with
+         the renumbering), global stats aggregated from them as LeRobot does, info.json last (totals,
+         `splits`); then prep/edit_report.json; then `prep verify` of the output.
+
+Resumable per output file; `<out>/prep/edit_options.json` records the source and the kept episodes (a rerun
+with another selection is refused); `<out>/prep/output.lock` while running.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline import atomic
+from pipeline.convert.layout import next_chunk_file
+from pipeline.convert.meta import V30EpisodesWriter, write_tasks_v21, write_tasks_v30
+from pipeline.convert.source import (
+    V21_EPISODES,
+    V21_EPISODES_STATS,
+    iter_jsonl,
+    iter_v21_episode_lines,
+    iter_v21_stats,
+    iter_v21_tasks,
+    iter_v30_episodes,
+    iter_v30_tasks,
+    stats_of_row,
+)
+from pipeline.dataset.info import format_template, read_info, video_keys
+from pipeline.dataset.stats import StatsAggregator
+from pipeline.dataset.validate import validate_metadata
+from pipeline.dataset.write import PREP_DIR
+from pipeline.errors import DatasetError, PrepError
+from pipeline.jobs.convert import copy_root_files, verify_output
+from pipeline.jobs.output import (
+    check_output_tree,
+    check_paths,
+    claim_output,
+    command_line,
+    output_lock,
+    refuse_busy,
+    refuse_foreign,
+)
+from pipeline.rates import frames_to_seconds
+from pipeline.runner import Engine
+from pipeline.schemas import validate
+from pipeline.stages.edit import (
+    CopyVideoUnit,
+    DataPart,
+    EditDataUnit,
+    EditResult,
+    EditUnit,
+    SpliceCheckUnit,
+    SpliceVideoUnit,
+    check_splice,
+    check_splice_failed,
+    edit_failed,
+    edit_unit,
+)
+from pipeline.stages.edit_video import SpliceSpan
+from pipeline.video.remux import StartProblem
+
+FORMATS = ("v2.1", "v3.0")
+OPTIONS_REL = f"{PREP_DIR}/edit_options.json"
+REPORT_REL = f"{PREP_DIR}/edit_report.json"
+FAILURES_LISTED = 10_000
+DROPPED_LISTED = 10_000
+
+
+def ranges(indices: Sequence[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8" (sorted input)."""
+    parts: list[str] = []
+    start = prev = None
+    for i in indices:
+        if start is None:
+            start = prev = i
+        elif prev is not None and i == prev + 1:
+            prev = i
+        else:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = prev = i
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
+@dataclass(slots=True, frozen=True)
+class EditOptions:
+    """Which episodes to leave out: `drop` these, or `keep` only these (episode indices of the source)."""
+
+    drop: tuple[int, ...] | None = None
+    keep: tuple[int, ...] | None = None
+
+
+class EditRefused(PrepError):
+    """The edit cannot be done exactly by stream copy (a cut off a keyframe)."""
+
+    def __init__(self, message: str, problems: list[StartProblem]) -> None:
+        self.problems = problems
+        super().__init__(message)
+
+
+@dataclass(slots=True)
+class Selection:
+    """The kept episodes (source indices, ascending; new index = position) and why each other one was dropped."""
+
+    kept: list[int]
+    dropped: dict[int, str]
+
+    def new_index(self) -> dict[int, int]:
+        return {old: new for new, old in enumerate(self.kept)}
+
+
+@dataclass(slots=True)
+class EditReport:
+    src: str
+    out: str
+    format: str
+    options: dict[str, Any]
+    engine: str
+    source_episodes: int = 0
+    dropped_total: int = 0
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # the first DROPPED_LISTED: episode, reason
+    files: int = 0
+    written: int = 0
+    kept: int = 0
+    failed: int = 0
+    episodes: int = 0
+    frames: int = 0
+    tasks: int = 0
+    out_bytes: int = 0
+    seconds: float = 0.0
+    publish_seconds: float = 0.0
+    complete: bool = False
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    verify: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and not self.failures and (self.verify is None or bool(self.verify["passed"]))
+
+
+# ---- selection ------------------------------------------------------------------------------------
+
+
+def select(options: EditOptions, total: int, src: Path) -> Selection:
+    """The kept episodes of a dataset of `total` episodes; refuses an index outside it and an empty result."""
+    if (options.drop is None) == (options.keep is None):
+        raise PrepError("say which episodes to leave out: --drop EPISODES or --keep EPISODES (one of them)")
+    given = options.drop if options.drop is not None else options.keep
+    assert given is not None
+    outside = sorted(i for i in set(given) if not 0 <= i < total)
+    if outside:
+        raise PrepError(f"episode {outside[0]} is not in {atomic.shown(src)} (episodes 0..{total - 1})"
+                        + (f" (and {len(outside) - 1} more)" if len(outside) > 1 else ""))
+    if options.drop is not None:
+        drop = set(options.drop)
+        kept = [i for i in range(total) if i not in drop]
+        dropped = {i: "--drop" for i in sorted(drop)}
+    else:
+        keep = set(options.keep or ())
+        kept = sorted(keep)
+        dropped = {i: "not in --keep" for i in range(total) if i not in keep}
+    if not kept:
+        raise PrepError(f"nothing would be left: every one of the {total} episodes is dropped")
+    return Selection(kept, dropped)
+
+
+def episode_count(src: Path, info: dict[str, Any]) -> int:
+    if info["codebase_version"] == "v2.1":
+        return sum(1 for _ in iter_v21_episode_lines(src))
+    return sum(1 for _ in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json")))
+
+
+# ---- tasks ----------------------------------------------------------------------------------------
+
+
+def source_tasks(src: Path, fmt: str) -> list[str]:
+    return [t for _i, t in (iter_v21_tasks(src) if fmt == "v2.1" else iter_v30_tasks(src))]
+
+
+def episode_tasks(src: Path, info: dict[str, Any]) -> Iterator[tuple[int, tuple[str, ...], int]]:
+    """(episode, tasks, length) in order, either format."""
+    if info["codebase_version"] == "v2.1":
+        yield from iter_v21_episode_lines(src)
+    else:
+        for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json")):
+            yield ep.index, ep.tasks, ep.length
+
+
+@dataclass(slots=True)
+class TaskPlan:
+    """The output's tasks (those the kept episodes use, in source order) and old -> new task_index."""
+
+    tasks: list[str]
+    old_to_new: dict[int, int]
+    index_of: dict[str, int]  # source task text -> source task_index
+
+    def map_for(self, texts: Sequence[str], src: Path, episode: int) -> tuple[tuple[int, int], ...]:
+        out = []
+        for t in texts:
+            old = self.index_of.get(t)
+            if old is None:
+                raise DatasetError(src / "meta", f"episode {episode}: task {t!r} is not in the tasks table"[:300])
+            out.append((old, self.old_to_new[old]))
+        return tuple(sorted(set(out)))
+
+
+def plan_tasks(src: Path, info: dict[str, Any], sel: Selection) -> TaskPlan:
+    fmt = info["codebase_version"]
+    tasks = source_tasks(src, fmt)
+    index_of = {t: i for i, t in enumerate(tasks)}
+    kept = set(sel.kept)
+    used: set[int] = set()
+    for idx, texts, _n in episode_tasks(src, info):
+        if idx in kept:
+            for t in texts:
+                if t not in index_of:
+                    raise DatasetError(src / "meta", f"episode {idx}: task {t!r} is not in the tasks table"[:300])
+                used.add(index_of[t])
+    new_tasks = [t for i, t in enumerate(tasks) if i in used]
+    old_to_new = {old: new for new, old in enumerate(sorted(used))}
+    return TaskPlan(new_tasks, old_to_new, index_of)
+
+
+# ---- plan -----------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class Placed:
+    """Where one kept episode lands: its new index, first row, and (v3.0) data file and per-camera file and
+    frames before it there."""
+
+    episode: int
+    new_episode: int
+    length: int
+    new_from_index: int
+    data_file: tuple[int, int] = (0, 0)
+    videos: tuple[tuple[str, int, int, int], ...] = ()  # (camera, chunk, file, frames before)
+
+
+PlanItem = Placed | EditUnit
+
+
+def plan_v21(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan) -> Iterator[PlanItem]:
+    info_path = src / "meta/info.json"
+    cameras = video_keys(info, info_path)
+    cs = int(info.get("chunks_size", 1000))
+    data_tpl, video_tpl = info["data_path"], str(info.get("video_path"))
+    new_of = sel.new_index()
+    before = 0
+    for idx, texts, length in iter_v21_episode_lines(src):
+        new = new_of.get(idx)
+        if new is None:
+            continue
+        data_src = format_template(data_tpl, info_path, {"episode_chunk", "episode_index"},
+                                   episode_chunk=idx // cs, episode_index=idx)
+        data_out = format_template(data_tpl, info_path, {"episode_chunk", "episode_index"},
+                                   episode_chunk=new // cs, episode_index=new)
+        yield EditDataUnit(str(src), str(out), data_src, data_out, (DataPart(idx, new, length, before),),
+                           tasks.map_for(texts, src, idx))
+        for cam in cameras:
+            rels = [format_template(video_tpl, info_path, {"episode_chunk", "episode_index", "video_key"},
+                                    episode_chunk=e // cs, episode_index=e, video_key=cam) for e in (idx, new)]
+            yield CopyVideoUnit(str(src), str(out), rels[0], rels[1], idx, new, length)
+        yield Placed(idx, new, length, before)
+        before += length
+
+
+class _Run:
+    """The consecutive episodes of one source file (a data file, or one camera's video file)."""
+
+    def __init__(self, rel: str) -> None:
+        self.rel = rel
+        self.spans: list[SpliceSpan] = []
+        self.parts: list[DataPart] = []
+        self.tasks: set[tuple[int, int]] = set()
+        self.out: tuple[int, int] | None = None  # the output file, once a kept episode is in it
+        self.kept_frames = 0
+
+
+class _Stream:
+    """One output stream's file numbering (LeRobot's chunk/file order)."""
+
+    def __init__(self, chunks_size: int) -> None:
+        self.chunks_size = chunks_size
+        self.next = (0, 0)
+
+    def take(self) -> tuple[int, int]:
+        here = self.next
+        self.next = next_chunk_file(*here, self.chunks_size)
+        return here
+
+
+def plan_v30(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan, *,
+             checks: bool = False) -> Iterator[PlanItem | SpliceCheckUnit]:
+    """Units (each when its source file's run closes), a `Placed` per kept episode; `checks`: instead, one
+    `SpliceCheckUnit` per video run that loses an episode."""
+    info_path = src / "meta/info.json"
+    cameras = video_keys(info, info_path)
+    fps = float(info["fps"])
+    cs = int(info.get("chunks_size", 1000))
+    data_tpl, video_tpl = info["data_path"], str(info.get("video_path"))
+    new_of = sel.new_index()
+    data_stream = _Stream(cs)
+    video_stream = {cam: _Stream(cs) for cam in cameras}
+    data_run: _Run | None = None
+    video_run: dict[str, _Run] = {}
+    before = 0
+
+    def close_data(run: _Run) -> Iterator[PlanItem | SpliceCheckUnit]:
+        if run.out is not None and not checks:
+            rel = format_template(data_tpl, info_path, {"chunk_index", "file_index"},
+                                  chunk_index=run.out[0], file_index=run.out[1])
+            yield EditDataUnit(str(src), str(out), run.rel, rel, tuple(run.parts), tuple(sorted(run.tasks)))
+
+    def close_video(cam: str, run: _Run) -> Iterator[PlanItem | SpliceCheckUnit]:
+        if run.out is None:
+            return
+        if checks:
+            if not all(s.keep for s in run.spans):
+                yield SpliceCheckUnit(str(src), run.rel, cam, tuple(run.spans))
+            return
+        rel = format_template(video_tpl, info_path, {"chunk_index", "file_index", "video_key"},
+                              chunk_index=run.out[0], file_index=run.out[1], video_key=cam)
+        news = tuple(new_of[s.episode] for s in sorted(run.spans, key=lambda s: s.from_timestamp) if s.keep)
+        yield SpliceVideoUnit(str(src), str(out), run.rel, rel, cam, fps, tuple(run.spans), news)
+
+    for ep, _row in iter_v30_episodes(src, info, cameras):
+        new = new_of.get(ep.index)
+        if data_run is None or data_run.rel != ep.data_rel:
+            if data_run is not None:
+                yield from close_data(data_run)
+            data_run = _Run(ep.data_rel)
+        places = []
+        for v in ep.videos:
+            run = video_run.get(v.camera)
+            if run is None or run.rel != v.rel:
+                if run is not None:
+                    yield from close_video(v.camera, run)
+                run = video_run[v.camera] = _Run(v.rel)
+            run.spans.append(SpliceSpan(ep.index, v.from_timestamp, v.to_timestamp, ep.length, new is not None))
+            if new is not None:
+                if run.out is None:
+                    run.out = video_stream[v.camera].take()
+                places.append((v.camera, run.out[0], run.out[1], run.kept_frames))
+                run.kept_frames += ep.length
+        if new is None:
+            continue
+        if data_run.out is None:
+            data_run.out = data_stream.take()
+        data_run.parts.append(DataPart(ep.index, new, ep.length, before))
+        data_run.tasks.update(tasks.map_for(ep.tasks, src, ep.index))
+        if not checks:
+            yield Placed(ep.index, new, ep.length, before, data_run.out, tuple(places))
+        before += ep.length
+    if data_run is not None:
+        yield from close_data(data_run)
+    for cam, run in video_run.items():
+        yield from close_video(cam, run)
+
+
+def plan(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan) -> Iterator[PlanItem]:
+    if info["codebase_version"] == "v2.1":
+        return plan_v21(src, out, info, sel, tasks)
+    return (i for i in plan_v30(src, out, info, sel, tasks) if not isinstance(i, SpliceCheckUnit))
+
+
+def units_of(items: Iterator[PlanItem]) -> Iterator[EditUnit]:
+    return (i for i in items if not isinstance(i, Placed))
+
+
+def splice_refusals(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan,
+                    engine: Engine) -> list[StartProblem]:
+    units = (u for u in plan_v30(src, out, info, sel, tasks, checks=True) if isinstance(u, SpliceCheckUnit))
+    problems: list[StartProblem] = []
+    for found in engine.results(check_splice, units, on_error=check_splice_failed, desc="keyframes",
+                                unit_name="file", cost_s=None):
+        problems += found[:max(0, FAILURES_LISTED - len(problems))]
+    return sorted(problems, key=lambda p: (p.episode if p.episode is not None else -1, p.camera or ""))
+
+
+def refusal(problems: list[StartProblem]) -> EditRefused:
+    episodes = sorted({p.episode for p in problems if p.episode is not None})
+    shown = ", ".join(str(e) for e in episodes[:20]) + (" ..." if len(episodes) > 20 else "")
+    return EditRefused(f"{len(episodes)} kept episode(s) cannot be cut out exactly by a stream copy: "
+                       f"{shown}; first: {problems[0].line()}", problems)
+
+
+# ---- stats ----------------------------------------------------------------------------------------
+
+
+def _shift(value: Any, delta: float) -> Any:
+    if isinstance(value, list):
+        return [_shift(v, delta) for v in value]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    out = value + delta
+    return int(out) if isinstance(value, int) and float(delta).is_integer() else float(out)
+
+
+def _map_value(value: Any, mapping: dict[int, int]) -> Any:
+    if isinstance(value, list):
+        return [_map_value(v, mapping) for v in value]
+    if isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer() \
+            and int(value) in mapping:
+        new = mapping[int(value)]
+        return new if isinstance(value, int) else float(new)
+    return value
+
+
+MOVED = ("min", "max", "mean")
+
+
+def _moved(stats: dict[str, Any], delta: float) -> dict[str, Any]:
+    return {k: _shift(v, delta) if k in MOVED or (k.startswith("q") and k[1:].isdigit()) else v
+            for k, v in stats.items()}
+
+
+def renumbered_stats(stats: dict[str, dict[str, Any]], *, episode_delta: int, index_delta: int,
+                     task_map: dict[int, int]) -> dict[str, dict[str, Any]]:
+    """An episode's stats after renumbering: `episode_index` and `index` moved by their shift (exact: min,
+    max, mean and quantiles move with a shift, std does not), `task_index` moved by the tasks' shift when
+    every task of the episode moves by the same amount (always for one task), else min and max mapped."""
+    out = dict(stats)
+    if "episode_index" in out and episode_delta:
+        out["episode_index"] = _moved(out["episode_index"], episode_delta)
+    if "index" in out and index_delta:
+        out["index"] = _moved(out["index"], index_delta)
+    if "task_index" in out and task_map:
+        deltas = {new - old for old, new in task_map.items()}
+        if len(deltas) == 1:
+            d = deltas.pop()
+            if d:
+                out["task_index"] = _moved(out["task_index"], d)
+        else:
+            st = out["task_index"]
+            out["task_index"] = {k: _map_value(v, task_map) if k in ("min", "max") else v for k, v in st.items()}
+    return out
+
+
+# ---- reduce ---------------------------------------------------------------------------------------
+
+
+class EditReduce:
+    def __init__(self, report: EditReport) -> None:
+        self.report = report
+
+    def add(self, r: EditResult) -> None:
+        rep = self.report
+        rep.files += 1
+        if r.status == "failed":
+            rep.failed += 1
+            if len(rep.failures) < FAILURES_LISTED:
+                rep.failures.append({"path": r.out_rel, "kind": r.kind, "reason": r.reason})
+            return
+        rep.out_bytes += r.out_bytes
+        if r.status == "written":
+            rep.written += 1
+        else:
+            rep.kept += 1
+
+
+# ---- publish --------------------------------------------------------------------------------------
+
+
+def _placements(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan) -> Iterator[Placed]:
+    return (p for p in plan(src, out, info, sel, tasks) if isinstance(p, Placed))
+
+
+def _old_tasks(row_tasks: Sequence[str], tasks: TaskPlan) -> dict[int, int]:
+    return {tasks.index_of[t]: tasks.old_to_new[tasks.index_of[t]] for t in row_tasks if t in tasks.index_of}
+
+
+def _info(info: dict[str, Any], *, episodes: int, frames: int, tasks: int, cameras: int) -> dict[str, Any]:
+    doc = dict(info)
+    doc.update(total_episodes=episodes, total_frames=frames, total_tasks=tasks,
+               splits={"train": f"0:{episodes}"})
+    if info["codebase_version"] == "v2.1":
+        cs = int(info.get("chunks_size", 1000))
+        if "total_videos" in info:
+            doc["total_videos"] = episodes * cameras
+        if "total_chunks" in info:
+            doc["total_chunks"] = (episodes - 1) // cs + 1 if episodes else 0
+    return doc
+
+
+def publish_v21(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan,
+                report: EditReport) -> None:
+    new_of = sel.new_index()
+    report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", enumerate(tasks.tasks), root=out)
+    episodes = frames = 0
+    shifts: dict[int, tuple[int, dict[int, int]]] = {}
+    with atomic.LineWriter(out / "meta/episodes.jsonl", out) as eps:
+        old_from = 0
+        new_from = 0
+        for _lineno, obj in iter_jsonl(src / V21_EPISODES):
+            idx, length = obj["episode_index"], obj["length"]
+            new = new_of.get(idx)
+            if new is not None:
+                eps.write_json_line({**obj, "episode_index": new})
+                shifts[idx] = (new_from - old_from, _old_tasks(obj.get("tasks") or [], tasks))
+                new_from += length
+                episodes += 1
+                frames += length
+            old_from += length
+    agg = StatsAggregator()
+    if (src / V21_EPISODES_STATS).is_file():
+        with atomic.LineWriter(out / "meta/episodes_stats.jsonl", out) as st:
+            for idx, stats in iter_v21_stats(src):
+                new = new_of.get(idx)
+                if new is None:
+                    continue
+                index_delta, task_map = shifts[idx]
+                fixed = renumbered_stats(stats, episode_delta=new - idx, index_delta=index_delta, task_map=task_map)
+                agg.add(fixed, episode=idx)
+                st.write_json_line({"episode_index": new, "stats": fixed})
+        atomic.write_lerobot_json(out / "meta/stats.json", agg.result(), root=out)
+    copy_root_files(src, out)
+    report.episodes, report.frames = episodes, frames
+    cameras = len(video_keys(info, src / "meta/info.json"))
+    atomic.write_lerobot_json(out / "meta/info.json", _info(info, episodes=episodes, frames=frames,
+                                                            tasks=report.tasks, cameras=cameras), root=out)
+
+
+def publish_v30(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan,
+                report: EditReport) -> None:
+    fps = float(info["fps"])
+    cameras = video_keys(info, src / "meta/info.json")
+    report.tasks = write_tasks_v30(out / "meta/tasks.parquet", enumerate(tasks.tasks), root=out)
+    placed = _placements(src, out, info, sel, tasks)
+    agg = StatsAggregator()
+    writer = V30EpisodesWriter(out, float(info.get("data_files_size_in_mb", 100)), int(info.get("chunks_size", 1000)))
+    episodes = frames = 0
+    has_stats = False
+    try:
+        for ep, row in iter_v30_episodes(src, info, cameras):
+            if ep.index not in sel.dropped:
+                p = next(placed)
+                assert p.episode == ep.index
+                new_row = dict(row)
+                new_row.update({
+                    "episode_index": p.new_episode,
+                    "data/chunk_index": p.data_file[0],
+                    "data/file_index": p.data_file[1],
+                    "dataset_from_index": p.new_from_index,
+                    "dataset_to_index": p.new_from_index + p.length,
+                })
+                for cam, chunk, file, before in p.videos:
+                    pre = f"videos/{cam}/"
+                    new_row[pre + "chunk_index"] = chunk
+                    new_row[pre + "file_index"] = file
+                    new_row[pre + "from_timestamp"] = frames_to_seconds(before, fps)
+                    new_row[pre + "to_timestamp"] = frames_to_seconds(before + p.length, fps)
+                stats = stats_of_row(row)
+                if stats:
+                    has_stats = True
+                    fixed = renumbered_stats(stats, episode_delta=p.new_episode - ep.index,
+                                             index_delta=p.new_from_index - ep.dataset_from_index,
+                                             task_map=_old_tasks(ep.tasks, tasks))
+                    agg.add(fixed, episode=ep.index)
+                    for feat, st in fixed.items():
+                        for name, value in st.items():
+                            new_row[f"stats/{feat}/{name}"] = value
+                writer.add(new_row)
+                episodes += 1
+                frames += p.length
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    if has_stats:
+        atomic.write_lerobot_json(out / "meta/stats.json", agg.result(), root=out)
+    copy_root_files(src, out)
+    report.episodes, report.frames = episodes, frames
+    atomic.write_lerobot_json(out / "meta/info.json", _info(info, episodes=episodes, frames=frames,
+                                                            tasks=report.tasks, cameras=len(cameras)), root=out)
+
+
+PUBLISH = {"v2.1": publish_v21, "v3.0": publish_v30}
+
+
+# ---- the job --------------------------------------------------------------------------------------
+
+
+def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, verify: bool = True) -> EditReport:
+    """Write `src` without the episodes `options` leaves out into the dataset `out` (same format) through
+    `engine`; resumable; never writes under `src`. Raises `EditRefused` (a cut off a keyframe) and
+    `PrepError` for a bad selection, dataset or output, before anything is written."""
+    src, out = Path(src).absolute(), Path(out).absolute()
+    info = read_info(src)
+    fmt = info["codebase_version"]
+    if fmt not in FORMATS:
+        raise DatasetError(src / "meta/info.json", f"codebase_version {fmt!r}: prep edit reads v2.1 and v3.0")
+    check_paths(src, out)
+    validate_metadata(src).raise_if_any()
+    total = episode_count(src, info)
+    sel = select(options, total, src)
+    tasks = plan_tasks(src, info, sel)
+    refuse_busy(out)
+    refuse_foreign(out, OPTIONS_REL, "edit")
+    check_output_tree(out)
+    settings = {"format": fmt, "kept": ranges(sel.kept)}
+    report = EditReport(str(src), str(out), fmt, settings, engine.backend, source_episodes=total,
+                        dropped_total=len(sel.dropped),
+                        dropped=[{"episode": e, "reason": r} for e, r in list(sel.dropped.items())[:DROPPED_LISTED]])
+    engine.size_hint(len(sel.kept))
+    if fmt == "v3.0":
+        problems = splice_refusals(src, out, info, sel, tasks, engine)
+        if problems:
+            raise refusal(problems)
+    out.mkdir(parents=True, exist_ok=True)
+    with output_lock(out, command_line("edit")):
+        claim_output(src, out, settings, OPTIONS_REL, "edit_options")
+        for sub in ("videos", "data", "meta"):
+            atomic.remove_stale_temps(out / sub)
+        t0 = time.perf_counter()
+        reduce = EditReduce(report)
+        for batch in engine.map(edit_unit, units_of(plan(src, out, info, sel, tasks)), on_error=edit_failed,
+                                desc="edit", unit_name="file", cost_s=None,
+                                measure=lambda rs: {"files": float(len(rs))}):
+            for results in batch.results:
+                for r in results:
+                    reduce.add(r)
+        for sub in ("videos", "data"):
+            atomic.remove_stale_temps(out / sub)
+        report.seconds = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        try:
+            if not report.failures:
+                PUBLISH[fmt](src, out, info, sel, tasks, report)
+                report.complete = True
+            report.publish_seconds = time.perf_counter() - t1
+            write_report(out, report)
+        except OSError as exc:
+            raise PrepError(f"{out}: writing metadata failed: {exc.strerror or exc}"
+                            f"{f' ({exc.filename})' if exc.filename else ''}; finished files are kept and "
+                            "meta/info.json is written only when complete: free space and rerun") from None
+    if report.complete and verify:
+        report.verify = verify_output(out, engine)
+        write_report(out, report)
+    return report
+
+
+def write_report(out: Path, report: EditReport) -> None:
+    doc = {"schema": "prep.edit_report/1", **asdict(report)}
+    validate(doc, "edit_report", source=str(out / REPORT_REL))
+    atomic.write_json(out / REPORT_REL, doc, indent=2, root=out)

@@ -1,0 +1,288 @@
+"""The edit stages: one unit = one output file of `prep edit` (see `pipeline/jobs/edit.py`).
+
+- `copy_video`: a v2.1 episode mp4 under its new episode's name, byte for byte (one episode per file: no cut);
+- `splice_video`: a v3.0 video file's kept episodes back to back (`pipeline/stages/edit_video.py`: stream
+  copy, exact offsets, refused where a cut is off a keyframe);
+- `edit_data`: the kept episodes' rows of one source parquet (v2.1: one episode; v3.0: the episodes of one
+  source file), `episode_index`, `index` and `task_index` renumbered, one row group per episode;
+- `check_splice`: which kept episodes of a v3.0 file a splice could not cut exactly (run before anything is
+  written, so such an edit is refused whole).
+
+Each stage keeps an output that already exists and passes its checks (resume), and otherwise writes it under
+a temp name, checks it and renames it into place; a failure is a result with a reason, never a partial file.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import atomic
+from pipeline.dataset.model import resolve_inside
+from pipeline.errors import EpisodeError
+from pipeline.rates import fps_fraction, frames_to_seconds
+from pipeline.stages.convert import _read_parquet, data_failures, video_failures
+from pipeline.stages.edit_video import SpliceSpan, splice_problems, splice_stream_copy
+from pipeline.video.checks import Span
+from pipeline.video.remux import StartProblem
+
+
+@dataclass(slots=True, frozen=True)
+class CopyVideoUnit:
+    """A v2.1 episode mp4 copied under the new episode's path."""
+
+    src_root: str
+    out_root: str
+    src_rel: str
+    out_rel: str
+    episode: int  # in the source
+    new_episode: int
+    frames: int
+
+
+@dataclass(slots=True, frozen=True)
+class SpliceVideoUnit:
+    """One output video file: the kept spans of one source file (every episode of the run is listed, kept or
+    not, so that each packet is attributed and each cut checked)."""
+
+    src_root: str
+    out_root: str
+    src_rel: str
+    out_rel: str
+    camera: str
+    fps: float
+    spans: tuple[SpliceSpan, ...]
+    new_episodes: tuple[int, ...]  # the kept spans' new indices, in order
+
+    @property
+    def frames(self) -> int:
+        return sum(s.frames for s in self.spans if s.keep)
+
+
+@dataclass(slots=True, frozen=True)
+class DataPart:
+    """One kept episode's rows in a source parquet and where they go."""
+
+    episode: int
+    new_episode: int
+    frames: int
+    new_from_index: int
+
+
+@dataclass(slots=True, frozen=True)
+class EditDataUnit:
+    """One output parquet: the kept episodes of one source parquet, renumbered; `task_map` old -> new
+    task_index (pairs, sorted)."""
+
+    src_root: str
+    out_root: str
+    src_rel: str
+    out_rel: str
+    parts: tuple[DataPart, ...]
+    task_map: tuple[tuple[int, int], ...]
+    metadata: tuple[tuple[bytes, bytes], ...] | None = None  # the schema metadata to write (None: the source's)
+
+    @property
+    def frames(self) -> int:
+        return sum(p.frames for p in self.parts)
+
+
+@dataclass(slots=True, frozen=True)
+class SpliceCheckUnit:
+    src_root: str
+    src_rel: str
+    camera: str
+    spans: tuple[SpliceSpan, ...]
+
+
+EditUnit = CopyVideoUnit | SpliceVideoUnit | EditDataUnit
+
+
+@dataclass(slots=True)
+class EditResult:
+    kind: str  # "video-copy" | "video-splice" | "data"
+    out_rel: str
+    status: str  # "written" | "kept" | "failed"
+    reason: str | None = None
+    episodes: int = 0
+    frames: int = 0
+    out_bytes: int = 0
+    seconds: float = 0.0
+
+
+def _run(kind: str, out_rel: str, episodes: int, frames: int, body: Callable[[], EditResult]) -> EditResult:
+    t0 = time.perf_counter()
+    try:
+        result = body()
+    except EpisodeError as exc:
+        result = EditResult(kind, out_rel, "failed", str(exc))
+    result.episodes, result.frames = episodes, frames
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _failure_text(failures: list[Any]) -> str:
+    return "; ".join(f.line() for f in failures[:3]) + (f" (+{len(failures) - 3} more)" if len(failures) > 3 else "")
+
+
+# ---- videos ---------------------------------------------------------------------------------------
+
+
+def copy_video(unit: CopyVideoUnit) -> EditResult:
+    def body() -> EditResult:
+        dst = Path(unit.out_root) / unit.out_rel
+        src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.episode)
+        try:
+            size = src.stat().st_size
+        except FileNotFoundError:
+            raise EpisodeError(unit.episode, src, "missing video file") from None
+        if dst.is_file() and dst.stat().st_size == size:  # renamed into place only when complete
+            return EditResult("video-copy", unit.out_rel, "kept", out_bytes=size)
+        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
+            try:
+                shutil.copyfile(src, tmp)
+            except OSError as exc:
+                raise EpisodeError(unit.episode, src, f"cannot copy: {exc.strerror or exc}") from None
+        return EditResult("video-copy", unit.out_rel, "written", out_bytes=size)
+
+    return _run("video-copy", unit.out_rel, 1, unit.frames, body)
+
+
+def out_spans(unit: SpliceVideoUnit) -> list[Span]:
+    """Each kept episode's span in the output file (new indices): [before / fps, (before + n) / fps)."""
+    spans, before = [], 0
+    kept = [s for s in sorted(unit.spans, key=lambda s: s.from_timestamp) if s.keep]
+    for s, new in zip(kept, unit.new_episodes, strict=True):
+        spans.append(Span(new, frames_to_seconds(before, unit.fps), frames_to_seconds(before + s.frames, unit.fps),
+                          s.frames))
+        before += s.frames
+    return spans
+
+
+def splice_video(unit: SpliceVideoUnit) -> EditResult:
+    def body() -> EditResult:
+        dst = Path(unit.out_root) / unit.out_rel
+        spans, total = out_spans(unit), unit.frames
+        if dst.is_file() and not video_failures(dst, unit.fps, spans, total, unit.camera):
+            return EditResult("video-splice", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
+        first = unit.spans[0].episode if unit.spans else None
+        src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=first)
+        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
+            splice_stream_copy(src, tmp, unit.spans, fps_fraction(unit.fps))
+            failures = video_failures(tmp, unit.fps, spans, total, unit.camera)
+            if failures:
+                raise EpisodeError(None, dst, "output failed its checks: " + _failure_text(failures))
+        return EditResult("video-splice", unit.out_rel, "written", out_bytes=dst.stat().st_size)
+
+    return _run("video-splice", unit.out_rel, len(unit.new_episodes), unit.frames, body)
+
+
+def check_splice(unit: SpliceCheckUnit) -> list[StartProblem]:
+    path = Path(unit.src_root) / unit.src_rel
+    try:
+        path = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.spans[0].episode if unit.spans else None)
+        return splice_problems(path, unit.spans, unit.camera)
+    except EpisodeError as exc:
+        return [StartProblem(s.episode, unit.camera, str(path), exc.message) for s in unit.spans if s.keep]
+
+
+def check_splice_failed(unit: SpliceCheckUnit, exc: BaseException) -> list[StartProblem]:
+    reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    return [StartProblem(s.episode, unit.camera, str(Path(unit.src_root) / unit.src_rel), f"not checked: {reason}")
+            for s in unit.spans if s.keep]
+
+
+# ---- data -----------------------------------------------------------------------------------------
+
+
+def _renumbered(table: pa.Table, part: DataPart, task_map: dict[int, int], path: Path) -> pa.Table:
+    n = table.num_rows
+
+    def put(name: str, values: np.ndarray) -> None:
+        nonlocal table
+        pos = table.column_names.index(name)
+        field = table.schema.field(pos)
+        table = table.set_column(pos, field, pa.array(values, type=field.type))
+
+    if "index" not in table.column_names:
+        raise EpisodeError(part.episode, path, "no 'index' column (LeRobot reads each row's global index from it)")
+    put("index", np.arange(part.new_from_index, part.new_from_index + n, dtype=np.int64))
+    if "episode_index" in table.column_names:
+        put("episode_index", np.full(n, part.new_episode, dtype=np.int64))
+    if "task_index" in table.column_names:
+        old = table.column("task_index").to_numpy(zero_copy_only=False)
+        uniq = np.unique(old)
+        missing = [int(t) for t in uniq if int(t) not in task_map]
+        if missing:
+            raise EpisodeError(part.episode, path, f"task_index {missing[0]} is not a task of the episode's "
+                                                   "metadata (its 'tasks')")
+        lut = {int(t): task_map[int(t)] for t in uniq}
+        put("task_index", np.array([lut[int(t)] for t in old], dtype=np.int64) if len(lut) > 1
+            else np.full(n, next(iter(lut.values()), 0), dtype=np.int64))
+    return table
+
+
+def edit_data(unit: EditDataUnit) -> EditResult:
+    def body() -> EditResult:
+        dst = Path(unit.out_root) / unit.out_rel
+        expected = [(p.new_episode, p.frames) for p in unit.parts]
+        first_index = unit.parts[0].new_from_index
+        if dst.is_file() and not data_failures(dst, expected, first_index):
+            return EditResult("data", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
+        first = unit.parts[0].episode
+        src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=first)
+        table = _read_parquet(src, first if len(unit.parts) == 1 else None)
+        if "episode_index" not in table.column_names:
+            raise EpisodeError(first, src, "no 'episode_index' column")
+        episodes = table.column("episode_index").to_numpy(zero_copy_only=False)
+        task_map = dict(unit.task_map)
+        schema = table.schema if unit.metadata is None else table.schema.with_metadata(dict(unit.metadata))
+        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
+            with pq.ParquetWriter(tmp, schema, compression="snappy", use_dictionary=True) as writer:
+                for part in unit.parts:
+                    rows = np.flatnonzero(episodes == part.episode)
+                    if len(rows) != part.frames:
+                        raise EpisodeError(part.episode, src, f"{len(rows)} rows (frames_in_parquet) but the "
+                                                              f"metadata length is {part.frames}")
+                    if rows[-1] - rows[0] + 1 != len(rows):
+                        raise EpisodeError(part.episode, src, "the episode's rows are not consecutive")
+                    piece = _renumbered(table.slice(int(rows[0]), len(rows)), part, task_map, src)
+                    writer.write_table(piece.replace_schema_metadata(schema.metadata), row_group_size=len(rows))
+            problems = data_failures(tmp, expected, first_index)
+            if problems:
+                raise EpisodeError(None, dst, "output failed its checks: " + "; ".join(problems[:3]))
+        return EditResult("data", unit.out_rel, "written", out_bytes=dst.stat().st_size)
+
+    return _run("data", unit.out_rel, len(unit.parts), unit.frames, body)
+
+
+# ---- the stage the job maps -----------------------------------------------------------------------
+
+
+STAGES: dict[type, Callable[[Any], EditResult]] = {
+    CopyVideoUnit: copy_video,
+    SpliceVideoUnit: splice_video,
+    EditDataUnit: edit_data,
+}
+KINDS: dict[type, str] = {CopyVideoUnit: "video-copy", SpliceVideoUnit: "video-splice", EditDataUnit: "data"}
+
+
+def edit_unit(unit: EditUnit) -> list[EditResult]:
+    """One unit's output file, written (checked, renamed) or kept; a failure is a result with its reason."""
+    return [STAGES[type(unit)](unit)]
+
+
+def edit_failed(unit: EditUnit, exc: BaseException) -> list[EditResult]:
+    """The result of a unit whose task raised or whose worker died beyond the retries."""
+    reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    episodes = 1 if isinstance(unit, CopyVideoUnit) else len(unit.new_episodes) if isinstance(
+        unit, SpliceVideoUnit) else len(unit.parts)
+    return [EditResult(KINDS[type(unit)], unit.out_rel, "failed", reason, episodes=episodes, frames=unit.frames)]

@@ -1,0 +1,181 @@
+"""Stream-copy splicing of one v3.0 video file for `prep edit`: the kept episodes' packets back to back in a
+new file, each episode re-based so that its first frame lands at `frames_before / fps` (exact, in ticks of
+the output time base); packet payloads are copied byte for byte, never decoded or re-encoded.
+
+A splice is exact only where every cut falls on a keyframe: a kept episode that follows a dropped one (or
+opens the file) must start, in decode order, with a keyframe that is its earliest frame, and no packet of a
+kept episode may be interleaved in decode order with a dropped one's (B-frames reordered across the
+boundary). Consecutive kept episodes need nothing: their packets stay together as in the source, so a source
+with GOP > 1 whose episodes do not start on keyframes can still be edited where whole runs are kept.
+`splice_problems` finds the cuts that break this from one demux (no decode); `splice_stream_copy` refuses
+them too, so a splice never writes an inexact file.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+
+from pipeline.errors import EpisodeError
+from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, Span, in_span
+from pipeline.video.remux import (
+    StartProblem,
+    _open,
+    _video_stream,
+    decode_order_packets,
+    mp4_options,
+    output_time_base,
+    ticks_per_frame,
+)
+
+WAY_FORWARD = ("re-encode the source all-intra first (`prep reencode`: every frame a keyframe, so every cut is exact) "
+               "(no smart cut: see docs/edit.md)")
+
+
+@dataclass(slots=True, frozen=True)
+class SpliceSpan:
+    """One episode of the source file: its span there, its frames, and whether it is kept."""
+
+    episode: int
+    from_timestamp: float
+    to_timestamp: float
+    frames: int
+    keep: bool
+
+
+def _assign(packets: Sequence[tuple[int, int, bool]], tb: Fraction, spans: Sequence[SpliceSpan]) -> list[int]:
+    """The span (position in `spans`, sorted by start) of each packet, -1 for a packet outside every span."""
+    starts = [s.from_timestamp - TIMESTAMP_TOLERANCE_S for s in spans]
+    out = []
+    for pts, _dts, _key in packets:
+        t = float(pts * tb)
+        k = bisect_right(starts, t) - 1
+        out.append(k if k >= 0 and in_span(t, Span(spans[k].episode, spans[k].from_timestamp,
+                                                    spans[k].to_timestamp, spans[k].frames)) else -1)
+    return out
+
+
+def _problems(packets: Sequence[tuple[int, int, bool]], owner: Sequence[int], tb: Fraction,
+              spans: Sequence[SpliceSpan]) -> dict[int, str]:
+    """Position in `spans` of each kept episode a splice could not copy exactly -> why."""
+    first: dict[int, tuple[int, bool]] = {}
+    min_pts: dict[int, int] = {}
+    problems: dict[int, str] = {}
+    highest = -1
+    for (pts, _dts, key), k in zip(packets, owner, strict=True):
+        if k < 0:
+            continue
+        first.setdefault(k, (pts, key))
+        min_pts[k] = min(min_pts.get(k, pts), pts)
+        if k < highest and any(spans[j].keep != spans[k].keep for j in range(k, highest + 1)):
+            kept = k if spans[k].keep else highest
+            problems.setdefault(kept, f"a frame at {float(pts * tb):.6f} s is decoded after episode "
+                                      f"{spans[highest].episode}'s first frame (frames reordered across a cut)")
+        highest = max(highest, k)
+    for k, span in enumerate(spans):
+        if not span.keep:
+            continue
+        if k not in first:
+            problems.setdefault(k, "no frame in the episode's span")
+            continue
+        if k > 0 and spans[k - 1].keep:
+            continue  # no cut before it: its packets stay with the previous episode's, as in the source
+        pts, key = first[k]
+        if not key:
+            problems.setdefault(k, f"a cut at {float(pts * tb):.6f} s falls on a frame that is not a keyframe")
+        elif pts != min_pts[k]:
+            problems.setdefault(k, "its first frame in decode order is not its earliest frame")
+    return problems
+
+
+def _time_base(path: Path, episode: int | None) -> Fraction:
+    with _open(path, episode) as c:
+        return Fraction(_video_stream(c, episode, path).time_base or Fraction(1, 1))
+
+
+def splice_problems(path: Path, spans: Sequence[SpliceSpan], camera: str | None = None) -> list[StartProblem]:
+    """The kept episodes of `path` whose cut a stream copy could not make exactly (one demux, no decode)."""
+    ordered = sorted(spans, key=lambda s: s.from_timestamp)
+    if all(s.keep for s in ordered):
+        return []
+    tb = _time_base(path, ordered[0].episode if ordered else None)
+    packets = decode_order_packets(path)
+    found = _problems(packets, _assign(packets, tb, ordered), tb, ordered)
+    return [StartProblem(ordered[k].episode, camera, str(path), f"{reason}: {WAY_FORWARD}")
+            for k, reason in sorted(found.items())]
+
+
+@dataclass(slots=True, frozen=True)
+class SpliceResult:
+    frames: int
+    time_base: Fraction
+
+
+def splice_stream_copy(src: Path, out: Path, spans: Sequence[SpliceSpan], fps_rate: Fraction) -> SpliceResult:
+    """Write the kept spans of `src` back to back into `out` (an mp4), episode k's first frame at
+    `frames_before(k) / fps`; raises `EpisodeError` for a cut off a keyframe or a frame count that is not
+    the metadata's."""
+    ordered = sorted(spans, key=lambda s: s.from_timestamp)
+    first_ep = ordered[0].episode if ordered else None
+    tb = _time_base(src, first_ep)
+    packets = decode_order_packets(src, first_ep)
+    owner = _assign(packets, tb, ordered)
+    problems = _problems(packets, owner, tb, ordered)
+    if problems:
+        k, reason = min(problems.items())
+        raise EpisodeError(ordered[k].episode, src, f"{reason}: {WAY_FORWARD}")
+    out_tb = output_time_base(tb, fps_rate)
+    scale = tb / out_tb
+    if scale.denominator != 1:
+        raise EpisodeError(first_ep, src, f"time base {tb} cannot be made exact at {fps_rate} fps")
+    tpf = ticks_per_frame(out_tb, fps_rate)
+    base: dict[int, int] = {}
+    counts: dict[int, int] = {}
+    for (pts, _dts, _key), k in zip(packets, owner, strict=True):
+        if k >= 0 and ordered[k].keep:
+            base[k] = min(base.get(k, pts), pts)
+            counts[k] = counts.get(k, 0) + 1
+    offset: dict[int, int] = {}
+    before = 0
+    for k, span in enumerate(ordered):
+        if span.keep:
+            if counts.get(k, 0) != span.frames:
+                raise EpisodeError(span.episode, src, f"{counts.get(k, 0)} frames in the episode's span "
+                                                      f"(frames_from_packets) but the metadata length is {span.frames}")
+            offset[k] = before * tpf - base[k] * int(scale)
+            before += span.frames
+    n = 0
+    last_dts: int | None = None
+    try:
+        with _open(src, first_ep) as ic, av.open(str(out), mode="w", format="mp4", options=mp4_options(out_tb)) as oc:
+            ist = _video_stream(ic, first_ep, src)
+            ost = oc.add_stream_from_template(ist, opaque=True)
+            ost.time_base = out_tb
+            i = 0
+            for pkt in ic.demux(ist):
+                if pkt.dts is None or pkt.size == 0 or pkt.pts is None:
+                    continue
+                k = owner[i]
+                i += 1
+                if k < 0 or not ordered[k].keep:
+                    continue
+                pts, dts = int(pkt.pts) * int(scale) + offset[k], int(pkt.dts) * int(scale) + offset[k]
+                if last_dts is not None and dts <= last_dts:
+                    raise EpisodeError(ordered[k].episode, src, f"decode timestamps overlap the previous kept "
+                                                                f"episode's ({dts} <= {last_dts} ticks of {out_tb})")
+                pkt.pts, pkt.dts, pkt.duration = pts, dts, tpf
+                pkt.time_base = out_tb
+                pkt.stream = ost
+                oc.mux(pkt)
+                last_dts = dts
+                n += 1
+    except EpisodeError:
+        raise
+    except (av.FFmpegError, OSError, ValueError) as exc:
+        raise EpisodeError(first_ep, src, f"stream copy failed ({type(exc).__name__}: {exc})") from None
+    return SpliceResult(n, out_tb)

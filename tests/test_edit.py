@@ -1,0 +1,223 @@
+"""`prep edit --drop/--keep` end to end (`pipeline.jobs.edit`, inline engine, real h264 video): the output
+verifies with a decode, every kept packet is the source's byte for byte, episodes, rows and tasks are
+renumbered, per-episode stats move with them and the global stats are their aggregate, v3.0 offsets are
+exact with one row group per episode; a cut off a keyframe is refused before anything is written; a rerun
+resumes; the source is only read."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import main
+from pipeline.convert.source import iter_v21_stats, stats_of_row
+from pipeline.dataset import open_dataset
+from pipeline.dataset.stats import StatsAggregator
+from pipeline.errors import PrepError
+from pipeline.jobs.edit import EditOptions, EditRefused, EditReport, edit_dataset, ranges
+from pipeline.jobs.verify import verify_in_process
+from pipeline.rates import frames_to_seconds
+from pipeline.runner import RunConfig, open_engine
+from pipeline.stages.verify import VerifyOptions
+from pipeline.synth import SynthSpec, write_synthetic
+
+CAMS = ("observation.images.cam_high", "observation.images.wrist")
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def edit_inline(src: Path, out: Path, **kw: tuple[int, ...]) -> EditReport:
+    with open_engine(RunConfig(backend="inline", progress=False)) as engine:
+        return edit_dataset(src, out, EditOptions(**kw), engine)
+
+
+def assert_verified(root: Path) -> None:
+    report = verify_in_process(root, VerifyOptions(decode=True))
+    assert report.passed, [f.line() for f in report.failures[:5]]
+    assert not report.rejected
+
+
+def payloads(path: Path, t0: float = 0.0, t1: float = float("inf")) -> list[bytes]:
+    """The packet payloads whose pts lie in [t0, t1), in decode order."""
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        tb = float(s.time_base)
+        return [bytes(p) for p in c.demux(s) if p.size and t0 - 1e-4 <= p.pts * tb < t1 - 1e-4]
+
+
+@pytest.fixture(scope="module")
+def v21(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    spec = SynthSpec(version="v2.1", episodes=7, frames=24, height=48, width=64, gop=12, cameras=CAMS)
+    return write_synthetic(tmp_path_factory.mktemp("edit") / "v21", spec)
+
+
+@pytest.fixture(scope="module")
+def v30(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    spec = SynthSpec(version="v3.0", episodes=7, frames=24, height=48, width=64, gop=12, cameras=CAMS,
+                     episodes_per_file=3)
+    return write_synthetic(tmp_path_factory.mktemp("edit") / "v30", spec)
+
+
+@pytest.fixture(scope="module")
+def v30_gop(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One encode per file with GOP 10 over 25-frame episodes: most episodes do not start on a keyframe."""
+    spec = SynthSpec(version="v3.0", episodes=7, frames=25, height=48, width=64, gop=10, cameras=CAMS,
+                     episodes_per_file=3)
+    return write_synthetic(tmp_path_factory.mktemp("edit") / "v30gop", spec)
+
+
+def test_ranges_and_episode_lists() -> None:
+    from pipeline.commands.edit import episode_list
+
+    assert episode_list("0-3, 7,9-10,2") == (0, 1, 2, 3, 7, 9, 10)
+    assert ranges([0, 1, 2, 3, 7, 9, 10]) == "0-3,7,9-10"
+    for bad in ("3-1", "a", "-2", ""):
+        with pytest.raises(Exception, match="range|expected|episode"):
+            episode_list(bad)
+
+
+def test_v21_drop(v21: Path, tmp_path: Path) -> None:
+    before = tree(v21)
+    out = tmp_path / "out"
+    report = edit_inline(v21, out, drop=(1, 3, 4))
+    assert report.ok and report.failed == 0 and report.written == report.files == 4 * 3
+    assert (report.episodes, report.frames, report.dropped_total) == (4, 96, 3)
+    assert [d["episode"] for d in report.dropped] == [1, 3, 4]
+    assert_verified(out)
+    kept = [0, 2, 5, 6]
+    src_ds, _ = open_dataset(v21)
+    out_ds, rejected = open_dataset(out)
+    assert not rejected and len(out_ds.episodes) == 4
+    src_tasks = [json.loads(line)["task"] for line in (v21 / "meta/tasks.jsonl").read_text().splitlines()]
+    out_tasks = [json.loads(line)["task"] for line in (out / "meta/tasks.jsonl").read_text().splitlines()]
+    used = sorted({src_tasks[e % 4] for e in kept}, key=src_tasks.index)
+    assert out_tasks == used  # the tasks the kept episodes use, in source order, renumbered
+    for new, old in enumerate(kept):
+        a, b = src_ds.episodes[old], out_ds.episodes[new]
+        for ra, rb in zip(a.videos, b.videos, strict=True):
+            assert (out / rb.rel).read_bytes() == (v21 / ra.rel).read_bytes()  # bit-exact: the same file
+        ta, tb = pq.read_table(v21 / a.data.rel), pq.read_table(out / b.data.rel)
+        assert tb.column("episode_index").to_pylist() == [new] * 24
+        assert tb.column("index").to_pylist() == list(range(24 * new, 24 * new + 24))
+        assert [out_tasks[t] for t in tb.column("task_index").to_pylist()] == \
+            [src_tasks[t] for t in ta.column("task_index").to_pylist()]
+        for col in ("observation.state", "action", "timestamp", "frame_index"):
+            assert tb.column(col).equals(ta.column(col))
+    info = json.loads((out / "meta/info.json").read_text())
+    assert (info["total_episodes"], info["total_frames"], info["total_tasks"]) == (4, 96, len(used))
+    assert info["splits"] == {"train": "0:4"} and info["total_videos"] == 8
+    stats = list(iter_v21_stats(out))
+    agg = StatsAggregator()
+    for new, st in stats:
+        assert st["episode_index"]["min"] == [new] and st["index"]["min"] == [24 * new]
+        agg.add(st)
+    assert json.loads((out / "meta/stats.json").read_text())["index"]["max"] == [95]
+    assert json.loads((out / "meta/stats.json").read_text())["action"]["mean"] == \
+        pytest.approx(agg.result()["action"]["mean"])
+    assert tree(v21) == before  # the source is only read
+
+
+def test_v21_keep_and_cli(v21: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["edit", str(v21), "--out", str(out), "--keep", "5-6", "--backend", "inline", "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "0-4: not in --keep" in text and "verify    PASSED" in text
+    ds, _ = open_dataset(out)
+    assert [e.frames_expected for e in ds.episodes] == [24, 24]
+    # a rerun with the same selection keeps every file; another selection is refused
+    assert main(["edit", str(v21), "--out", str(out), "--keep", "5-6", "--backend", "inline", "--no-progress"]) == 0
+    assert "0 written, 6 kept" in capsys.readouterr().out
+    assert main(["edit", str(v21), "--out", str(out), "--keep", "4-6", "--backend", "inline", "--no-progress"]) == 2
+    assert "other settings" in capsys.readouterr().err
+
+
+def test_refusals_write_nothing(v21: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["edit", str(v21), "--out", str(out), "--drop", "3,7", "--backend", "inline"]) == 2
+    assert "episode 7 is not in" in capsys.readouterr().err
+    assert main(["edit", str(v21), "--out", str(out), "--drop", "0-6", "--backend", "inline"]) == 2
+    assert "nothing would be left" in capsys.readouterr().err
+    assert not out.exists()
+    with pytest.raises(PrepError, match="--drop EPISODES or --keep"):
+        edit_inline(v21, out)
+
+
+def test_v30_drop(v30: Path, tmp_path: Path) -> None:
+    before = tree(v30)
+    out = tmp_path / "out"
+    report = edit_inline(v30, out, drop=(1, 3, 4))
+    assert report.ok, report.failures
+    assert (report.episodes, report.frames) == (4, 96)
+    assert_verified(out)
+    kept = [0, 2, 5, 6]  # source files hold 0-2, 3-5, 6: each keeps its own output file
+    rows = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    src_rows = pq.read_table(v30 / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert [r["episode_index"] for r in rows] == [0, 1, 2, 3]
+    assert [(r["data/file_index"], r["dataset_from_index"], r["dataset_to_index"]) for r in rows] == \
+        [(0, 0, 24), (0, 24, 48), (1, 48, 72), (2, 72, 96)]
+    agg = StatsAggregator()
+    for new, (r, old) in enumerate(zip(rows, kept, strict=True)):
+        s = src_rows[old]
+        assert r["tasks"] == s["tasks"] and r["length"] == s["length"]
+        for cam in CAMS:
+            pre = f"videos/{cam}/"
+            before_frames = {0: 0, 1: 24, 2: 0, 3: 0}[new]
+            assert r[pre + "from_timestamp"] == frames_to_seconds(before_frames, 30)  # exact
+            assert r[pre + "to_timestamp"] == frames_to_seconds(before_frames + 24, 30)
+            src_file = v30 / f"videos/{cam}/chunk-000/file-{s[pre + 'file_index']:03d}.mp4"
+            out_file = out / f"videos/{cam}/chunk-000/file-{r[pre + 'file_index']:03d}.mp4"
+            got = payloads(out_file, r[pre + "from_timestamp"], r[pre + "to_timestamp"])
+            assert len(got) == 24 and got == payloads(src_file, s[pre + "from_timestamp"], s[pre + "to_timestamp"])
+        st = stats_of_row(r)
+        assert st["episode_index"]["max"] == [new] and st["index"]["min"] == [r["dataset_from_index"]]
+        agg.add(st)
+    for f in (0, 1, 2):
+        pf = pq.ParquetFile(out / f"data/chunk-000/file-{f:03d}.parquet")
+        eps = pf.read(columns=["episode_index"]).column(0).to_pylist()
+        assert pf.metadata.num_row_groups == len(set(eps))  # one row group per episode
+        for g in range(pf.metadata.num_row_groups):
+            assert len(set(pf.read_row_group(g, columns=["episode_index"]).column(0).to_pylist())) == 1
+    index = np.concatenate([pq.read_table(out / f"data/chunk-000/file-{f:03d}.parquet").column("index").to_numpy()
+                            for f in (0, 1, 2)])
+    assert index.tolist() == list(range(96))
+    stats = json.loads((out / "meta/stats.json").read_text())
+    assert stats["index"]["max"] == [95] and stats["episode_index"]["max"] == [3]
+    assert stats["observation.state"]["mean"] == pytest.approx(agg.result()["observation.state"]["mean"])
+    info = json.loads((out / "meta/info.json").read_text())
+    assert (info["total_episodes"], info["total_frames"], info["splits"]) == (4, 96, {"train": "0:4"})
+    assert tree(v30) == before
+
+
+def test_v30_cut_off_keyframe_is_refused(v30_gop: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(EditRefused) as info:
+        edit_inline(v30_gop, out, drop=(1,))
+    assert {p.episode for p in info.value.problems} >= {0}  # episode 0's last frames reorder across the cut
+    assert not out.exists()  # refused before anything is written
+    assert main(["edit", str(v30_gop), "--out", str(out), "--drop", "4", "--backend", "inline", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "prep reencode" in err and "file-001.mp4" in err
+    assert not out.exists()
+
+
+def test_v30_whole_runs_need_no_keyframe(v30_gop: Path, tmp_path: Path) -> None:
+    """Dropping a whole source file's episodes cuts nothing: a GOP-10 source with episodes off keyframes edits
+    exactly, packets byte for byte."""
+    out = tmp_path / "out"
+    report = edit_inline(v30_gop, out, drop=(3, 4, 5))
+    assert report.ok, report.failures
+    assert_verified(out)
+    for cam in CAMS:
+        assert payloads(out / f"videos/{cam}/chunk-000/file-000.mp4") == \
+            payloads(v30_gop / f"videos/{cam}/chunk-000/file-000.mp4")
+        assert payloads(out / f"videos/{cam}/chunk-000/file-001.mp4") == \
+            payloads(v30_gop / f"videos/{cam}/chunk-000/file-002.mp4")
