@@ -6,6 +6,7 @@ resumes; the source is only read."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 from pathlib import Path
@@ -81,7 +82,7 @@ def test_ranges_and_episode_lists() -> None:
     assert episode_list("0-3, 7,9-10,2") == (0, 1, 2, 3, 7, 9, 10)
     assert ranges([0, 1, 2, 3, 7, 9, 10]) == "0-3,7,9-10"
     for bad in ("3-1", "a", "-2", ""):
-        with pytest.raises(Exception, match="range|expected|episode"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"range|expected|episode"):
             episode_list(bad)
 
 
