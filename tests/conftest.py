@@ -7,12 +7,27 @@ copies it first (`copy_dataset`).
 from __future__ import annotations
 
 import shutil
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from pipeline.synth import SynthSpec, write_synthetic
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests do not depend on the shell that started pytest. A non-interactive shell starts `cmd &` (as in
+    `nohup bash scripts/test.sh > log &`) with SIGINT ignored, and an ignored signal stays ignored across
+    exec: every `prep` a test starts would then ignore the Ctrl-C the signal tests send it. Give pytest
+    Python's own SIGINT handler back (a handler, unlike "ignored", is reset to the default in each child)
+    and unblock SIGINT/SIGTERM, so every child process starts with the default dispositions."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
 
 REAL_FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real" / "g1_inspire_v21"
 
