@@ -63,6 +63,7 @@ def summary(report: VerifyReport) -> str:
         f"timesteps {t['frames_expected']:,} expected (metadata lengths; "
         f"{plural(t['frames_expected'] * len(ds.cameras), 'camera frame')})",
         f"checks    {', '.join(f'{k}: {v}' for k, v in sorted(t['failures_by_check'].items())) or 'all passed'}",
+        *_depth_line(report),
         f"lerobot   {_prediction(report)}",
         f"time      {t['seconds']:.1f} s ({t['episodes_per_s']:.1f} episodes/s)",
         (f"PASSED    ({plural(t['warnings'], 'warning')})" if t["warnings"] else "PASSED") if report.passed else
@@ -70,6 +71,15 @@ def summary(report: VerifyReport) -> str:
         + (f" ({plural(t['warnings'], 'warning')})" if t["warnings"] else ""),
     ]
     return printable_lines(lines)
+
+
+def _depth_line(report: VerifyReport) -> list[str]:
+    """The depth maps checked as copies (not against --size / --all-intra), when there are any."""
+    cams = sorted({f.camera for f in report.failures if f.check == "depth_copy" and f.camera})
+    if not cams:
+        return []
+    return [f"depth     {', '.join(cams)}: depth maps prep copies unchanged, checked as copies (frame counts, "
+            "timestamps, declared size), not against --size / --all-intra"]
 
 
 def _prediction(report: VerifyReport) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.bounded import JsonBoundError, read_json
+from pipeline.dataset.features import declared_pix_fmt, is_depth_flagged, is_high_bit_gray
 from pipeline.dataset.model import SUPPORTED_VERSIONS, CameraInfo
 from pipeline.dataset.template import cached_template, check_info_templates
 from pipeline.errors import DatasetError
@@ -90,6 +91,7 @@ def cameras_from_info(info: dict[str, Any], path: Path) -> tuple[CameraInfo, ...
                 codec=vinfo.get("video.codec") if isinstance(vinfo.get("video.codec"), str) else None,
                 pix_fmt=vinfo.get("video.pix_fmt") if isinstance(vinfo.get("video.pix_fmt"), str) else None,
                 fps=_float_or_none(vinfo.get("video.fps")),
+                depth=is_depth_flagged(feat) or is_high_bit_gray(declared_pix_fmt(feat)),
             )
         )
     if cams and not isinstance(info.get("video_path"), str):

@@ -88,6 +88,7 @@ class CameraInfo:
     codec: str | None
     pix_fmt: str | None
     fps: float | None
+    depth: bool = False  # a depth map: flagged (either spelling) or declared in more than 8 bits of gray
 
 
 class Rejected(list[EpisodeError]):

@@ -38,6 +38,7 @@ from pipeline.jobs import parts
 from pipeline.runner import Engine, RunConfig, open_engine
 from pipeline.schemas import validate
 from pipeline.stages.dataset_checks import dataset_findings, lerobot_loads
+from pipeline.stages.format_checks import depth_codec_findings, depth_copy_findings
 from pipeline.stages.verify import (
     FILE_CHECKS,
     CameraCounts,
@@ -86,10 +87,13 @@ def plan(ds: Dataset, options: VerifyOptions, rejected: list[EpisodeError]) -> I
     return verify_units(ds, options, contiguous_index=not (rejected or ds.rejected_count))
 
 
-def dataset_failures(ds: Dataset, rejected: list[EpisodeError]) -> list[CheckFailure]:
+def dataset_failures(ds: Dataset, rejected: list[EpisodeError],
+                     options: VerifyOptions | None = None) -> list[CheckFailure]:
     """Cheap dataset-level consistency (`pipeline.stages.dataset_checks`): required metadata files,
-    info.json totals and episode numbering vs what was found."""
-    return dataset_findings(ds, rejected, max(ds.rejected_count, len(rejected)))
+    info.json totals and episode numbering vs what was found; depth maps (`pipeline.stages.format_checks`)."""
+    opts = options or VerifyOptions()
+    return (dataset_findings(ds, rejected, max(ds.rejected_count, len(rejected))) + depth_codec_findings(ds)
+            + depth_copy_findings(ds, opts.size, opts.all_intra))
 
 
 # ---- codecs: completion records and the per-episode table ------------------------------------------
@@ -406,7 +410,7 @@ def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_pa
     engine.start(local=False)  # a scheduler that cannot be reached: refused before anything is written
     if json_path is not None:
         atomic.check_target(Path(json_path).absolute())  # read-only, full, a folder: refused before any work
-    first = dataset_failures(ds, rejected)
+    first = dataset_failures(ds, rejected, options)
     work: parts.WorkFolder | None = None
     if json_path is not None:
         json_path = Path(json_path).absolute()

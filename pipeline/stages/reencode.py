@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from pipeline import atomic
+from pipeline.dataset.features import is_depth_feature, is_high_bit_gray
 from pipeline.dataset.model import CameraInfo, Dataset, resolve_inside
 from pipeline.dataset.write import PREP_DIR, EpisodeVideo
 from pipeline.errors import EpisodeError
@@ -99,7 +100,7 @@ class ReencodeUnit:
     spans: tuple[Span, ...]  # the episodes in the source file, by source timestamps
     options: ReencodeOptions
     declared_size: tuple[int, int] | None = None  # (width, height) as meta/info.json declares the camera
-    depth: bool = False  # info.json marks the camera `video.is_depth_map`: copied unchanged, never lossy
+    depth: bool = False  # a depth map (`pipeline.dataset.features`): copied unchanged, never lossy
 
 
 @dataclass(slots=True)
@@ -144,25 +145,10 @@ def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
     return None
 
 
-def is_depth_feature(info: dict[str, Any], camera: str) -> bool:
-    """Whether info.json marks a video feature as a depth map (`video.is_depth_map`, in `info` or `video_info`)."""
-    feat = (info.get("features") or {}).get(camera) or {}
-    for key in ("info", "video_info"):
-        sub = feat.get(key)
-        if isinstance(sub, dict) and sub.get("video.is_depth_map") is True:
-            return True
-    return False
-
-
-def is_high_bit_gray(pix_fmt: str) -> bool:
-    """gray10le, gray12le, gray16be, ...: more than 8 bits of one channel (a depth camera's levels)."""
-    return pix_fmt.startswith("gray") and pix_fmt not in ("gray", "gray8")
-
-
 def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator[ReencodeUnit]:
     """One unit per source video file (v3.0: with every episode it holds), lazily, in plan order."""
     cameras = {cam.key: cam for cam in ds.cameras}
-    depth = {cam: is_depth_feature(ds.info, cam) for cam in cameras}
+    depth = {cam: cameras[cam].depth or is_depth_feature(ds.info, cam) for cam in cameras}
     for camera, rel, episodes in ds.iter_camera_files():
         spans = tuple(
             Span(ep.index, ep.video(camera).from_timestamp, ep.video(camera).to_timestamp, ep.frames_expected)

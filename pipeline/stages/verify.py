@@ -9,29 +9,33 @@ the v3.0 span coverage and the comparison with the metadata.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.dataset.features import is_high_bit_gray
 from pipeline.dataset.model import CameraInfo, Dataset, Episode, require_file, resolve_inside
 from pipeline.errors import EpisodeError, WorkerLost
 from pipeline.video.checks import (
+    INFO,
     TIMESTAMP_TOLERANCE_S,
     WARNING,
     CheckFailure,
     Span,
+    VideoCheck,
     VideoExpect,
     check_coverage,
-    inspect_video,
+    inspect_probe,
 )
+from pipeline.video.probe import probe_video
 
 PARQUET_COLUMNS = ("timestamp", "frame_index", "episode_index", "index")
 # Failures about a whole file (not one span of it): in v3.0 they fail every episode in the file.
 FILE_CHECKS = frozenset({"readable", "frames_from_header", "fps", "size", "declared_size", "declared_codec",
-                         "parquet_columns", "parquet_readable"})
+                         "parquet_columns", "parquet_readable", "depth_copy", "display_rotation"})
 
 
 @dataclass(slots=True, frozen=True)
@@ -259,6 +263,28 @@ def _parquet_episode(ep: Episode, start: int | None, c: dict[str, np.ndarray], w
     return out
 
 
+def _inspect_camera(path: Path | str, expect: VideoExpect, spans: list[Span], cam: str,
+                    info: CameraInfo | None) -> VideoCheck:
+    """`inspect_video`, except that a depth map (flagged or declared in info.json, or stored in more than 8 bits
+    of gray) is checked as the copy prep makes of it: not against --size / --all-intra. A depth map found by
+    its file's pixel format only is named by an info finding (`depth_copy`)."""
+    episode = spans[0].episode if spans else None
+    try:
+        probe = probe_video(path, episode=episode)
+    except EpisodeError as exc:
+        unreadable = CheckFailure("readable", "a readable video", exc.message, episode, cam, str(path))
+        return VideoCheck(str(path), None, [unreadable], [])
+    known = info is not None and info.depth
+    if not (known or is_high_bit_gray(probe.pix_fmt)) or (expect.size is None and not expect.all_intra):
+        return inspect_probe(probe, expect, spans, camera=cam)
+    checked = inspect_probe(probe, replace(expect, size=None, all_intra=False), spans, camera=cam)
+    if not known:
+        checked.failures.append(CheckFailure("depth_copy", "--size / --all-intra", f"a depth map ({probe.pix_fmt}) "
+                                             "prep copies unchanged: checked as a copy, not against these rules",
+                                             episode, cam, str(path), INFO))
+    return checked
+
+
 def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
             file_failures: list[tuple[CheckFailure, set[int]]]) -> None:
     root = Path(unit.root)
@@ -279,7 +305,7 @@ def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
             checked = None
             failures = [CheckFailure("readable", "a video inside the dataset", exc.message, first.index, cam, path)]
         else:
-            checked = inspect_video(path, expect, spans, camera=cam)
+            checked = _inspect_camera(path, expect, spans, cam, declared.get(cam))
             failures = list(checked.failures)
         for f in failures:
             if f.check in FILE_CHECKS or f.episode is None:
