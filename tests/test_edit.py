@@ -148,7 +148,7 @@ def test_refusals_write_nothing(v21: Path, tmp_path: Path, capsys: pytest.Captur
     assert main(["edit", str(v21), "--out", str(out), "--drop", "0-6", "--backend", "inline"]) == 2
     assert "nothing would be left" in capsys.readouterr().err
     assert not out.exists()
-    with pytest.raises(PrepError, match="--drop EPISODES or --keep"):
+    with pytest.raises(PrepError, match="--drop EPISODES, --keep EPISODES"):
         edit_inline(v21, out)
 
 
@@ -222,3 +222,74 @@ def test_v30_whole_runs_need_no_keyframe(v30_gop: Path, tmp_path: Path) -> None:
             payloads(v30_gop / f"videos/{cam}/chunk-000/file-000.mp4")
         assert payloads(out / f"videos/{cam}/chunk-000/file-001.mp4") == \
             payloads(v30_gop / f"videos/{cam}/chunk-000/file-002.mp4")
+
+
+def _break(root: Path) -> None:
+    """Three broken episodes: 1 a truncated video, 3 a video missing frames, 5 parquet timestamps off the grid."""
+    from pipeline.synth import SynthSpec, camera_frames, encode_frames
+
+    v1 = root / f"videos/chunk-000/{CAMS[0]}/episode_000001.mp4"
+    data = v1.read_bytes()
+    v1.write_bytes(data[: len(data) // 2])
+    spec = SynthSpec(version="v2.1", episodes=7, frames=24, height=48, width=64, gop=12, cameras=CAMS)
+    v3 = root / f"videos/chunk-000/{CAMS[1]}/episode_000003.mp4"
+    encode_frames(v3, camera_frames(spec, 1, 3)[:20], spec)
+    p5 = root / "data/chunk-000/episode_000005.parquet"
+    t = pq.read_table(p5)
+    ts = t.column("timestamp").to_numpy().copy()
+    ts[10:] += 0.013
+    pos = t.column_names.index("timestamp")
+    import pyarrow as pa
+
+    t = t.set_column(pos, t.schema.field(pos), pa.array(ts, type=t.schema.field(pos).type))
+    pq.write_table(t, p5)
+
+
+def test_drop_failed_repair_loop(v21: Path, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(v21, broken)
+    _break(broken)
+    report = tmp_path / "r.json"
+    assert main(["verify", str(broken), "--json", str(report), "--backend", "inline", "--no-progress"]) == 1
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert main(["edit", str(broken), "--out", str(out), "--drop-failed", str(report), "--backend", "inline",
+                 "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "dropped   3 episodes" in text and "verify    PASSED" in text
+    doc = json.loads((out / "prep/edit_report.json").read_text())
+    assert [d["episode"] for d in doc["dropped"]] == [1, 3, 5]
+    assert all(d["reason"].startswith("verify: ") for d in doc["dropped"])
+    assert_verified(out)
+    # the report against another dataset (other metadata) is refused, nothing written
+    other = tmp_path / "other"
+    shutil.copytree(v21, other)
+    lines = (other / "meta/episodes.jsonl").read_text().splitlines()
+    (other / "meta/episodes.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    info = json.loads((other / "meta/info.json").read_text())
+    info["total_episodes"], info["total_frames"] = 6, 144
+    (other / "meta/info.json").write_text(json.dumps(info))
+    assert main(["edit", str(other), "--out", str(tmp_path / "o3"), "--drop-failed", str(report), "--backend",
+                 "inline", "--no-progress"]) == 2
+    assert "fingerprint" in capsys.readouterr().err
+    assert not (tmp_path / "o3").exists()
+
+
+def test_drop_and_keep_tasks(v21: Path, tmp_path: Path) -> None:
+    tasks = [json.loads(line)["task"] for line in (v21 / "meta/tasks.jsonl").read_text().splitlines()]
+    # episode e uses task e % 4: dropping task 1 (by text) and task 3 (by index) leaves episodes 0, 2, 4, 6
+    report = edit_inline(v21, tmp_path / "a", drop_tasks=(tasks[1], "3"))
+    assert report.ok and [d["episode"] for d in report.dropped] == [1, 3, 5]
+    out_tasks = [json.loads(line)["task"] for line in (tmp_path / "a/meta/tasks.jsonl").read_text().splitlines()]
+    assert out_tasks == [tasks[0], tasks[2]]
+    t = pq.read_table(tmp_path / "a/data/chunk-000/episode_000001.parquet")  # source episode 2, task 2 -> 1
+    assert set(t.column("task_index").to_pylist()) == {1}
+    st = dict(iter_v21_stats(tmp_path / "a"))[1]
+    assert st["task_index"]["min"] == [1] and st["task_index"]["mean"] == [1.0]
+    report = edit_inline(v21, tmp_path / "b", keep_tasks=(tasks[2],), drop=(6,))
+    assert report.ok and report.episodes == 1  # episodes 2 and 6 use task 2; 6 is dropped
+    with pytest.raises(PrepError, match="neither a task"):
+        edit_inline(v21, tmp_path / "c", drop_tasks=("no such task",))

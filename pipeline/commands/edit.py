@@ -1,5 +1,6 @@
-"""`prep edit DATASET --out OUT --drop EPISODES | --keep EPISODES`: a LeRobot dataset with some episodes left
-out, by stream copy (no re-encode), in the source's format, renumbered and verified.
+"""`prep edit DATASET --out OUT --drop EPISODES | --keep EPISODES | --drop-failed REPORT | --drop-tasks TASK ... |
+--keep-tasks TASK ...`: a LeRobot dataset with some episodes left out, by stream copy (no re-encode), in the
+source's format, renumbered and verified.
 
 EPISODES is a list of indices and ranges, `0-9,12`. A v3.0 source whose kept episode would need a cut off a
 keyframe is refused (exit 2) naming the file and episode: `prep reencode` (all-intra) first (no smart
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.commands import help_of
 from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
-from pipeline.errors import PrepError
 from pipeline.text import printable_lines
 
 if TYPE_CHECKING:
@@ -58,11 +58,19 @@ def add_parser(sub: Any) -> None:
         "Resumable: a rerun keeps output files that are complete and correct. `prep verify` runs on the result.")
     p.add_argument("src", type=Path, metavar="DATASET", help="source dataset folder")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output dataset folder")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--drop", type=episode_list, metavar="EPISODES",
-                       help="episodes to leave out: indices and ranges, e.g. 3,17-19")
-    which.add_argument("--keep", type=episode_list, metavar="EPISODES",
-                       help="episodes to keep (all others are left out): indices and ranges, e.g. 0-9,12")
+    g = p.add_argument_group("which episodes (combined: an episode is kept when every keep option keeps it and "
+                             "no drop option drops it)")
+    g.add_argument("--drop", type=episode_list, metavar="EPISODES",
+                   help="episodes to leave out: indices and ranges, e.g. 3,17-19")
+    g.add_argument("--keep", type=episode_list, metavar="EPISODES",
+                   help="episodes to keep (all others are left out): indices and ranges, e.g. 0-9,12")
+    g.add_argument("--drop-failed", type=Path, metavar="REPORT",
+                   help="leave out the episodes a `prep verify --json REPORT` of this dataset failed (the report's "
+                   "dataset fingerprint must be this dataset's)")
+    g.add_argument("--drop-tasks", nargs="+", metavar="TASK",
+                   help="leave out every episode that uses one of these tasks (task text or task_index)")
+    g.add_argument("--keep-tasks", nargs="+", metavar="TASK",
+                   help="keep only episodes whose tasks are all among these (task text or task_index)")
     p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
     add_run_options(p, SmallInput(64, "episodes"))
     p.set_defaults(func=run)
@@ -113,9 +121,10 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.edit import EditOptions, edit_dataset
     from pipeline.runner import open_engine
 
-    if args.drop is None and args.keep is None:
-        raise PrepError("say which episodes to leave out: --drop EPISODES or --keep EPISODES")
-    options = EditOptions(drop=args.drop, keep=args.keep)
+    options = EditOptions(drop=args.drop, keep=args.keep,
+                          drop_failed=args.drop_failed.absolute() if args.drop_failed else None,
+                          drop_tasks=tuple(args.drop_tasks) if args.drop_tasks else None,
+                          keep_tasks=tuple(args.keep_tasks) if args.keep_tasks else None)
     with open_engine(run_config(args)) as engine:
         report = edit_dataset(args.src.absolute(), args.out.absolute(), options, engine,
                               verify=not args.no_verify)

@@ -104,10 +104,19 @@ def ranges(indices: Sequence[int]) -> str:
 
 @dataclass(slots=True, frozen=True)
 class EditOptions:
-    """Which episodes to leave out: `drop` these, or `keep` only these (episode indices of the source)."""
+    """Which episodes to leave out (source indices; they combine: the kept episodes are those every `keep`
+    option keeps and no `drop` option drops). `drop_failed`: a `prep verify --json` report of this dataset
+    (its failed episodes are dropped). Tasks by text or index: `drop_tasks` drops every episode that uses one
+    of them, `keep_tasks` keeps only episodes whose tasks are all among them."""
 
     drop: tuple[int, ...] | None = None
     keep: tuple[int, ...] | None = None
+    drop_failed: Path | None = None
+    drop_tasks: tuple[str, ...] | None = None
+    keep_tasks: tuple[str, ...] | None = None
+
+    def given(self) -> bool:
+        return any(v is not None for v in (self.drop, self.keep, self.drop_failed, self.drop_tasks, self.keep_tasks))
 
 
 class EditRefused(PrepError):
@@ -161,33 +170,92 @@ class EditReport:
 # ---- selection ------------------------------------------------------------------------------------
 
 
-def select(options: EditOptions, total: int, src: Path) -> Selection:
-    """The kept episodes of a dataset of `total` episodes; refuses an index outside it and an empty result."""
-    if (options.drop is None) == (options.keep is None):
-        raise PrepError("say which episodes to leave out: --drop EPISODES or --keep EPISODES (one of them)")
-    given = options.drop if options.drop is not None else options.keep
-    assert given is not None
-    outside = sorted(i for i in set(given) if not 0 <= i < total)
-    if outside:
-        raise PrepError(f"episode {outside[0]} is not in {atomic.shown(src)} (episodes 0..{total - 1})"
-                        + (f" (and {len(outside) - 1} more)" if len(outside) > 1 else ""))
-    if options.drop is not None:
-        drop = set(options.drop)
-        kept = [i for i in range(total) if i not in drop]
-        dropped = {i: "--drop" for i in sorted(drop)}
-    else:
-        keep = set(options.keep or ())
-        kept = sorted(keep)
-        dropped = {i: "not in --keep" for i in range(total) if i not in keep}
+def failed_in_report(report_path: Path, src: Path) -> dict[int, str]:
+    """The episodes a `prep verify --json` report of `src` failed -> the checks they failed. Refuses a report
+    of another dataset (its `metadata_digest`, the fingerprint of info.json and the episode metadata, must be
+    the source's)."""
+    from pipeline.bounded import read_json
+    from pipeline.dataset import open_dataset
+
+    shown = atomic.shown(report_path)
+    try:
+        doc = read_json(report_path)
+    except (OSError, ValueError) as exc:
+        raise PrepError(f"--drop-failed {shown}: cannot read the report ({type(exc).__name__}: {exc})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != "prep.verify/1":
+        raise PrepError(f"--drop-failed {shown}: not a `prep verify --json` report (schema prep.verify/1)")
+    found = doc.get("dataset")
+    dataset: dict[str, Any] = found if isinstance(found, dict) else {}
+    digest = dataset.get("metadata_digest")
+    if not isinstance(digest, str) or not digest:
+        raise PrepError(f"--drop-failed {shown}: the report has no dataset fingerprint (written by an older prep): "
+                        f"run `prep verify {atomic.shown(src)} --json REPORT` again")
+    ds, _rejected = open_dataset(src)
+    if digest != ds.metadata_digest:
+        raise PrepError(f"--drop-failed {shown}: the report is of another dataset or of other metadata (its "
+                        f"fingerprint {digest[:12]} is not {atomic.shown(src)}'s {ds.metadata_digest[:12]}; report "
+                        f"root {dataset.get('root')!r}): verify this dataset again"[:600])
+    failed: dict[int, str] = {}
+    for row in doc.get("episodes") or []:
+        if isinstance(row, dict) and row.get("status") == "failed" and isinstance(row.get("episode"), int):
+            checks = row.get("checks_failed") or []
+            failed[int(row["episode"])] = "verify: " + (", ".join(str(c) for c in checks) or "failed")
+    return failed
+
+
+def _resolve_tasks(given: Sequence[str], tasks: list[str], flag: str) -> set[int]:
+    """Task texts or indices -> task indices (an exact text first, then an index); refuses an unknown one."""
+    index_of = {t: i for i, t in enumerate(tasks)}
+    out: set[int] = set()
+    for g in given:
+        if g in index_of:
+            out.add(index_of[g])
+        elif g.strip().isdigit() and int(g) < len(tasks):
+            out.add(int(g))
+        else:
+            raise PrepError(f"{flag}: {g!r} is neither a task of the dataset nor a task_index "
+                            f"0..{len(tasks) - 1}"[:400])
+    return out
+
+
+def select(options: EditOptions, src: Path, info: dict[str, Any]) -> tuple[Selection, int]:
+    """The kept episodes and the source's episode count; refuses an index outside it and an empty result."""
+    if not options.given():
+        raise PrepError("say which episodes to leave out: --drop EPISODES, --keep EPISODES, --drop-failed REPORT, "
+                        "--drop-tasks TASK ... or --keep-tasks TASK ...")
+    episodes = [(idx, texts) for idx, texts, _n in episode_tasks(src, info)]
+    total = len(episodes)
+    for flag, given in (("--drop", options.drop), ("--keep", options.keep)):
+        outside = sorted(i for i in set(given or ()) if not 0 <= i < total)
+        if outside:
+            raise PrepError(f"{flag}: episode {outside[0]} is not in {atomic.shown(src)} (episodes 0..{total - 1})"
+                            + (f" (and {len(outside) - 1} more)" if len(outside) > 1 else ""))
+    failed = failed_in_report(options.drop_failed, src) if options.drop_failed is not None else {}
+    task_list = source_tasks(src, info["codebase_version"]) if options.drop_tasks or options.keep_tasks else []
+    drop_t = _resolve_tasks(options.drop_tasks or (), task_list, "--drop-tasks")
+    keep_t = _resolve_tasks(options.keep_tasks, task_list, "--keep-tasks") if options.keep_tasks else None
+    index_of = {t: i for i, t in enumerate(task_list)}
+    keep = set(options.keep) if options.keep is not None else None
+    drop = set(options.drop or ())
+    kept: list[int] = []
+    dropped: dict[int, str] = {}
+    for idx, texts in episodes:
+        used = {index_of.get(t, -1) for t in texts}
+        if keep is not None and idx not in keep:
+            dropped[idx] = "not in --keep"
+        elif idx in drop:
+            dropped[idx] = "--drop"
+        elif idx in failed:
+            dropped[idx] = failed[idx]
+        elif used & drop_t:
+            dropped[idx] = f"--drop-tasks: task {min(used & drop_t)}"
+        elif keep_t is not None and not used <= keep_t:
+            dropped[idx] = "--keep-tasks: a task not kept" if used else "--keep-tasks: no task"
+        else:
+            kept.append(idx)
     if not kept:
         raise PrepError(f"nothing would be left: every one of the {total} episodes is dropped")
-    return Selection(kept, dropped)
-
-
-def episode_count(src: Path, info: dict[str, Any]) -> int:
-    if info["codebase_version"] == "v2.1":
-        return sum(1 for _ in iter_v21_episode_lines(src))
-    return sum(1 for _ in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json")))
+    return Selection(kept, dropped), total
 
 
 # ---- tasks ----------------------------------------------------------------------------------------
@@ -612,13 +680,12 @@ def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, 
         raise DatasetError(src / "meta/info.json", f"codebase_version {fmt!r}: prep edit reads v2.1 and v3.0")
     check_paths(src, out)
     validate_metadata(src).raise_if_any()
-    total = episode_count(src, info)
-    sel = select(options, total, src)
+    sel, total = select(options, src, info)
     tasks = plan_tasks(src, info, sel)
     refuse_busy(out)
     refuse_foreign(out, OPTIONS_REL, "edit")
     check_output_tree(out)
-    settings = {"format": fmt, "kept": ranges(sel.kept)}
+    settings = {"format": fmt, "kept": ranges(sel.kept), "source_episodes": total}
     report = EditReport(str(src), str(out), fmt, settings, engine.backend, source_episodes=total,
                         dropped_total=len(sel.dropped),
                         dropped=[{"episode": e, "reason": r} for e, r in list(sel.dropped.items())[:DROPPED_LISTED]])

@@ -299,6 +299,7 @@ class VerifyReport:
                 "cameras": list(ds.camera_keys),
                 "declared_total_episodes": _int_or_none(ds.info.get("total_episodes")),
                 "declared_total_frames": _int_or_none(ds.info.get("total_frames")),
+                "metadata_digest": ds.metadata_digest,  # the dataset's fingerprint (`prep edit --drop-failed`)
             },
             "options": {
                 "expect_frames": opts.expect_frames,
