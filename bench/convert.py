@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from masking import masked
 
 from pipeline import atomic
 from pipeline.convert.meta import exact_offsets_error
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": rows,
         "verify": verify,
     }
-    atomic.write_json(args.out, result, indent=2)
+    atomic.write_json(args.out, masked(result), indent=2)
     print(f"wrote {args.out}")
     return 0
 

@@ -29,6 +29,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from masking import masked  # noqa: E402
+
 from pipeline import atomic  # noqa: E402
 from pipeline.schemas import validate  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402
@@ -185,7 +187,7 @@ def main() -> int:
     for r in runs:
         r.pop("python", None)
     validate(doc, "bench", source=str(args.out))
-    atomic.write_json(args.out, doc)
+    atomic.write_json(args.out, masked(doc))
     plot(runs, args.out.with_suffix(".png"), threshold)
 
     from pipeline.loader.report import table

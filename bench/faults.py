@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from faults_support import RECORD_ENV  # noqa: E402
+from masking import masked  # noqa: E402
 
 from pipeline import __version__, atomic  # noqa: E402
 
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": [{k: v for k, v in r.items() if k != "details"} | {"details": r.get("details", {})} for r in rows],
         "tests": plugin.tests,
     }
-    atomic.write_json(args.out, result, indent=2)
+    atomic.write_json(args.out, masked(result), indent=2)
     print(f"wrote             {args.out}")
     return 0 if ok else 1
 

@@ -57,6 +57,7 @@ from typing import Any
 
 import av
 import numpy as np
+from masking import masked
 
 from pipeline import __version__, atomic
 from pipeline.clock import utc_now
@@ -606,7 +607,7 @@ def main() -> int:
     if args.rederive:
         doc = json.loads(args.rederive.read_text())
         derive(doc)
-        atomic.write_json(args.out, doc, indent=2)
+        atomic.write_json(args.out, masked(doc), indent=2)
         report(doc)
         print(f"wrote {args.out}")
         return 0
@@ -682,7 +683,7 @@ def main() -> int:
     }
     derive(doc)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_json(args.out, doc, indent=2)
+    atomic.write_json(args.out, masked(doc), indent=2)
     report(doc)
     print(f"wrote {args.out}")
     return 0

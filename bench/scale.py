@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from masking import masked
 
 from pipeline import atomic
 from pipeline.runner import machine_cores
@@ -500,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
               f"identical but timestamps: {r['manifest_text_identical_but_timestamps']}; table byte-identical: "
               f"{r['episodes_table_byte_identical']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_json(args.out, result, indent=2)
+    atomic.write_json(args.out, masked(result), indent=2)
     print(f"wrote {args.out}")
     return 0
 

@@ -23,6 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from masking import masked  # noqa: E402
+
 from pipeline import __version__, atomic  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402
 
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"peak RSS       {peak / 2**30:.3f} GiB (sum over prep and every LocalCluster process, sampled every 20 ms)")
     print(f"max processes  {procs}")
     print(f"load average   {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    atomic.write_json(args.out, result, indent=2)
+    atomic.write_json(args.out, masked(result), indent=2)
     print(f"wrote          {args.out}")
     return 0 if proc.returncode == 0 and peak < 2**30 else 1
 

@@ -56,3 +56,23 @@ def test_refresh_manifests_only_from_the_repository_root(tmp_path: Path) -> None
     assert list(tmp_path.iterdir()) == []
     res = prep("demo", "--refresh-manifests", "--out", str(tmp_path / "r"), "--backend", "inline")
     assert res.returncode == 2 and "give it or --out, not both" in res.stderr
+
+
+def test_refreshed_reports_name_no_path_of_this_machine(tmp_path: Path) -> None:
+    """--refresh-manifests (in a folder that looks like the repository root) writes reports that name the work
+    folder `<work>` and the shipped landscape by its repository path: no temp path, no install path."""
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "manifests").mkdir()
+    work = tmp_path / "work"
+    res = prep("demo", "--episodes", "1", "--work", str(work), "--refresh-manifests", "--backend", "inline",
+               "--no-progress", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    reports = sorted(p for p in (tmp_path / "manifests/demo").rglob("*") if p.suffix in (".json", ".md"))
+    assert len(reports) >= 6, reports
+    for path in reports:
+        text = path.read_text()
+        assert str(tmp_path) not in text and "/tmp/" not in text and "site-packages" not in text, path
+    native = json.loads((tmp_path / "manifests/demo/native.manifest.json").read_text())
+    assert native["dataset"]["root"] == "<work>/merged"
+    budget = json.loads((tmp_path / "manifests/demo/budget/report.json").read_text())
+    assert budget["landscape"]["path"] == "manifests/vla_landscape.toml"

@@ -14,8 +14,6 @@ from pipeline.dataset.validate import MAX_LISTED, ShapeCache, _validator, open_v
 from pipeline.errors import MetadataError
 from pipeline.synth import SynthSpec, write_synthetic
 
-REAL = Path("/work/shared/fixtures/real/g1_inspire_v21")
-
 
 @pytest.mark.parametrize("version", ["v2.1", "v3.0"])
 def test_synthetic_datasets_are_valid(version: str, tmp_path: Path) -> None:
@@ -25,9 +23,8 @@ def test_synthetic_datasets_are_valid(version: str, tmp_path: Path) -> None:
     assert len(ds.episodes) == 3 and not rejected
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="the real fixture is not on this machine")
-def test_real_dataset_is_valid() -> None:
-    assert validate_metadata(REAL).lines == []
+def test_real_dataset_is_valid(real_v21: Path) -> None:
+    assert validate_metadata(real_v21).lines == []
 
 
 def test_many_bad_lines_are_counted_but_listed_up_to_the_cap(tmp_path: Path) -> None:

@@ -16,6 +16,9 @@ from pipeline.errors import PrepError
 from pipeline.resources import data_path
 
 DEFAULT_LANDSCAPE = data_path("vla_landscape.toml")  # manifests/vla_landscape.toml, shipped in the package
+# how a report names the shipped file: by its place in prep's repository, not where this machine installed it
+# (a report is shared, and the demo's is committed)
+SHIPPED_NAME = "manifests/vla_landscape.toml"
 LANDSCAPE_SCHEMA = "prep.vla_landscape/1"
 RUN_FIELDS = ("params", "steps", "batch", "data", "compute")
 NOT_REPORTED = "not reported"
@@ -121,4 +124,5 @@ def load_landscape(path: Path = DEFAULT_LANDSCAPE) -> Landscape:
         values = {k: _reported(f"{path}: run {name}: {k}", raw[k]) for k in RUN_FIELDS}
         ts, note = derive_timesteps(values)
         runs.append(Run(name, values, ts, note))
-    return Landscape(str(path), tuple(runs), dict(refs))
+    shown = SHIPPED_NAME if Path(path) == DEFAULT_LANDSCAPE else str(path)
+    return Landscape(shown, tuple(runs), dict(refs))

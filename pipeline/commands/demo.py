@@ -55,6 +55,18 @@ def reports_folder(args: argparse.Namespace, work: Path) -> Path:
     return args.out if args.out is not None else work / "reports"
 
 
+def mask_work_folder(out: Path, work: Path) -> None:
+    """The committed reports name the demo's work folder `<work>`, not the temp path of the machine that
+    refreshed them (tests/test_repo_paths.py keeps absolute paths of a machine out of the repository)."""
+    from pipeline import atomic
+
+    for path in sorted(out.rglob("*")):
+        if path.suffix in (".json", ".md") and path.is_file() and not path.is_symlink():
+            text = atomic.read_regular_text(path)
+            if str(work) in text:
+                atomic.write_text(path, text.replace(str(work), "<work>"), root=out)
+
+
 def run(args: argparse.Namespace) -> int:
     """Every step runs through one engine session: one cluster for the whole demo."""
     from pipeline.runner import open_engine
@@ -125,6 +137,9 @@ def _demo(args: argparse.Namespace, engine: Any) -> int:
         print("\n[demo] step 5/5: prep budget --native native.manifest.json --prepared prepared.manifest.json")
         budget = write_budget(out / "budget", native_path, prepared_path)
         print(headline_text(budget))
+
+        if args.refresh_manifests:
+            mask_work_folder(out, work)
 
         t = native["totals"], prepared["totals"]
         gone = not keep and out.absolute().is_relative_to(work)
