@@ -32,7 +32,8 @@ ENGINES = ["pyav", pytest.param("ffmpeg", marks=pytest.mark.skipif(shutil.which(
 
 
 def frames(path: Path) -> tuple[list[np.ndarray], list[int]]:
-    """Every frame's luma (chroma is resampled by the rotation's 4:2:0 -> 4:4:4 path), and the rotation PyAV reads from each frame's display matrix side data."""
+    """Every frame's luma (chroma is resampled on the 4:2:0 -> 4:4:4 path), and the rotation PyAV reads from
+    each frame's display matrix side data."""
     with av.open(str(path)) as c:
         decoded = list(c.decode(c.streams.video[0]))
         return [f.to_ndarray(format="gray") for f in decoded], [int(f.rotation) for f in decoded]
