@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from test_scan import prep
@@ -76,3 +80,30 @@ def test_refreshed_reports_name_no_path_of_this_machine(tmp_path: Path) -> None:
     assert native["dataset"]["root"] == "<work>/merged"
     budget = json.loads((tmp_path / "manifests/demo/budget/report.json").read_text())
     assert budget["landscape"]["path"] == "manifests/vla_landscape.toml"
+
+
+def test_demo_sh_keeps_the_reports_under_the_checkout(tmp_path: Path) -> None:
+    """scripts/demo.sh (its set-up step stubbed: .venv/bin/prep runs this checkout's prep) keeps the reports
+    and plots in out/demo/ of the checkout it runs in, says where, and leaves them when rerun."""
+    repo = Path(__file__).resolve().parents[1]
+    clone = tmp_path / "clone"
+    (clone / "scripts").mkdir(parents=True)
+    shutil.copy(repo / "scripts/demo.sh", clone / "scripts/demo.sh")
+    (clone / "scripts/setup.sh").write_text("echo '[setup] stub'\n")
+    (clone / ".venv/bin").mkdir(parents=True)
+    prep_exe = clone / ".venv/bin/prep"
+    prep_exe.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(repo))} exec {shlex.quote(sys.executable)} '
+                        '-m pipeline.cli "$@"\n')
+    prep_exe.chmod(0o755)
+    for _ in range(2):
+        res = subprocess.run(
+            ["bash", str(clone / "scripts/demo.sh"), "--episodes", "1", "--backend", "inline", "--no-progress"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        assert f"[demo] reports: {clone / 'out/demo'}" in res.stdout
+        assert "[demo] kept in out/demo/ (git ignores it)" in res.stdout
+        report = clone / "out/demo/budget/report.md"
+        assert report.is_file() and (clone / "out/demo/budget/throughput.png").is_file()
+        assert (clone / "out/demo/native.manifest.json").is_file()
+    assert list(tmp_path.iterdir()) == [clone]  # nothing in the folder it was started from
+    assert "/out/" in (repo / ".gitignore").read_text().split()

@@ -293,3 +293,46 @@ def test_drop_and_keep_tasks(v21: Path, tmp_path: Path) -> None:
     assert report.ok and report.episodes == 1  # episodes 2 and 6 use task 2; 6 is dropped
     with pytest.raises(PrepError, match="neither a task"):
         edit_inline(v21, tmp_path / "c", drop_tasks=("no such task",))
+
+
+def _kept_of(out: Path) -> list[int]:
+    doc = json.loads((out / "prep/edit_report.json").read_text())
+    dropped = {d["episode"] for d in doc["dropped"]}
+    return [e for e in range(doc["source_episodes"]) if e not in dropped]
+
+
+def test_split_fractions_deterministic_and_grouped(v30: Path, tmp_path: Path) -> None:
+    from pipeline.jobs.edit import SplitPart, split_dataset
+
+    parts = [SplitPart("train", fraction=0.5), SplitPart("val", fraction=0.5)]
+    with open_engine(RunConfig(backend="inline", progress=False)) as engine:
+        rep = split_dataset(v30, tmp_path / "a", parts, EditOptions(), engine, seed=3, group_by_task=True)
+    assert rep.ok
+    train, val = _kept_of(tmp_path / "a/train"), _kept_of(tmp_path / "a/val")
+    assert sorted(train + val) == list(range(7)) and not set(train) & set(val)
+    # grouped by task: tasks 0, 1, 2 have two episodes each (e % 4), one to each part
+    for t in (0, 1, 2):
+        assert len({e for e in train if e % 4 == t}) == 1 and len({e for e in val if e % 4 == t}) == 1
+    for name in ("train", "val"):
+        assert_verified(tmp_path / "a" / name)
+    from pipeline.jobs.edit import split_selections
+
+    tasks_of = {e: (str(e % 4),) for e in range(100)}
+    a = split_selections(parts, list(range(100)), tasks_of, seed=3, shuffle=True, group_by_task=False, total=100)
+    b = split_selections(parts, list(range(100)), tasks_of, seed=3, shuffle=True, group_by_task=False, total=100)
+    c = split_selections(parts, list(range(100)), tasks_of, seed=4, shuffle=True, group_by_task=False, total=100)
+    assert a == b and a != c and len(a["train"]) == len(a["val"]) == 50
+    d = split_selections(parts, list(range(100)), tasks_of, seed=3, shuffle=False, group_by_task=False, total=100)
+    assert d == {"train": list(range(50)), "val": list(range(50, 100))}  # LeRobot's contiguous rule
+
+
+def test_split_lists_cli(v21: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "parts"
+    assert main(["edit", str(v21), "--out", str(out), "--split", "val=0,6", "train=1.0", "--drop", "3",
+                 "--backend", "inline", "--no-progress"]) == 0
+    assert _kept_of(out / "val") == [0, 6] and _kept_of(out / "train") == [1, 2, 4, 5]
+    assert "verify    PASSED" in capsys.readouterr().out
+    assert_verified(out / "train")
+    assert main(["edit", str(v21), "--out", str(tmp_path / "x"), "--split", "a=0-3", "b=3-4", "--backend",
+                 "inline", "--no-progress"]) == 2
+    assert "in both" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -48,6 +48,22 @@ def episode_list(text: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def split_part(text: str) -> tuple[str, float | None, tuple[int, ...] | None]:
+    """`train=0.8` (a fraction, with a decimal point) or `val=0-9,12` (episodes): (name, fraction, episodes)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise argparse.ArgumentTypeError(f"expected NAME=FRACTION or NAME=EPISODES, got {text!r}")
+    if "." in value:
+        try:
+            fraction = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a fraction") from None
+        if not 0.0 < fraction <= 1.0:
+            raise argparse.ArgumentTypeError(f"{text!r}: a fraction is in (0, 1]")
+        return name, fraction, None
+    return name, None, episode_list(value)
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "edit", help=help_of("edit"),
@@ -71,6 +87,16 @@ def add_parser(sub: Any) -> None:
                    help="leave out every episode that uses one of these tasks (task text or task_index)")
     g.add_argument("--keep-tasks", nargs="+", metavar="TASK",
                    help="keep only episodes whose tasks are all among these (task text or task_index)")
+    sp = p.add_argument_group("split: one dataset per part, in --out/NAME (the options above apply first)")
+    sp.add_argument("--split", nargs="+", type=split_part, metavar="NAME=FRACTION|EPISODES",
+                    help="parts, e.g. train=0.9 val=0.1, or val=0-9 train=0.8 (listed episodes first; a fraction "
+                    "has a decimal point; the fractions share the rest and sum to at most 1)")
+    sp.add_argument("--seed", type=int, default=0, help="the shuffle's seed (numpy default_rng; default: 0)")
+    sp.add_argument("--no-shuffle", action="store_true",
+                    help="fractions take consecutive episodes in index order (LeRobot's split_dataset) instead")
+    sp.add_argument("--group-by-task", action="store_true",
+                    help="allocate the fractions within each set of episodes with the same tasks, so every part "
+                    "gets its share of every task")
     p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
     add_run_options(p, SmallInput(64, "episodes"))
     p.set_defaults(func=run)
@@ -118,13 +144,23 @@ def resume_note(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.jobs.edit import EditOptions, edit_dataset
+    from pipeline.jobs.edit import EditOptions, SplitPart, edit_dataset, split_dataset
     from pipeline.runner import open_engine
 
     options = EditOptions(drop=args.drop, keep=args.keep,
                           drop_failed=args.drop_failed.absolute() if args.drop_failed else None,
                           drop_tasks=tuple(args.drop_tasks) if args.drop_tasks else None,
                           keep_tasks=tuple(args.keep_tasks) if args.keep_tasks else None)
+    if args.split:
+        with open_engine(run_config(args)) as engine:
+            parts = [SplitPart(name, fraction, episodes) for name, fraction, episodes in args.split]
+            split = split_dataset(args.src.absolute(), args.out.absolute(), parts, options, engine,
+                                  seed=args.seed, shuffle=not args.no_shuffle, group_by_task=args.group_by_task,
+                                  verify=not args.no_verify)
+        for name, part in split.parts.items():
+            print(f"part      {name}: {plural(part.episodes, 'episode')}")
+            print(summary(part))
+        return 0 if split.ok else 1
     with open_engine(run_config(args)) as engine:
         report = edit_dataset(args.src.absolute(), args.out.absolute(), options, engine,
                               verify=not args.no_verify)

@@ -669,28 +669,53 @@ PUBLISH = {"v2.1": publish_v21, "v3.0": publish_v30}
 # ---- the job --------------------------------------------------------------------------------------
 
 
-def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, verify: bool = True) -> EditReport:
-    """Write `src` without the episodes `options` leaves out into the dataset `out` (same format) through
-    `engine`; resumable; never writes under `src`. Raises `EditRefused` (a cut off a keyframe) and
-    `PrepError` for a bad selection, dataset or output, before anything is written."""
-    src, out = Path(src).absolute(), Path(out).absolute()
+def _open_source(src: Path, out: Path) -> dict[str, Any]:
     info = read_info(src)
     fmt = info["codebase_version"]
     if fmt not in FORMATS:
         raise DatasetError(src / "meta/info.json", f"codebase_version {fmt!r}: prep edit reads v2.1 and v3.0")
     check_paths(src, out)
     validate_metadata(src).raise_if_any()
-    sel, total = select(options, src, info)
-    tasks = plan_tasks(src, info, sel)
+    return info
+
+
+def _check_output(out: Path) -> None:
     refuse_busy(out)
     refuse_foreign(out, OPTIONS_REL, "edit")
     check_output_tree(out)
-    settings = {"format": fmt, "kept": ranges(sel.kept), "source_episodes": total}
+
+
+def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, verify: bool = True) -> EditReport:
+    """Write `src` without the episodes `options` leaves out into the dataset `out` (same format) through
+    `engine`; resumable; never writes under `src`. Raises `EditRefused` (a cut off a keyframe) and
+    `PrepError` for a bad selection, dataset or output, before anything is written."""
+    src, out = Path(src).absolute(), Path(out).absolute()
+    info = _open_source(src, out)
+    sel, total = select(options, src, info)
+    _check_output(out)
+    return write_edit(src, out, info, sel, total, engine, verify=verify)
+
+
+def check_cuts(src: Path, out: Path, info: dict[str, Any], sel: Selection, engine: Engine) -> None:
+    """Refuse (`EditRefused`) a v3.0 edit with a cut off a keyframe; nothing is written."""
+    if info["codebase_version"] == "v3.0":
+        problems = splice_refusals(src, out, info, sel, plan_tasks(src, info, sel), engine)
+        if problems:
+            raise refusal(problems)
+
+
+def write_edit(src: Path, out: Path, info: dict[str, Any], sel: Selection, total: int, engine: Engine, *,
+               verify: bool = True, settings_extra: dict[str, Any] | None = None,
+               cuts_checked: bool = False) -> EditReport:
+    """The output `out` holding the episodes `sel` keeps (the source and output already checked)."""
+    fmt = info["codebase_version"]
+    tasks = plan_tasks(src, info, sel)
+    settings = {"format": fmt, "kept": ranges(sel.kept), "source_episodes": total, **(settings_extra or {})}
     report = EditReport(str(src), str(out), fmt, settings, engine.backend, source_episodes=total,
                         dropped_total=len(sel.dropped),
                         dropped=[{"episode": e, "reason": r} for e, r in list(sel.dropped.items())[:DROPPED_LISTED]])
     engine.size_hint(len(sel.kept))
-    if fmt == "v3.0":
+    if fmt == "v3.0" and not cuts_checked:
         problems = splice_refusals(src, out, info, sel, tasks, engine)
         if problems:
             raise refusal(problems)
@@ -731,3 +756,136 @@ def write_report(out: Path, report: EditReport) -> None:
     doc = {"schema": "prep.edit_report/1", **asdict(report)}
     validate(doc, "edit_report", source=str(out / REPORT_REL))
     atomic.write_json(out / REPORT_REL, doc, indent=2, root=out)
+
+
+# ---- split ----------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class SplitPart:
+    """One part of a split: a name (its folder under --out) and a fraction of the episodes or a list."""
+
+    name: str
+    fraction: float | None = None
+    episodes: tuple[int, ...] | None = None
+
+
+def _largest_remainder(n: int, fractions: Sequence[float]) -> list[int]:
+    """Counts for `fractions` of `n` that sum to round(sum * n) (each at least its floor)."""
+    exact = [f * n for f in fractions]
+    counts = [int(x) for x in exact]
+    target = min(n, round(sum(exact)))
+    order = sorted(range(len(exact)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in order[:max(0, target - sum(counts))]:
+        counts[i] += 1
+    return counts
+
+
+def split_selections(parts: Sequence[SplitPart], base: list[int], tasks_of: dict[int, tuple[str, ...]], *,
+                     seed: int, shuffle: bool, group_by_task: bool, total: int) -> dict[str, list[int]]:
+    """The episodes of each part: listed parts take their episodes (of `base`), the fraction parts share the
+    rest, shuffled with `seed` (numpy's default_rng) unless not `shuffle`; `group_by_task` allocates within
+    each group of episodes with the same tasks, so every part gets its share of every task."""
+    import numpy as np
+
+    names = [p.name for p in parts]
+    if len(set(names)) != len(names):
+        raise PrepError(f"--split: a part name is given twice ({', '.join(names)})")
+    base_set = set(base)
+    taken: dict[int, str] = {}
+    out: dict[str, list[int]] = {}
+    for p in parts:
+        if p.episodes is None:
+            continue
+        for e in p.episodes:
+            if not 0 <= e < total:
+                raise PrepError(f"--split {p.name}: episode {e} is not in the dataset (episodes 0..{total - 1})")
+            if e in taken:
+                raise PrepError(f"--split: episode {e} is in both {taken[e]!r} and {p.name!r}")
+            taken[e] = p.name
+        out[p.name] = sorted(e for e in p.episodes if e in base_set)
+    frac_parts = [p for p in parts if p.fraction is not None]
+    fractions = [float(p.fraction or 0.0) for p in frac_parts]
+    if sum(fractions) > 1.0 + 1e-9:
+        raise PrepError(f"--split: the fractions sum to {sum(fractions):g}, more than 1")
+    rest = [e for e in base if e not in taken]
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for e in rest:
+        groups.setdefault(tasks_of.get(e, ()) if group_by_task else (), []).append(e)
+    rng = np.random.default_rng(seed)
+    for p in frac_parts:
+        out[p.name] = []
+    for key in sorted(groups):
+        members = groups[key]
+        if shuffle:
+            members = [members[i] for i in rng.permutation(len(members))]
+        start = 0
+        for p, n in zip(frac_parts, _largest_remainder(len(members), fractions), strict=True):
+            out[p.name] += members[start:start + n]
+            start += n
+    for name in out:
+        out[name].sort()
+        if not out[name]:
+            raise PrepError(f"--split {name}: no episode falls in this part")
+    return {n: out[n] for n in names}
+
+
+SPLIT_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def check_part_name(name: str) -> None:
+    if not name or name in (".", "..", PREP_DIR) or not set(name) <= SPLIT_NAME_CHARS:
+        raise PrepError(f"--split: part name {name!r} must be a folder name of letters, digits, '_', '.', '-'"[:300])
+
+
+@dataclass(slots=True)
+class SplitReport:
+    parts: dict[str, EditReport]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.parts.values())
+
+
+def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: EditOptions, engine: Engine, *,
+                  seed: int = 0, shuffle: bool = True, group_by_task: bool = False,
+                  verify: bool = True) -> SplitReport:
+    """One dataset per part under `out/<name>` (each an edit of `src`, the same rules and checks); `options`
+    (if any) first leaves episodes out of every part. Every part's selection and output are checked before
+    the first is written."""
+    src, out = Path(src).absolute(), Path(out).absolute()
+    if not parts:
+        raise PrepError("--split: no part given (NAME=FRACTION or NAME=EPISODES)")
+    for p in parts:
+        check_part_name(p.name)
+    info = _open_source(src, out)
+    episodes = list(episode_tasks(src, info))
+    total = len(episodes)
+    if options.given():
+        base_sel, _ = select(options, src, info)
+        base, base_dropped = base_sel.kept, base_sel.dropped
+    else:
+        base, base_dropped = [e for e, _t, _n in episodes], {}
+    chosen = split_selections(parts, base, {e: t for e, t, _n in episodes}, seed=seed, shuffle=shuffle,
+                              group_by_task=group_by_task, total=total)
+    selections: dict[str, Selection] = {}
+    for name, kept in chosen.items():
+        keep = set(kept)
+        dropped = {e: base_dropped.get(e, f"in another part of the split (not {name!r})")
+                   for e in range(total) if e not in keep}
+        selections[name] = Selection(kept, dropped)
+        _check_output(out / name)
+    for name, sel in selections.items():
+        check_cuts(src, out / name, info, sel, engine)
+    if out.exists():
+        others = sorted(p.name for p in out.iterdir() if p.name not in chosen)
+        if others:
+            raise PrepError(f"output {atomic.shown(out)} holds {', '.join(atomic.shown(o) for o in others[:3])}, "
+                            "which is not a part of this split; choose another --out")
+    split_settings = {"split": {p.name: (p.fraction if p.fraction is not None else ranges(list(p.episodes or ())))
+                                for p in parts}, "seed": seed, "shuffle": shuffle, "group_by_task": group_by_task}
+    reports = {}
+    for name, sel in selections.items():
+        reports[name] = write_edit(src, out / name, info, sel, total, engine, verify=verify,
+                                   settings_extra=split_settings, cuts_checked=True)
+    return SplitReport(reports)

@@ -48,6 +48,7 @@ from pipeline.video.encode import (
 from pipeline.video.imagestats import SpanImageStats
 from pipeline.video.probe import VideoProbe, probe_video
 from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES, Geometry
+from pipeline.video.rotation import display_filters, display_matrix, swaps_sides
 
 FPS_TOLERANCE = 0.01  # relative: a source may jitter, but 25 fps labelled 30 is refused
 # A frame is restamped onto the 1/fps grid only when it is already there up to rounding: LeRobot's tolerance
@@ -167,10 +168,12 @@ def mean_fps(probe: VideoProbe) -> float:
     return (len(pts) - 1) / (pts[-1] - pts[0])
 
 
-def check_source(probe: VideoProbe, unit: ReencodeUnit) -> None:
-    """Refuse a source whose size or frame rate is not what meta/info.json says (LeRobot would misread it)."""
+def check_source(probe: VideoProbe, unit: ReencodeUnit, quarter_turn: bool = False) -> None:
+    """Refuse a source whose size or frame rate is not what meta/info.json says (LeRobot would misread it).
+    A source rotated a quarter turn by its display matrix may declare either its coded or its displayed size."""
     episode = unit.spans[0].episode if unit.spans else None
-    if unit.declared_size is not None and (probe.width, probe.height) != unit.declared_size:
+    sizes = {(probe.width, probe.height), *([(probe.height, probe.width)] if quarter_turn else [])}
+    if unit.declared_size is not None and unit.declared_size not in sizes:
         w, h = unit.declared_size
         raise EpisodeError(episode, probe.path, f"video is {probe.width}x{probe.height} but meta/info.json "
                                                 f"declares {w}x{h} for {unit.camera}")
@@ -270,6 +273,9 @@ def inspect_output(path: Path, unit: ReencodeUnit, spans: list[Span],
                                      str(probe.frames_from_packets), None, unit.camera, str(path)))
     if probe.pts_s and abs(probe.pts_s[0]) > TIMESTAMP_TOLERANCE_S:
         failures.append(CheckFailure("first_pts", "0", f"{probe.pts_s[0]:.6f}", None, unit.camera, str(path)))
+    if display_matrix(path) is not None:
+        failures.append(CheckFailure("display_matrix", "none (frames in display orientation)", "a display matrix",
+                                     None, unit.camera, str(path)))
     return probe, failures
 
 
@@ -368,15 +374,21 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         if unit.depth or is_high_bit_gray(probe.pix_fmt):
             return _copy_depth(unit, src, dst, probe, result, t0)
         spans = new_spans(probe, unit.spans, unit.fps)  # frame counts first: a dropped frame is named as such
-        check_source(probe, unit)
+        matrix, rotate = display_filters(src, unit.spans[0].episode if unit.spans else None)
+        check_source(probe, unit, swaps_sides(matrix))
         check_timing(probe, unit.spans, unit.fps)
         total = probe.frames_from_packets
         w, h = unit.options.size
-        geometry = RESIZE_MODES[unit.options.resize](probe.width, probe.height, w, h)
+        # Frames are turned to display orientation first (no display matrix in the output: every reader and
+        # back-end hands back the same frame), then resized from the displayed size.
+        sw, sh = (probe.height, probe.width) if swaps_sides(matrix) else (probe.width, probe.height)
+        geometry = RESIZE_MODES[unit.options.resize](sw, sh, w, h)
         # Image stats of the resized frames before compression (as LeRobot computes them from the
         # frames it records), so they do not depend on the engine or on whether a file was resumed.
         stats = SpanImageStats([(round(s.from_timestamp * unit.fps), s.frames_expected or 0) for s in spans])
         sidecar, key = stats_sidecar(unit), stats_key(unit, probe, spans)
+        if matrix is not None:
+            key["display_matrix"] = list(matrix)
         # A finished output is kept only when its sidecar says it was made from this very source (same
         # fingerprint, settings and spans) and it still passes its checks; its stats come from the sidecar.
         kept_stats = load_stats(sidecar, key, src, unit.options.fingerprint) if dst.is_file() else None
@@ -393,12 +405,12 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
                 made from) are written before the output is renamed into place, so a kept output always
                 has one."""
                 if not hooked:
-                    filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add)
+                    filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add, tuple(rotate))
                 save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": stats.result()},
                            Path(unit.out_root))
 
             out_probe = _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None,
-                                        checked)
+                                        checked, tuple(rotate))
             result.status = "encoded"
         span_stats = kept_stats if kept_stats is not None else stats.result()
         result.episodes = [
@@ -440,10 +452,11 @@ def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, res
 
 
 def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry, spans: list[Span],
-                    total: int, hook: FrameHook | None, checked: Callable[[], None]) -> VideoProbe:
+                    total: int, hook: FrameHook | None, checked: Callable[[], None],
+                    rotate: tuple[tuple[str, dict[str, str]], ...] = ()) -> VideoProbe:
     opts = unit.options
     with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-        job = EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality, hook)
+        job = EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality, hook, rotate)
         ENGINES[opts.engine](job)
         probe, failures = inspect_output(tmp, unit, spans, total)
         if failures or probe is None:  # atomic_path removes the temp file

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from pipeline.dataset.features import is_high_bit_gray
 from pipeline.dataset.model import CameraInfo, Dataset, Episode, require_file, resolve_inside
 from pipeline.errors import EpisodeError, WorkerLost
+from pipeline.stages.format_checks import severity_for
 from pipeline.video.checks import (
     INFO,
     TIMESTAMP_TOLERANCE_S,
@@ -30,7 +31,8 @@ from pipeline.video.checks import (
     check_coverage,
     inspect_probe,
 )
-from pipeline.video.probe import probe_video
+from pipeline.video.probe import VideoProbe, probe_video
+from pipeline.video.rotation import describe, display_matrix, swaps_sides
 
 PARQUET_COLUMNS = ("timestamp", "frame_index", "episode_index", "index")
 # Failures about a whole file (not one span of it): in v3.0 they fail every episode in the file.
@@ -264,7 +266,7 @@ def _parquet_episode(ep: Episode, start: int | None, c: dict[str, np.ndarray], w
 
 
 def _inspect_camera(path: Path | str, expect: VideoExpect, spans: list[Span], cam: str,
-                    info: CameraInfo | None) -> VideoCheck:
+                    info: CameraInfo | None, codebase_version: str) -> VideoCheck:
     """`inspect_video`, except that a depth map (flagged or declared in info.json, or stored in more than 8 bits
     of gray) is checked as the copy prep makes of it: not against --size / --all-intra. A depth map found by
     its file's pixel format only is named by an info finding (`depth_copy`)."""
@@ -276,13 +278,36 @@ def _inspect_camera(path: Path | str, expect: VideoExpect, spans: list[Span], ca
         return VideoCheck(str(path), None, [unreadable], [])
     known = info is not None and info.depth
     if not (known or is_high_bit_gray(probe.pix_fmt)) or (expect.size is None and not expect.all_intra):
-        return inspect_probe(probe, expect, spans, camera=cam)
-    checked = inspect_probe(probe, replace(expect, size=None, all_intra=False), spans, camera=cam)
-    if not known:
-        checked.failures.append(CheckFailure("depth_copy", "--size / --all-intra", f"a depth map ({probe.pix_fmt}) "
-                                             "prep copies unchanged: checked as a copy, not against these rules",
-                                             episode, cam, str(path), INFO))
+        checked = inspect_probe(probe, expect, spans, camera=cam)
+    else:
+        checked = inspect_probe(probe, replace(expect, size=None, all_intra=False), spans, camera=cam)
+        if not known:
+            checked.failures.append(CheckFailure("depth_copy", "--size / --all-intra", f"a depth map "
+                                                 f"({probe.pix_fmt}) prep copies unchanged: checked as a copy, not "
+                                                 "against these rules", episode, cam, str(path), INFO))
+    rotation = rotation_finding(probe, codebase_version, cam, episode)
+    if rotation is not None:
+        checked.failures.append(rotation)
     return checked
+
+
+def rotation_finding(probe: VideoProbe, codebase_version: str, camera: str | None,
+                     episode: int | None) -> CheckFailure | None:
+    """A display matrix: every reader loads the file, but not all hand back the same orientation (lerobot
+    0.3.x/0.4.x and 0.6.x's pyav backend: the coded frames; 0.6.x's torchcodec 0.11: rotated)."""
+    m = display_matrix(probe.path)
+    severity = severity_for("display_rotation", codebase_version)
+    if m is None or severity is None:
+        return None
+    coded = f"{probe.width}x{probe.height}"
+    shown = f"{probe.height}x{probe.width}" if swaps_sides(m) else coded
+    readers = ("lerobot 0.3.x (torchcodec 0.4, pyav) hands back the coded " + coded + " frames"
+               if codebase_version == "v2.1" else
+               f"lerobot 0.4.x (torchcodec 0.10, pyav) and 0.6.x with pyav hand back the coded {coded} frames, "
+               f"0.6.x with torchcodec 0.11 (its default) the {shown} frames {describe(m)}")
+    return CheckFailure("display_rotation", "no display matrix (every reader hands back the same frame)",
+                        f"{describe(m)}: {readers}; prep reencode writes display orientation, no matrix",
+                        episode, camera, probe.path, severity)
 
 
 def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
@@ -305,7 +330,7 @@ def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
             checked = None
             failures = [CheckFailure("readable", "a video inside the dataset", exc.message, first.index, cam, path)]
         else:
-            checked = _inspect_camera(path, expect, spans, cam, declared.get(cam))
+            checked = _inspect_camera(path, expect, spans, cam, declared.get(cam), unit.codebase_version)
             failures = list(checked.failures)
         for f in failures:
             if f.check in FILE_CHECKS or f.episode is None:

@@ -92,6 +92,9 @@ class EncodeJob:
     profile: Profile
     crf: int
     hook: FrameHook | None = None
+    # Filters that put a frame in display orientation (`pipeline.video.rotation`), before the resize: the pyav
+    # engine runs them; the ffmpeg program inserts the same ones itself (autorotate) and drops the matrix.
+    rotate: tuple[tuple[str, dict[str, str]], ...] = ()
 
 
 # Opening an input runs FFmpeg's stream-info probe, which decodes the first frame(s) of some codecs
@@ -145,7 +148,7 @@ def encode_pyav(job: EncodeJob) -> int:
 
     rate = fps_fraction(job.fps)
     tb = 1 / rate
-    steps = filter_chain(job.geometry, job.profile.pix_fmt)
+    steps = [*job.rotate, *filter_chain(job.geometry, job.profile.pix_fmt)]
     n = 0
     try:
         inp, ist = open_source(job.src)
@@ -180,11 +183,12 @@ def encode_pyav(job: EncodeJob) -> int:
     return n
 
 
-def filter_frames(src: Path, geometry: Geometry, pix_fmt: str, hook: FrameHook) -> int:
-    """Decode and resize exactly as `encode_pyav` does, without encoding; `hook` sees each frame."""
+def filter_frames(src: Path, geometry: Geometry, pix_fmt: str, hook: FrameHook,
+                  rotate: tuple[tuple[str, dict[str, str]], ...] = ()) -> int:
+    """Decode, rotate and resize exactly as `encode_pyav` does, without encoding; `hook` sees each frame."""
     import av
 
-    steps = filter_chain(geometry, pix_fmt)
+    steps = [*rotate, *filter_chain(geometry, pix_fmt)]
     n = 0
     try:
         inp, ist = open_source(src)
@@ -223,8 +227,11 @@ def ffmpeg_command(job: EncodeJob, binary: str = "ffmpeg") -> list[str]:
     import ffmpeg  # ffmpeg-python: only builds the argument list here
 
     rate = fps_fraction(job.fps)
-    # -noautorotate: LeRobot's decoders (torchcodec, pyav) ignore a display matrix; so does the pyav engine.
-    stream = ffmpeg.input(str(job.src), threads=1, noautorotate=None)
+    # A display matrix: the ffmpeg program's autorotate inserts the filters `job.rotate` holds (the pyav engine
+    # runs them itself) and writes no matrix. Without one (or one prep does not read, outside MP4/MOV),
+    # -noautorotate keeps both engines alike.
+    stream = ffmpeg.input(str(job.src), threads=1) if job.rotate else \
+        ffmpeg.input(str(job.src), threads=1, noautorotate=None)
     # Restamp: time base 1/fps and pts = frame number, so the output sits on the i/fps grid.
     stream = stream.filter("settb", f"{rate.denominator}/{rate.numerator}").filter("setpts", "N")
     for name, opts in filter_chain(job.geometry, job.profile.pix_fmt):
