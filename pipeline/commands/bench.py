@@ -153,11 +153,17 @@ def _write(doc: dict[str, Any], out: Path, name: str) -> Path:
     from pipeline import atomic
 
     path = out / f"{name}.json"
+    # pipeline.schemas imports jsonschema only inside validate(): a lerobot venv without prep's
+    # dependencies (docs/bench.md runs the command there) imports the module fine and would fail at
+    # the call, after measuring. So ask for jsonschema itself, and write the result unvalidated.
     try:
-        from pipeline.schemas import validate
-    except ImportError:  # a lerobot venv without jsonschema: the caller validates
-        print("note: jsonschema not installed, JSON not validated here", file=sys.stderr)
+        import jsonschema  # noqa: F401
+    except ImportError:
+        print("note: jsonschema is not installed here: the result is written without checking it against "
+              "schemas/bench.schema.json", file=sys.stderr)
     else:
+        from pipeline.schemas import validate
+
         validate(doc, "bench", source=str(path))
     atomic.write_json(path, doc, root=out)
     return path
