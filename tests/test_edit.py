@@ -336,3 +336,65 @@ def test_split_lists_cli(v21: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["edit", str(v21), "--out", str(tmp_path / "x"), "--split", "a=0-3", "b=3-4", "--backend",
                  "inline", "--no-progress"]) == 2
     assert "in both" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_merge_v30_three_sources(v30: Path, v30_gop: Path, tmp_path: Path) -> None:
+    from pipeline.jobs.edit import merge_datasets
+
+    part = tmp_path / "part"
+    assert edit_inline(v30, part, keep=(2, 3)).ok
+    out = tmp_path / "merged"
+    with open_engine(RunConfig(backend="inline", progress=False)) as engine:
+        report = merge_datasets([v30, v30_gop, part], out, engine)
+    assert report.ok, report.failures
+    assert (report.episodes, report.frames) == (7 + 7 + 2, 7 * 24 + 7 * 25 + 2 * 24)
+    assert_verified(out)
+    rows = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert [r["episode_index"] for r in rows] == list(range(16))
+    assert [r["dataset_from_index"] for r in rows][7:9] == [168, 193]
+    # each source file stays a file of its own, numbered on: v30 has 3, v30_gop 3, part 2
+    assert [r["data/file_index"] for r in rows] == [0, 0, 0, 1, 1, 1, 2, 3, 3, 3, 4, 4, 4, 5, 6, 7]
+    cam = CAMS[0]
+    assert payloads(out / f"videos/{cam}/chunk-000/file-003.mp4") == \
+        payloads(v30_gop / f"videos/{cam}/chunk-000/file-000.mp4")
+    tasks = pq.read_table(out / "meta/tasks.parquet").to_pandas()
+    assert len(tasks) == 4  # merged by text
+    index = np.concatenate([pq.read_table(p).column("index").to_numpy()
+                            for p in sorted((out / "data/chunk-000").glob("*.parquet"))])
+    assert index.tolist() == list(range(report.frames))
+    stats = json.loads((out / "meta/stats.json").read_text())
+    assert stats["episode_index"]["max"] == [15] and stats["index"]["max"] == [report.frames - 1]
+
+
+def test_merge_v21_and_refusals(v21: Path, v30: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    part = tmp_path / "part"
+    assert edit_inline(v21, part, keep=(3, 5)).ok  # tasks 3 and 1
+    out = tmp_path / "m"
+    assert main(["edit", "--merge", str(part), str(v21), "--out", str(out), "--backend", "inline",
+                 "--no-progress"]) == 0
+    assert_verified(out)
+    src_tasks = [json.loads(line)["task"] for line in (v21 / "meta/tasks.jsonl").read_text().splitlines()]
+    out_tasks = [json.loads(line)["task"] for line in (out / "meta/tasks.jsonl").read_text().splitlines()]
+    assert out_tasks[:2] == [src_tasks[1], src_tasks[3]] and sorted(out_tasks) == sorted(src_tasks)
+    ds, _ = open_dataset(out)
+    assert len(ds.episodes) == 9
+    first = pq.read_table(out / "data/chunk-000/episode_000002.parquet")  # v21's episode 0
+    assert set(first.column("task_index").to_pylist()) == {out_tasks.index(src_tasks[0])}
+    assert first.column("index").to_pylist()[0] == 48
+    assert (out / f"videos/chunk-000/{CAMS[0]}/episode_000002.mp4").read_bytes() == \
+        (v21 / f"videos/chunk-000/{CAMS[0]}/episode_000000.mp4").read_bytes()
+    capsys.readouterr()
+    other = tmp_path / "other"
+    shutil.copytree(v21, other)
+    info = json.loads((other / "meta/info.json").read_text())
+    info["features"]["observation.state"]["shape"] = [13]
+    (other / "meta/info.json").write_text(json.dumps(info))
+    for pair, words in (((v21, other), "feature 'observation.state': shape [13] vs [14]"),
+                        ((v21, v30), "codebase_version 'v3.0'")):
+        dst = tmp_path / "refused"
+        assert main(["edit", "--merge", *map(str, pair), "--out", str(dst), "--backend", "inline"]) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1
+        assert not dst.exists()

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.commands import help_of
 from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
+from pipeline.errors import PrepError
 from pipeline.text import printable_lines
 
 if TYPE_CHECKING:
     from pipeline.jobs.edit import EditReport
 
+SELECTIONS = ("drop", "keep", "drop_failed", "drop_tasks", "keep_tasks")
 MAX_LISTED = 10_000_000  # indices one list may name (a range like 0-99999999 is refused, not expanded)
 
 
@@ -72,7 +74,7 @@ def add_parser(sub: Any) -> None:
         "per-episode stats carried and the global stats aggregated from them; a v3.0 file keeps only its kept "
         "episodes, with exact offsets. A cut that does not fall on a keyframe is refused (no smart cut). "
         "Resumable: a rerun keeps output files that are complete and correct. `prep verify` runs on the result.")
-    p.add_argument("src", type=Path, metavar="DATASET", help="source dataset folder")
+    p.add_argument("src", type=Path, nargs="?", metavar="DATASET", help="source dataset folder (not with --merge)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output dataset folder")
     g = p.add_argument_group("which episodes (combined: an episode is kept when every keep option keeps it and "
                              "no drop option drops it)")
@@ -97,6 +99,8 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--group-by-task", action="store_true",
                     help="allocate the fractions within each set of episodes with the same tasks, so every part "
                     "gets its share of every task")
+    p.add_argument("--merge", type=Path, nargs="+", metavar="DATASET",
+                   help="merge these datasets (same format, fps, robot_type and features) into --out, in order")
     p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
     add_run_options(p, SmallInput(64, "episodes"))
     p.set_defaults(func=run)
@@ -144,8 +148,20 @@ def resume_note(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.jobs.edit import EditOptions, SplitPart, edit_dataset, split_dataset
+    from pipeline.jobs.edit import EditOptions, SplitPart, edit_dataset, merge_datasets, split_dataset
     from pipeline.runner import open_engine
+
+    if args.merge:
+        if args.src is not None or args.split or any(getattr(args, k) is not None for k in SELECTIONS):
+            raise PrepError("--merge takes its datasets after it (prep edit --merge A B --out OUT) and no other "
+                            "selection or --split; edit the merged dataset afterwards")
+        with open_engine(run_config(args)) as engine:
+            report = merge_datasets(args.merge, args.out.absolute(), engine, verify=not args.no_verify)
+        print(f"merged    {', '.join(str(p.absolute()) for p in args.merge)}")
+        print(summary(report))
+        return 0 if report.ok else 1
+    if args.src is None:
+        raise PrepError("give the DATASET to edit (or --merge A B ...)")
 
     options = EditOptions(drop=args.drop, keep=args.keep,
                           drop_failed=args.drop_failed.absolute() if args.drop_failed else None,

@@ -24,6 +24,9 @@ with another selection is refused); `<out>/prep/output.lock` while running.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -133,9 +136,26 @@ class Selection:
 
     kept: list[int]
     dropped: dict[int, str]
+    offset: int = 0  # the new index of the first kept episode (a merge's later sources)
 
     def new_index(self) -> dict[int, int]:
-        return {old: new for new, old in enumerate(self.kept)}
+        return {old: self.offset + new for new, old in enumerate(self.kept)}
+
+
+@dataclass(slots=True)
+class Source:
+    """One source of the output: its root, info.json, kept episodes, task numbering and the rows before it."""
+
+    src: Path
+    info: dict[str, Any]
+    sel: Selection
+    tasks: TaskPlan
+    index_offset: int = 0  # the output rows before this source's first kept episode
+    layout: dict[str, Any] | None = None  # the output's info.json (paths, chunks_size); None: the source's
+
+    @property
+    def out_info(self) -> dict[str, Any]:
+        return self.layout if self.layout is not None else self.info
 
 
 @dataclass(slots=True)
@@ -328,26 +348,29 @@ class Placed:
 PlanItem = Placed | EditUnit
 
 
-def plan_v21(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan) -> Iterator[PlanItem]:
+def plan_v21(s: Source, out: Path) -> Iterator[PlanItem]:
+    src, info, sel, tasks = s.src, s.info, s.sel, s.tasks
     info_path = src / "meta/info.json"
     cameras = video_keys(info, info_path)
-    cs = int(info.get("chunks_size", 1000))
+    cs, out_cs = int(info.get("chunks_size", 1000)), int(s.out_info.get("chunks_size", 1000))
     data_tpl, video_tpl = info["data_path"], str(info.get("video_path"))
+    data_out_tpl, video_out_tpl = s.out_info["data_path"], str(s.out_info.get("video_path"))
     new_of = sel.new_index()
-    before = 0
+    before = s.index_offset
     for idx, texts, length in iter_v21_episode_lines(src):
         new = new_of.get(idx)
         if new is None:
             continue
         data_src = format_template(data_tpl, info_path, {"episode_chunk", "episode_index"},
                                    episode_chunk=idx // cs, episode_index=idx)
-        data_out = format_template(data_tpl, info_path, {"episode_chunk", "episode_index"},
-                                   episode_chunk=new // cs, episode_index=new)
+        data_out = format_template(data_out_tpl, info_path, {"episode_chunk", "episode_index"},
+                                   episode_chunk=new // out_cs, episode_index=new)
         yield EditDataUnit(str(src), str(out), data_src, data_out, (DataPart(idx, new, length, before),),
                            tasks.map_for(texts, src, idx))
         for cam in cameras:
-            rels = [format_template(video_tpl, info_path, {"episode_chunk", "episode_index", "video_key"},
-                                    episode_chunk=e // cs, episode_index=e, video_key=cam) for e in (idx, new)]
+            rels = [format_template(tpl, info_path, {"episode_chunk", "episode_index", "video_key"},
+                                    episode_chunk=e // c, episode_index=e, video_key=cam)
+                    for tpl, c, e in ((video_tpl, cs, idx), (video_out_tpl, out_cs, new))]
             yield CopyVideoUnit(str(src), str(out), rels[0], rels[1], idx, new, length)
         yield Placed(idx, new, length, before)
         before += length
@@ -378,21 +401,31 @@ class _Stream:
         return here
 
 
-def plan_v30(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan, *,
+class _Streams:
+    """The output's data stream and one video stream per camera (shared by a merge's sources)."""
+
+    def __init__(self, chunks_size: int, cameras: Sequence[str]) -> None:
+        self.data = _Stream(chunks_size)
+        self.video = {cam: _Stream(chunks_size) for cam in cameras}
+
+
+def plan_v30(s: Source, out: Path, *, streams: _Streams | None = None,
              checks: bool = False) -> Iterator[PlanItem | SpliceCheckUnit]:
     """Units (each when its source file's run closes), a `Placed` per kept episode; `checks`: instead, one
-    `SpliceCheckUnit` per video run that loses an episode."""
+    `SpliceCheckUnit` per video run that loses an episode. `streams`: the output file numbering to continue
+    (a merge's earlier sources)."""
+    src, info, sel, tasks = s.src, s.info, s.sel, s.tasks
     info_path = src / "meta/info.json"
     cameras = video_keys(info, info_path)
     fps = float(info["fps"])
-    cs = int(info.get("chunks_size", 1000))
-    data_tpl, video_tpl = info["data_path"], str(info.get("video_path"))
+    cs = int(s.out_info.get("chunks_size", 1000))
+    data_tpl, video_tpl = s.out_info["data_path"], str(s.out_info.get("video_path"))
     new_of = sel.new_index()
-    data_stream = _Stream(cs)
-    video_stream = {cam: _Stream(cs) for cam in cameras}
+    streams = streams if streams is not None else _Streams(cs, cameras)
+    data_stream, video_stream = streams.data, streams.video
     data_run: _Run | None = None
     video_run: dict[str, _Run] = {}
-    before = 0
+    before = s.index_offset
 
     def close_data(run: _Run) -> Iterator[PlanItem | SpliceCheckUnit]:
         if run.out is not None and not checks:
@@ -446,19 +479,24 @@ def plan_v30(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: 
         yield from close_video(cam, run)
 
 
-def plan(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan) -> Iterator[PlanItem]:
-    if info["codebase_version"] == "v2.1":
-        return plan_v21(src, out, info, sel, tasks)
-    return (i for i in plan_v30(src, out, info, sel, tasks) if not isinstance(i, SpliceCheckUnit))
+def plan(sources: Sequence[Source], out: Path) -> Iterator[PlanItem]:
+    """Every source's units and placements in order (v3.0: one file numbering across them)."""
+    first = sources[0].info
+    if first["codebase_version"] == "v2.1":
+        for s in sources:
+            yield from plan_v21(s, out)
+        return
+    streams = _Streams(int(first.get("chunks_size", 1000)), video_keys(first, sources[0].src / "meta/info.json"))
+    for s in sources:
+        yield from (i for i in plan_v30(s, out, streams=streams) if not isinstance(i, SpliceCheckUnit))
 
 
 def units_of(items: Iterator[PlanItem]) -> Iterator[EditUnit]:
     return (i for i in items if not isinstance(i, Placed))
 
 
-def splice_refusals(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan,
-                    engine: Engine) -> list[StartProblem]:
-    units = (u for u in plan_v30(src, out, info, sel, tasks, checks=True) if isinstance(u, SpliceCheckUnit))
+def splice_refusals(s: Source, out: Path, engine: Engine) -> list[StartProblem]:
+    units = (u for u in plan_v30(s, out, checks=True) if isinstance(u, SpliceCheckUnit))
     problems: list[StartProblem] = []
     for found in engine.results(check_splice, units, on_error=check_splice_failed, desc="keyframes",
                                 unit_name="file", cost_s=None):
@@ -550,8 +588,8 @@ class EditReduce:
 # ---- publish --------------------------------------------------------------------------------------
 
 
-def _placements(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan) -> Iterator[Placed]:
-    return (p for p in plan(src, out, info, sel, tasks) if isinstance(p, Placed))
+def _placements(sources: Sequence[Source], out: Path) -> Iterator[Placed]:
+    return (p for p in plan(sources, out) if isinstance(p, Placed))
 
 
 def _old_tasks(row_tasks: Sequence[str], tasks: TaskPlan) -> dict[int, int]:
@@ -571,29 +609,31 @@ def _info(info: dict[str, Any], *, episodes: int, frames: int, tasks: int, camer
     return doc
 
 
-def publish_v21(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan,
-                report: EditReport) -> None:
-    new_of = sel.new_index()
-    report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", enumerate(tasks.tasks), root=out)
+def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], report: EditReport) -> None:
+    report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", enumerate(sources[0].tasks.tasks), root=out)
     episodes = frames = 0
-    shifts: dict[int, tuple[int, dict[int, int]]] = {}
-    with atomic.LineWriter(out / "meta/episodes.jsonl", out) as eps:
-        old_from = 0
-        new_from = 0
-        for _lineno, obj in iter_jsonl(src / V21_EPISODES):
-            idx, length = obj["episode_index"], obj["length"]
-            new = new_of.get(idx)
-            if new is not None:
-                eps.write_json_line({**obj, "episode_index": new})
-                shifts[idx] = (new_from - old_from, _old_tasks(obj.get("tasks") or [], tasks))
-                new_from += length
-                episodes += 1
-                frames += length
-            old_from += length
     agg = StatsAggregator()
-    if (src / V21_EPISODES_STATS).is_file():
-        with atomic.LineWriter(out / "meta/episodes_stats.jsonl", out) as st:
-            for idx, stats in iter_v21_stats(src):
+    with_stats = all((s.src / V21_EPISODES_STATS).is_file() for s in sources)
+    with contextlib.ExitStack() as stack:
+        eps = stack.enter_context(atomic.LineWriter(out / "meta/episodes.jsonl", out))
+        st = stack.enter_context(atomic.LineWriter(out / "meta/episodes_stats.jsonl", out)) if with_stats else None
+        for s in sources:
+            new_of = s.sel.new_index()
+            shifts: dict[int, tuple[int, dict[int, int]]] = {}
+            old_from, new_from = 0, s.index_offset
+            for _lineno, obj in iter_jsonl(s.src / V21_EPISODES):
+                idx, length = obj["episode_index"], obj["length"]
+                new = new_of.get(idx)
+                if new is not None:
+                    eps.write_json_line({**obj, "episode_index": new})
+                    shifts[idx] = (new_from - old_from, _old_tasks(obj.get("tasks") or [], s.tasks))
+                    new_from += length
+                    episodes += 1
+                    frames += length
+                old_from += length
+            if st is None:
+                continue
+            for idx, stats in iter_v21_stats(s.src):
                 new = new_of.get(idx)
                 if new is None:
                     continue
@@ -601,27 +641,30 @@ def publish_v21(src: Path, out: Path, info: dict[str, Any], sel: Selection, task
                 fixed = renumbered_stats(stats, episode_delta=new - idx, index_delta=index_delta, task_map=task_map)
                 agg.add(fixed, episode=idx)
                 st.write_json_line({"episode_index": new, "stats": fixed})
+    if with_stats:
         atomic.write_lerobot_json(out / "meta/stats.json", agg.result(), root=out)
-    copy_root_files(src, out)
+    copy_root_files(sources[0].src, out)
     report.episodes, report.frames = episodes, frames
-    cameras = len(video_keys(info, src / "meta/info.json"))
-    atomic.write_lerobot_json(out / "meta/info.json", _info(info, episodes=episodes, frames=frames,
+    cameras = len(video_keys(info_out, sources[0].src / "meta/info.json"))
+    atomic.write_lerobot_json(out / "meta/info.json", _info(info_out, episodes=episodes, frames=frames,
                                                             tasks=report.tasks, cameras=cameras), root=out)
 
 
-def publish_v30(src: Path, out: Path, info: dict[str, Any], sel: Selection, tasks: TaskPlan,
-                report: EditReport) -> None:
-    fps = float(info["fps"])
-    cameras = video_keys(info, src / "meta/info.json")
-    report.tasks = write_tasks_v30(out / "meta/tasks.parquet", enumerate(tasks.tasks), root=out)
-    placed = _placements(src, out, info, sel, tasks)
+def publish_v30(sources: Sequence[Source], out: Path, info_out: dict[str, Any], report: EditReport) -> None:
+    fps = float(info_out["fps"])
+    report.tasks = write_tasks_v30(out / "meta/tasks.parquet", enumerate(sources[0].tasks.tasks), root=out)
+    placed = _placements(sources, out)
     agg = StatsAggregator()
-    writer = V30EpisodesWriter(out, float(info.get("data_files_size_in_mb", 100)), int(info.get("chunks_size", 1000)))
+    writer = V30EpisodesWriter(out, float(info_out.get("data_files_size_in_mb", 100)),
+                               int(info_out.get("chunks_size", 1000)))
     episodes = frames = 0
     has_stats = False
     try:
-        for ep, row in iter_v30_episodes(src, info, cameras):
-            if ep.index not in sel.dropped:
+        for s in sources:
+            cameras = video_keys(s.info, s.src / "meta/info.json")
+            for ep, row in iter_v30_episodes(s.src, s.info, cameras):
+                if ep.index in s.sel.dropped:
+                    continue
                 p = next(placed)
                 assert p.episode == ep.index
                 new_row = dict(row)
@@ -643,7 +686,7 @@ def publish_v30(src: Path, out: Path, info: dict[str, Any], sel: Selection, task
                     has_stats = True
                     fixed = renumbered_stats(stats, episode_delta=p.new_episode - ep.index,
                                              index_delta=p.new_from_index - ep.dataset_from_index,
-                                             task_map=_old_tasks(ep.tasks, tasks))
+                                             task_map=_old_tasks(ep.tasks, s.tasks))
                     agg.add(fixed, episode=ep.index)
                     for feat, st in fixed.items():
                         for name, value in st.items():
@@ -657,10 +700,10 @@ def publish_v30(src: Path, out: Path, info: dict[str, Any], sel: Selection, task
         raise
     if has_stats:
         atomic.write_lerobot_json(out / "meta/stats.json", agg.result(), root=out)
-    copy_root_files(src, out)
+    copy_root_files(sources[0].src, out)
     report.episodes, report.frames = episodes, frames
-    atomic.write_lerobot_json(out / "meta/info.json", _info(info, episodes=episodes, frames=frames,
-                                                            tasks=report.tasks, cameras=len(cameras)), root=out)
+    atomic.write_lerobot_json(out / "meta/info.json", _info(info_out, episodes=episodes, frames=frames,
+                                                            tasks=report.tasks, cameras=0), root=out)
 
 
 PUBLISH = {"v2.1": publish_v21, "v3.0": publish_v30}
@@ -693,40 +736,49 @@ def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, 
     info = _open_source(src, out)
     sel, total = select(options, src, info)
     _check_output(out)
-    return write_edit(src, out, info, sel, total, engine, verify=verify)
+    source = Source(src, info, sel, plan_tasks(src, info, sel))
+    return write_edit([source], out, total, engine, verify=verify)
 
 
-def check_cuts(src: Path, out: Path, info: dict[str, Any], sel: Selection, engine: Engine) -> None:
+def check_cuts(sources: Sequence[Source], out: Path, engine: Engine) -> None:
     """Refuse (`EditRefused`) a v3.0 edit with a cut off a keyframe; nothing is written."""
-    if info["codebase_version"] == "v3.0":
-        problems = splice_refusals(src, out, info, sel, plan_tasks(src, info, sel), engine)
-        if problems:
-            raise refusal(problems)
+    problems: list[StartProblem] = []
+    for s in sources:
+        if s.info["codebase_version"] == "v3.0" and s.sel.dropped:
+            problems += splice_refusals(s, out, engine)
+    if problems:
+        raise refusal(problems)
 
 
-def write_edit(src: Path, out: Path, info: dict[str, Any], sel: Selection, total: int, engine: Engine, *,
-               verify: bool = True, settings_extra: dict[str, Any] | None = None,
-               cuts_checked: bool = False) -> EditReport:
-    """The output `out` holding the episodes `sel` keeps (the source and output already checked)."""
-    fmt = info["codebase_version"]
-    tasks = plan_tasks(src, info, sel)
-    settings = {"format": fmt, "kept": ranges(sel.kept), "source_episodes": total, **(settings_extra or {})}
-    report = EditReport(str(src), str(out), fmt, settings, engine.backend, source_episodes=total,
-                        dropped_total=len(sel.dropped),
-                        dropped=[{"episode": e, "reason": r} for e, r in list(sel.dropped.items())[:DROPPED_LISTED]])
-    engine.size_hint(len(sel.kept))
-    if fmt == "v3.0" and not cuts_checked:
-        problems = splice_refusals(src, out, info, sel, tasks, engine)
-        if problems:
-            raise refusal(problems)
+def write_edit(sources: Sequence[Source], out: Path, total: int, engine: Engine, *, verify: bool = True,
+               settings_extra: dict[str, Any] | None = None, cuts_checked: bool = False,
+               info_out: dict[str, Any] | None = None) -> EditReport:
+    """The output `out` holding the episodes each source's selection keeps, in order (the sources and the
+    output already checked). `info_out`: the output's info.json before its totals (default: the first
+    source's)."""
+    first = sources[0]
+    fmt = first.info["codebase_version"]
+    kept = sum(len(s.sel.kept) for s in sources)
+    dropped = [{"episode": e, "reason": r} for s in sources for e, r in s.sel.dropped.items()]
+    if len(sources) == 1:
+        settings = {"format": fmt, "kept": ranges(first.sel.kept), "source_episodes": total}
+    else:
+        settings = {"format": fmt, "kept": "all", "source_episodes": total,
+                    "merge": [str(s.src.resolve()) for s in sources]}
+    settings.update(settings_extra or {})
+    report = EditReport(str(first.src), str(out), fmt, settings, engine.backend, source_episodes=total,
+                        dropped_total=len(dropped), dropped=dropped[:DROPPED_LISTED])
+    engine.size_hint(kept)
+    if not cuts_checked:
+        check_cuts(sources, out, engine)
     out.mkdir(parents=True, exist_ok=True)
     with output_lock(out, command_line("edit")):
-        claim_output(src, out, settings, OPTIONS_REL, "edit_options")
+        claim_output(first.src, out, settings, OPTIONS_REL, "edit_options")
         for sub in ("videos", "data", "meta"):
             atomic.remove_stale_temps(out / sub)
         t0 = time.perf_counter()
         reduce = EditReduce(report)
-        for batch in engine.map(edit_unit, units_of(plan(src, out, info, sel, tasks)), on_error=edit_failed,
+        for batch in engine.map(edit_unit, units_of(plan(sources, out)), on_error=edit_failed,
                                 desc="edit", unit_name="file", cost_s=None,
                                 measure=lambda rs: {"files": float(len(rs))}):
             for results in batch.results:
@@ -738,7 +790,7 @@ def write_edit(src: Path, out: Path, info: dict[str, Any], sel: Selection, total
         t1 = time.perf_counter()
         try:
             if not report.failures:
-                PUBLISH[fmt](src, out, info, sel, tasks, report)
+                PUBLISH[fmt](sources, out, info_out if info_out is not None else first.info, report)
                 report.complete = True
             report.publish_seconds = time.perf_counter() - t1
             write_report(out, report)
@@ -875,8 +927,9 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
                    for e in range(total) if e not in keep}
         selections[name] = Selection(kept, dropped)
         _check_output(out / name)
-    for name, sel in selections.items():
-        check_cuts(src, out / name, info, sel, engine)
+    sources = {name: Source(src, info, sel, plan_tasks(src, info, sel)) for name, sel in selections.items()}
+    for name, source in sources.items():
+        check_cuts([source], out / name, engine)
     if out.exists():
         others = sorted(p.name for p in out.iterdir() if p.name not in chosen)
         if others:
@@ -885,7 +938,93 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
     split_settings = {"split": {p.name: (p.fraction if p.fraction is not None else ranges(list(p.episodes or ())))
                                 for p in parts}, "seed": seed, "shuffle": shuffle, "group_by_task": group_by_task}
     reports = {}
-    for name, sel in selections.items():
-        reports[name] = write_edit(src, out / name, info, sel, total, engine, verify=verify,
+    for name, source in sources.items():
+        reports[name] = write_edit([source], out / name, total, engine, verify=verify,
                                    settings_extra=split_settings, cuts_checked=True)
     return SplitReport(reports)
+
+
+# ---- merge ----------------------------------------------------------------------------------------
+
+# LeRobot's `features_equal_for_merge`: a video feature's encoder settings under `info` may differ
+VIDEO_ENCODER_INFO_KEYS = frozenset(f"video.{k}" for k in ("g", "crf", "preset", "fast_decode", "extra_options",
+                                                            "video_backend"))
+
+
+def _without_encoder_keys(feature: Any) -> Any:
+    if not isinstance(feature, dict) or feature.get("dtype") != "video" or not isinstance(feature.get("info"), dict):
+        return feature
+    return {**feature, "info": {k: v for k, v in feature["info"].items() if k not in VIDEO_ENCODER_INFO_KEYS}}
+
+
+def merge_difference(first: dict[str, Any], other: dict[str, Any]) -> str | None:
+    """What makes `other` not mergeable with `first` (LeRobot's rule: the same fps, robot_type and features,
+    a video's encoder settings aside), or None."""
+    for key in ("codebase_version", "fps", "robot_type"):
+        if first.get(key) != other.get(key):
+            return f"{key} {other.get(key)!r} (the first dataset's: {first.get(key)!r})"
+    fa, fb = first.get("features") or {}, other.get("features") or {}
+    for name in list(fa) + [n for n in fb if n not in fa]:
+        if name not in fb:
+            return f"feature {name!r} is missing (the first dataset has it)"
+        if name not in fa:
+            return f"feature {name!r} is not in the first dataset"
+        a, b = _without_encoder_keys(fa[name]), _without_encoder_keys(fb[name])
+        if a != b:
+            keys = sorted({k for k in set(a) | set(b) if a.get(k) != b.get(k)}) if isinstance(a, dict) and \
+                isinstance(b, dict) else []
+            what = ", ".join(f"{k} {b.get(k)!r} vs {a.get(k)!r}" for k in keys[:3]) if keys else "differs"
+            return f"feature {name!r}: {what}"[:400]
+    return None
+
+
+def merged_info(infos: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The first source's info.json with each video's encoder settings kept where every source agrees, else
+    null ({} for extra_options), as LeRobot's `merge_video_feature_info_for_aggregate`."""
+    out = json.loads(json.dumps(infos[0]))
+    for name, ft in out.get("features", {}).items():
+        if not isinstance(ft, dict) or ft.get("dtype") != "video" or not isinstance(ft.get("info"), dict):
+            continue
+        for key in VIDEO_ENCODER_INFO_KEYS:
+            values = [((i.get("features") or {}).get(name, {}).get("info") or {}).get(key) for i in infos]
+            if any(v != values[0] for v in values[1:]):
+                ft["info"][key] = {} if key == "video.extra_options" else None
+    return out
+
+
+def merge_datasets(srcs: Sequence[Path], out: Path, engine: Engine, *, verify: bool = True) -> EditReport:
+    """One dataset holding every episode of `srcs`, in order (A's, then B's, ...), renumbered, tasks merged
+    by text (first appearance), stats carried and aggregated; every file copied or spliced by stream copy and
+    kept a file of its own (files with different codec parameters are never concatenated). Refuses datasets
+    of different formats, fps, robot_type or features (naming the first difference) before writing."""
+    srcs = [Path(s).absolute() for s in srcs]
+    out = Path(out).absolute()
+    if len(srcs) < 2:
+        raise PrepError("--merge: give at least two datasets")
+    if len({os.path.realpath(s) for s in srcs}) != len(srcs):
+        raise PrepError("--merge: a dataset is given twice")
+    infos = [_open_source(s, out) for s in srcs]
+    for s, info in zip(srcs[1:], infos[1:], strict=True):
+        diff = merge_difference(infos[0], info)
+        if diff is not None:
+            raise PrepError(f"--merge: {atomic.shown(s)} cannot be merged with {atomic.shown(srcs[0])}: {diff}")
+    _check_output(out)
+    layout = merged_info(infos)
+    merged: list[str] = []
+    at: dict[str, int] = {}
+    sources: list[Source] = []
+    offset = index_offset = total = 0
+    for src, info in zip(srcs, infos, strict=True):
+        rows = list(episode_tasks(src, info))
+        sel = Selection([e for e, _t, _n in rows], {}, offset)
+        own = plan_tasks(src, info, sel)
+        for t in own.tasks:
+            if t not in at:
+                at[t] = len(merged)
+                merged.append(t)
+        tasks = TaskPlan(merged, {own.index_of[t]: at[t] for t in own.tasks}, own.index_of)
+        sources.append(Source(src, info, sel, tasks, index_offset, layout))
+        offset += len(rows)
+        index_offset += sum(n for _e, _t, n in rows)
+        total += len(rows)
+    return write_edit(sources, out, total, engine, verify=verify, info_out=layout)
