@@ -23,6 +23,7 @@ from pipeline.jobs.verify import VerifyReport, verify_in_process
 from pipeline.runner import RunConfig, open_engine
 from pipeline.stages.reencode import ReencodeOptions
 from pipeline.stages.verify import VerifyOptions
+from pipeline.verdicts import READER_LINES
 from pipeline.video.checks import decode_scan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compat"))
@@ -91,7 +92,8 @@ def test_verify_severity_mirrors_the_reader(tmp_path: Path, name: str, fmt: str,
     assert {(c, e) for c, e, s in got if s == "warning"} == warnings, got
     assert report.passed == (not errors)
     head = report.head_json()
-    assert head["lerobot_loads"][fmt]["loads"] == (False if errors else (True if decode else None))
+    for line in READER_LINES[fmt]:  # every reader of the format line agrees on these cases
+        assert head["lerobot_loads"][line]["loads"] == (False if errors else (True if decode else None))
     assert head["totals"]["errors"] == report.errors_total and head["totals"]["warnings"] == len(warnings)
 
 
@@ -149,7 +151,11 @@ def test_verify_cli_exits_0_with_warnings_and_writes_severities(tmp_path: Path) 
     assert "PASSED    (2 warnings)" in r.stdout
     doc = json.loads(out.read_text())
     assert [(f["check"], f["severity"]) for f in doc["failures"]] == [("to_timestamp", "warning")] * 2
-    assert doc["lerobot_loads"] == {"v3.0": {"reader": "lerobot 0.4.x", "loads": None, "pixels_checked": False}}
+    expect = {"codebase_version": "v3.0", "loads": None, "pixels_checked": False, "errors": 0, "trains_wrong": 0,
+              "targeted": True}
+    assert doc["lerobot_loads"] == {"0.4": {"reader": "lerobot 0.4.x", **expect},
+                                    "0.6": {"reader": "lerobot 0.6.x", **expect}}
+    assert "lerobot   lerobot 0.4.x (v3.0): no error" in r.stdout and "lerobot   lerobot 0.6.x (v3.0): no" in r.stdout
 
 
 # ---- reencode: the source's verdict first, then outputs LeRobot loads ---------------------------------

@@ -17,6 +17,7 @@ from pipeline.commands import help_of
 from pipeline.commands.argtypes import dataset_path, positive_int
 from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
 from pipeline.text import printable, printable_lines
+from pipeline.verdicts import READER_CHOICES
 
 if TYPE_CHECKING:
     from pipeline.jobs.verify import VerifyReport
@@ -64,7 +65,7 @@ def summary(report: VerifyReport) -> str:
         f"{plural(t['frames_expected'] * len(ds.cameras), 'camera frame')})",
         f"checks    {', '.join(f'{k}: {v}' for k, v in sorted(t['failures_by_check'].items())) or 'all passed'}",
         *_depth_line(report),
-        f"lerobot   {_prediction(report)}",
+        *_predictions(report),
         f"time      {t['seconds']:.1f} s ({t['episodes_per_s']:.1f} episodes/s)",
         (f"PASSED    ({plural(t['warnings'], 'warning')})" if t["warnings"] else "PASSED") if report.passed else
         f"FAILED    {plural(t['errors'], 'error')} in " + _episode_list(report.failed_episodes)
@@ -82,12 +83,30 @@ def _depth_line(report: VerifyReport) -> list[str]:
             "timestamps, declared size), not against --size / --all-intra"]
 
 
-def _prediction(report: VerifyReport) -> str:
-    (version, p), = report.head_json()["lerobot_loads"].items()
-    if p["loads"] is None:
-        return f"{p['reader']} ({version}): no error found; the pixels were not decoded (add --decode to predict)"
-    verdict = "loads" if p["loads"] else "refuses, raises or hands a wrong frame"
-    return f"{p['reader']} ({version}) predicted: {verdict}"
+def _predictions(report: VerifyReport) -> list[str]:
+    """One line per reader of the dataset's format line (v2.1: lerobot 0.3.x / openpi; v3.0: 0.4.x and 0.6.x),
+    then the user's own rules that failed (errors for the exit code, never a reader's)."""
+    head = report.head_json()
+    lines = []
+    for p in head["lerobot_loads"].values():
+        name = f"{p['reader']} ({p['codebase_version']})"
+        if p["loads"] is None:
+            text = f"{name}: no error it trips over; the pixels were not decoded (add --decode to predict)"
+        elif p["loads"]:
+            text = f"{name} predicted: loads"
+        else:
+            text = f"{name} predicted: refuses, raises or hands a wrong frame ({plural(p['errors'], 'error')})"
+        if p["trains_wrong"]:
+            text += f"; {plural(p['trains_wrong'], 'finding')} that poison training (trains_wrong)"
+        if not p["targeted"]:
+            text += f"  [not targeted: --reader {report.options.reader}]"
+        lines.append(f"lerobot   {text}")
+    rules = head.get("user_rules_failed") or {}
+    if rules:
+        lines.append("rules     your rules failed: " + ", ".join(f"{opt} ({plural(n, 'failure')})"
+                                                             for opt, n in rules.items())
+                     + " (errors for the exit code; no reader checks them)")
+    return lines
 
 
 def _episode_list(episodes: list[int], limit: int = 20) -> str:
@@ -130,6 +149,10 @@ def add_parser(sub: Any) -> None:
                    "beside it (<name>.episodes.parquet); a killed run rerun with the same arguments resumes from its "
                    "finished batches (<report>.parts/). Default: no file, the verdict is printed and the exit code "
                    "says it (--json is the former name)")
+    p.add_argument("--reader", choices=READER_CHOICES, default="all",
+                   help="the reader generation the severities and the exit code follow: 0.4 or 0.6 (lerobot 0.4.x / "
+                   "0.6.x, v3.0 datasets), 0.3 (lerobot 0.3.x / openpi, v2.1), or all (default: the strictest of the "
+                   "dataset's format line). Every reader's prediction is printed either way")
     p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
     add_run_options(p, SmallInput(128, "file sets (a v2.1 episode; in v3.0, the episodes that share their files)"))
     p.set_defaults(func=run)
@@ -148,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = args.out.absolute() if args.out else None
     options = VerifyOptions(expect_frames=args.expect_frames, size=args.size, all_intra=args.all_intra,
-                            decode=args.decode)
+                            decode=args.decode, reader=args.reader)
     with open_engine(run_config(args)) as engine:
         report = verify_dataset(args.dataset, options, engine, json_path=out, resume=not args.fresh)
     print(summary(report))

@@ -37,7 +37,7 @@ from pipeline.errors import EpisodeError
 from pipeline.jobs import parts
 from pipeline.runner import Engine, RunConfig, open_engine
 from pipeline.schemas import validate
-from pipeline.stages.dataset_checks import dataset_findings, lerobot_loads
+from pipeline.stages.dataset_checks import dataset_findings
 from pipeline.stages.format_checks import depth_codec_findings, depth_copy_findings
 from pipeline.stages.verify import (
     FILE_CHECKS,
@@ -45,11 +45,13 @@ from pipeline.stages.verify import (
     EpisodeVerify,
     VerifyOptions,
     VerifyUnit,
+    retarget,
     verify_unit,
     verify_unit_failed,
     verify_units,
 )
 from pipeline.tables import RowGroupWriter
+from pipeline.verdicts import ReaderTally, lerobot_loads, severity_by_reader
 from pipeline.video.checks import CheckFailure
 
 VERIFY_SCHEMA = "verify"
@@ -57,7 +59,7 @@ FAILURES_KEPT = 10_000  # failures held in memory (VerifyReport.failures); the t
 SEEN_KEYS = 65_536  # whole-file failures remembered to list each once (a file's units are adjacent in the plan)
 VALIDATED_ITEMS = 1_000  # failures and episodes of a streamed report checked against the schema
 COST_S = 0.006
-RECORD_VERSION = 2  # 2: findings carry a severity
+RECORD_VERSION = 3  # 2: findings carry a severity; 3: the severity for the targeted readers
 CAMERA_FIELDS = ("frames_from_header", "frames_from_packets", "frames_decoded", "keyframes", "codec", "width",
                  "height")
 FAILURE_FIELDS = ("check", "expected", "found", "episode", "camera", "path", "severity")
@@ -92,8 +94,9 @@ def dataset_failures(ds: Dataset, rejected: list[EpisodeError],
     """Cheap dataset-level consistency (`pipeline.stages.dataset_checks`): required metadata files,
     info.json totals and episode numbering vs what was found; depth maps (`pipeline.stages.format_checks`)."""
     opts = options or VerifyOptions()
-    return (dataset_findings(ds, rejected, max(ds.rejected_count, len(rejected))) + depth_codec_findings(ds)
-            + depth_copy_findings(ds, opts.size, opts.all_intra))
+    found = (dataset_findings(ds, rejected, max(ds.rejected_count, len(rejected))) + depth_codec_findings(ds)
+             + depth_copy_findings(ds, opts.size, opts.all_intra))
+    return retarget(found, ds.codebase_version, opts.reader)
 
 
 # ---- codecs: completion records and the per-episode table ------------------------------------------
@@ -126,8 +129,9 @@ def _from_row(row: dict[str, Any]) -> EpisodeVerify:
     return EpisodeVerify(row["episode"], row["frames_expected"], row["frames_in_parquet"], cams, fails)
 
 
-def _failure_json(f: CheckFailure) -> dict[str, Any]:
+def _failure_json(f: CheckFailure, codebase_version: str) -> dict[str, Any]:
     return {"episode": f.episode, "camera": f.camera, "check": f.check, "severity": f.severity,
+            "severity_by_reader": severity_by_reader(f.check, f.severity, codebase_version),
             "expected": f.expected, "found": f.found, "path": f.path}
 
 
@@ -189,8 +193,9 @@ class EpisodeResults(Sequence[EpisodeVerify]):
 class VerifyReduce:
     """Totals and the failure list, one episode result at a time; every episode to the table."""
 
-    def __init__(self, table: RowGroupWriter, first: list[CheckFailure]) -> None:
+    def __init__(self, table: RowGroupWriter, first: list[CheckFailure], codebase_version: str) -> None:
         self.table = table
+        self.tally = ReaderTally(codebase_version)
         self.kept: list[CheckFailure] = first[:FAILURES_KEPT]
         self.failures = len(first)
         self.errors = sum(1 for f in first if f.is_error)
@@ -198,6 +203,7 @@ class VerifyReduce:
         self.by_check: dict[str, int] = {}
         for f in first:
             self.by_check[f.check] = self.by_check.get(f.check, 0) + 1
+            self.tally.add(f.check, f.severity)
         self.episodes = self.passed = self.frames = 0
         self.failed_ids = array("q")
         self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
@@ -235,6 +241,7 @@ class VerifyReduce:
             self.errors += f.is_error
             self.warnings += f.severity == "warning"
             self.by_check[f.check] = self.by_check.get(f.check, 0) + 1
+            self.tally.add(f.check, f.severity)
             if len(self.kept) < FAILURES_KEPT:
                 self.kept.append(f)
         self.table.add(_row(e, listed))
@@ -263,6 +270,7 @@ class VerifyReport:
     failures_by_check: dict[str, int] = field(default_factory=dict)
     failed_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     dataset_failures: list[CheckFailure] = field(default_factory=list)
+    tally: ReaderTally | None = None  # per-reader error counts and the user's rules that failed
     _cleanup: Any = None
 
     @property
@@ -287,6 +295,7 @@ class VerifyReport:
     def head_json(self) -> dict[str, Any]:
         """The report without its failures and episodes lists."""
         ds, opts = self.dataset, self.options
+        tally = self.tally or ReaderTally(ds.codebase_version)
         n = self.episodes_checked
         return {
             "schema": "prep.verify/1",
@@ -306,9 +315,12 @@ class VerifyReport:
                 "size": f"{opts.size[0]}x{opts.size[1]}" if opts.size else None,
                 "all_intra": opts.all_intra,
                 "decode": opts.decode,
+                "reader": opts.reader,
             },
             "passed": self.passed,
-            "lerobot_loads": lerobot_loads(ds.codebase_version, self.errors_total, opts.decode),
+            "lerobot_loads": lerobot_loads(ds.codebase_version, tally.errors, tally.trains_wrong, opts.decode,
+                                           opts.reader),
+            "user_rules_failed": dict(tally.rules),
             "totals": {
                 "episodes": n + self.rejected_total,
                 "episodes_passed": self.episodes_passed,
@@ -326,12 +338,13 @@ class VerifyReport:
 
     def iter_failures_json(self) -> Iterator[dict[str, Any]]:
         """Every failure listed once, in report order: the dataset-level ones, then by episode."""
+        version = self.dataset.codebase_version
         for f in self.dataset_failures:
-            yield _failure_json(f)
+            yield _failure_json(f, version)
         for row in self.episodes.rows():
             for f in row["failures"]:
                 if f["listed"]:
-                    yield _failure_json(CheckFailure(**{k: f[k] for k in FAILURE_FIELDS}))
+                    yield _failure_json(CheckFailure(**{k: f[k] for k in FAILURE_FIELDS}), version)
 
     def iter_episodes_json(self) -> Iterator[dict[str, Any]]:
         for row in self.episodes.rows():
@@ -424,7 +437,7 @@ def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_pa
         spool = table_path
     table = RowGroupWriter(spool, TABLE_SCHEMA, rows_per_group=8192)
     try:
-        reduce = VerifyReduce(table, first)
+        reduce = VerifyReduce(table, first, ds.codebase_version)
         for results in parts.run(engine, work, plan(ds, options, rejected), verify_unit, on_error=verify_unit_failed,
                                  desc="verify", unit_name="file-set", total=len(ds.file_groups("set")),
                                  cost_s=COST_S, encode=encode, decode=decode):
@@ -437,7 +450,7 @@ def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_pa
             frames_expected=reduce.frames, failures_total=reduce.failures, errors_total=reduce.errors,
             warnings_total=reduce.warnings, failures_by_check=reduce.by_check,
             failed_ids=np.frombuffer(reduce.failed_ids, dtype=np.int64).copy() if reduce.failed_ids else
-            np.zeros(0, dtype=np.int64), dataset_failures=first)
+            np.zeros(0, dtype=np.int64), dataset_failures=first, tally=reduce.tally)
         if work is None:
             report._cleanup = weakref.finalize(report, shutil.rmtree, str(table_path.parent), True)
             return report

@@ -1,14 +1,12 @@
 """Dataset-level findings of `prep verify` (and of reencode's check of its source): the metadata files
 each reader version opens unconditionally, info.json totals and episode numbering, each with the
-severity of what LeRobot's reader does with it; and verify's `lerobot_loads` prediction.
+severity of what LeRobot's reader does with it (the per-reader prediction is `pipeline.verdicts`).
 
 Plain functions over the opened dataset (array operations on the episode columns; no video, no Dask).
 The reader behaviour each check mirrors is named beside it (README, "Verdicts").
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
@@ -26,7 +24,7 @@ REQUIRED_FILES: dict[str, tuple[str, ...]] = {
     # lerobot 0.4.x datasets/utils.py: load_info, load_tasks (pd.read_parquet), load_episodes
     "v3.0": ("meta/info.json", "meta/tasks.parquet", "meta/episodes"),
 }
-READERS = {"v2.1": "lerobot 0.3.x", "v3.0": "lerobot 0.4.x"}
+READERS = {"v2.1": "lerobot 0.3.x", "v3.0": "lerobot 0.4.x and 0.6.x"}
 
 # info.json total_frames: lerobot 0.3.3 takes its length from the parquet rows (`num_frames` =
 # len(hf_dataset)) and loads; 0.4.4 takes `meta.total_frames` as its length and raises past the rows.
@@ -67,12 +65,3 @@ def dataset_findings(ds: Dataset, rejected: list[EpisodeError], rejected_total: 
         out.append(CheckFailure("episode_indices", f"0..{len(indices) - 1}", f"episode {int(indices[gap])} at "
                                 f"position {gap}", None, None, info_path))
     return out
-
-
-def lerobot_loads(codebase_version: str, errors: int, decoded: bool) -> dict[str, Any]:
-    """verify's prediction for the reader of the dataset's format line: loads <=> no error. Without
-    --decode the pixels were not looked at (a concealed corrupt frame or a size change could still be
-    handed to training), so no error then predicts nothing (`loads: null`)."""
-    loads = False if errors else (True if decoded else None)
-    return {codebase_version: {"reader": READERS.get(codebase_version, "lerobot"), "loads": loads,
-                               "pixels_checked": decoded}}

@@ -20,6 +20,7 @@ from pipeline.dataset.features import is_high_bit_gray
 from pipeline.dataset.model import CameraInfo, Dataset, Episode, require_file, resolve_inside
 from pipeline.errors import EpisodeError, WorkerLost
 from pipeline.stages.format_checks import severity_for
+from pipeline.verdicts import target_severity
 from pipeline.video.checks import (
     INFO,
     TIMESTAMP_TOLERANCE_S,
@@ -48,6 +49,7 @@ class VerifyOptions:
     size: tuple[int, int] | None = None  # (width, height)
     all_intra: bool = False
     decode: bool = False
+    reader: str = "all"  # the reader lines the severity follows (`pipeline.verdicts.targeted`)
 
 
 @dataclass(slots=True)
@@ -171,7 +173,19 @@ def verify_unit(unit: VerifyUnit) -> list[EpisodeVerify]:
         for idx in sorted(episodes):
             r = results[idx]
             r.failures.append(failure if idx == failure.episode else _by_reference(failure, idx))
-    return [results[ep.index] for ep in unit.episodes]
+    out = [results[ep.index] for ep in unit.episodes]
+    for r in out:
+        r.failures = retarget(r.failures, unit.codebase_version, unit.options.reader)
+    return out
+
+
+def retarget(failures: list[CheckFailure], codebase_version: str, reader: str) -> list[CheckFailure]:
+    """Each finding's severity for the readers the user targets (`pipeline.verdicts.target_severity`)."""
+    out = []
+    for f in failures:
+        sev = target_severity(f.check, f.severity, codebase_version, reader)
+        out.append(f if sev == f.severity else replace(f, severity=sev))
+    return out
 
 
 def _by_reference(failure: CheckFailure, episode: int) -> CheckFailure:

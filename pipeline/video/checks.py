@@ -16,15 +16,20 @@ import av
 import numpy as np
 
 from pipeline.errors import EpisodeError
+from pipeline.verdicts import ERROR as ERROR
+from pipeline.verdicts import FAILING
+from pipeline.verdicts import INFO as INFO
+from pipeline.verdicts import SEVERITIES as SEVERITIES
+from pipeline.verdicts import TRAINS_WRONG as TRAINS_WRONG
+from pipeline.verdicts import WARNING as WARNING
 from pipeline.video.probe import VideoProbe, probe_video
 
 TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s
 
-# Severity of a finding, by what LeRobot's reader does with it (README, "Verdicts"):
-ERROR = "error"  # the reader refuses the dataset, raises at some sample, or hands a frame that is not the row's
-WARNING = "warning"  # metadata inconsistent, loading unaffected (LeRobot's own edit tools may trip over it)
-INFO = "info"  # worth knowing, nothing wrong
-SEVERITIES = (ERROR, WARNING, INFO)
+# Severity of a finding, by what LeRobot's reader does with it (docs/verify.md, "Verdicts"; `pipeline.verdicts`):
+# error: the reader refuses the dataset, raises at some sample, or hands a frame that is not the row's;
+# trains_wrong: it loads, but the values poison training; warning: metadata inconsistent, loading unaffected
+# (LeRobot's own edit tools may trip over it); info: worth knowing, nothing wrong.
 
 
 @dataclass(slots=True, frozen=True)
@@ -57,7 +62,8 @@ class CheckFailure:
 
     @property
     def is_error(self) -> bool:
-        return self.severity == ERROR
+        """An error or trains_wrong: it fails the episode and the run (exit 1)."""
+        return self.severity in FAILING
 
     def line(self) -> str:
         ep = f"episode {self.episode}" if self.episode is not None else "dataset"

@@ -56,13 +56,21 @@ def is_error(finding: dict[str, Any]) -> bool:
     return finding.get("severity", "error") == "error"
 
 
-def lerobot_prediction(report: dict[str, Any], fmt: str) -> bool | None:
-    """verify's `lerobot_loads` prediction for this format line, when the report has one."""
+# The reader line each format's parity row is judged by when the harness names none (v2.1: lerobot 0.3.x;
+# v3.0: 0.4.x, the first of its line); verify's report keys its predictions by reader line.
+DEFAULT_READER = {"v2.1": "0.3", "v3.0": "0.4"}
+
+
+def lerobot_prediction(report: dict[str, Any], fmt: str, reader: str | None = None) -> bool | None:
+    """verify's `lerobot_loads` prediction for this format line's reader (`reader`: "0.3", "0.4", "0.6"), when
+    the report has one. Reports keyed by format ("v3.0") from before the per-reader verdicts are read too."""
     pred = report.get("lerobot_loads")
     if pred is None:
         pred = (report.get("dataset") or {}).get("lerobot_loads")
     if isinstance(pred, dict):
-        for key in (fmt, fmt.replace(".", ""), "v" + fmt.lstrip("v").replace(".", "")):
+        keys = [reader or DEFAULT_READER.get(fmt, ""), fmt, fmt.replace(".", ""),
+                "v" + fmt.lstrip("v").replace(".", "")]
+        for key in keys:
             if key in pred:
                 pred = pred[key]
                 break
