@@ -40,9 +40,11 @@ def test_info_round_trip_is_identity(real_v21: Path) -> None:
     assert (v30["data_files_size_in_mb"], v30["video_files_size_in_mb"], v30["chunks_size"]) == (100, 200, 1000)
     assert v30["data_path"] == "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
     assert v30["video_path"] == "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-    assert v30["features"]["action"]["fps"] == 30 and "fps" not in v30["features"]["observation.images.cam_high"]
-    assert v30["features"]["observation.images.cam_high"]["info"] == info["features"]["observation.images.cam_high"][
-        "info"]
+    # features as the v3.0 writers write them: no fps on non-video features, 0.6's spelling of the depth flag
+    assert "fps" not in v30["features"]["action"] and "fps" not in v30["features"]["observation.images.cam_high"]
+    cam_info = dict(info["features"]["observation.images.cam_high"]["info"])
+    cam_info["is_depth_map"] = cam_info.pop("video.is_depth_map")
+    assert v30["features"]["observation.images.cam_high"]["info"] == cam_info
     back = info_to_v21(v30, 1000, episodes=10, frames=3608, tasks=1, cameras=1)
     assert back == info
     assert list(back) == list(info)  # key order too

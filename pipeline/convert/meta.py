@@ -1,9 +1,13 @@
 """The output's metadata both ways, written incrementally (a row group or a line at a time).
 
 - info.json: `info_to_v30` (as LeRobot's `convert_info`: templates, `data_files_size_in_mb` /
-  `video_files_size_in_mb`, no `total_chunks` / `total_videos`, `fps` on every non-video feature) and
-  `info_to_v21` (the inverse: `total_chunks`, `total_videos`, v2.1 templates, `chunks_size` = episodes
-  per chunk); totals always from what was converted.
+  `video_files_size_in_mb`, no `total_chunks` / `total_videos`) and `info_to_v21` (the inverse: `total_chunks`,
+  `total_videos`, v2.1 templates, `chunks_size` = episodes per chunk); totals always from what was converted.
+  Features are written as the target's own writer writes them, not as LeRobot's converter does: no `fps` on
+  non-video features (LeRobot 0.4.4's `convert_info` adds it; neither 0.4's nor 0.6's `LeRobotDataset.create`
+  writes it, and 0.6.1's merge compares non-video features exactly), and the depth flag spelled as each
+  generation's writer spells it (v3.0: 0.6's `is_depth_map`; v2.1: 0.3's `video.is_depth_map`): a converted
+  dataset merges with a natively written one.
 - tasks: `meta/tasks.jsonl` lines <-> `meta/tasks.parquet` (the pandas frame LeRobot writes: task
   strings as the index, a `task_index` column), both read by position.
 - episodes: `meta/episodes.jsonl` + `meta/episodes_stats.jsonl` <-> `meta/episodes/chunk-XXX/file-YYY.parquet`
@@ -58,13 +62,22 @@ def _ordered(first: dict[str, Any], rest: dict[str, Any], drop: set[str]) -> dic
     return out
 
 
+def _rename_info_key(feature: dict[str, Any], old: str, new: str) -> None:
+    """Move `info[old]` to `info[new]` (kept where `new` is already there), as lerobot 0.6.x's
+    `update_video_info` migrates the depth flag."""
+    block = feature.get("info")
+    if isinstance(block, dict) and old in block:
+        value = block.pop(old)
+        block.setdefault(new, value)
+
+
 def info_to_v30(info: dict[str, Any], limits: Limits, *, episodes: int, frames: int, tasks: int) -> dict[str, Any]:
     src = json.loads(json.dumps(info))
     fps = _fps_value(src["fps"])
     features = src["features"]
     for ft in features.values():
-        if isinstance(ft, dict) and ft.get("dtype") != "video":
-            ft["fps"] = fps
+        if isinstance(ft, dict) and ft.get("dtype") == "video":
+            _rename_info_key(ft, "video.is_depth_map", "is_depth_map")
     first = {
         "codebase_version": "v3.0",
         "robot_type": src.get("robot_type"),
@@ -91,6 +104,8 @@ def info_to_v21(info: dict[str, Any], chunks_size: int, *, episodes: int, frames
     for ft in features.values():  # the per-feature fps LeRobot's v2.1 -> v3.0 converter added
         if isinstance(ft, dict) and ft.get("dtype") != "video" and ft.get("fps") == fps:
             del ft["fps"]
+        elif isinstance(ft, dict):
+            _rename_info_key(ft, "is_depth_map", "video.is_depth_map")
     first = {
         "codebase_version": "v2.1",
         "robot_type": src.get("robot_type"),

@@ -55,6 +55,12 @@ def read_info(root: Path) -> dict[str, Any]:
             f"unsupported codebase_version {version!r} (supported: {', '.join(SUPPORTED_VERSIONS)}; "
             "convert older datasets with LeRobot's converters first)",
         )
+    storage = info.get("storage_format")
+    if storage is not None and storage != "parquet":
+        # LeRobot main reads Lance-backed datasets ("storage_format": "lance"): their rows are not in
+        # data/*.parquet, so every count and check prep makes would be wrong. Refused before anything is read.
+        raise DatasetError(path, f"storage_format {shown(storage)}: prep reads datasets stored as parquet only "
+                                 "(storage_format absent or \"parquet\")")
     fps = info.get("fps")
     if isinstance(fps, bool) or not isinstance(fps, int | float) or not math.isfinite(fps) or fps <= 0:
         raise DatasetError(path, f"invalid fps {fps!r}: expected a positive number")

@@ -254,7 +254,9 @@ def concat_data(unit: DataConcatUnit) -> ConvertResult:
                         raise EpisodeError(item.episode, path, f"columns {table.schema.remove_metadata()} differ "
                                                                f"from episode {first_episode}'s")
                     assert writer is not None
-                    writer.write_table(table.replace_schema_metadata(out_schema.metadata))
+                    # One row group per episode (LeRobot's writers since mid-2026: an episode read by byte range)
+                    writer.write_table(table.replace_schema_metadata(out_schema.metadata),
+                                       row_group_size=max(1, table.num_rows))
                     index += item.frames
             finally:
                 if writer is not None:

@@ -9,6 +9,7 @@ disk) is returned with its errno text so the job can stop with one line.
 from __future__ import annotations
 
 import filecmp
+import itertools
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,8 +154,18 @@ def repair_timestamps(src: Path, dst: Path, fps: float, root: Path | None = None
     episodes = table["episode_index"].to_numpy(zero_copy_only=False) if "episode_index" in table.column_names else \
         np.zeros(len(exact), dtype=np.int64)
     with atomic.atomic_path(dst, root) as tmp:
-        pq.write_table(table, tmp)
+        write_by_episode(table, episodes, tmp)
     return sorted({int(e) for e in np.unique(episodes[changed])})
+
+
+def write_by_episode(table: pa.Table, episodes: np.ndarray, path: Path) -> None:
+    """Write `table` with one row group per run of equal `episodes` (LeRobot's v3.0 writers since mid-2026 keep
+    one row group per episode, so a reader can fetch an episode by byte range); a v2.1 file is one episode."""
+    cuts = [0, *(np.flatnonzero(np.diff(episodes) != 0) + 1).tolist(), len(episodes)]
+    with pq.ParquetWriter(path, table.schema) as writer:
+        for lo, hi in itertools.pairwise(cuts):
+            if hi > lo or len(episodes) == 0:
+                writer.write_table(table.slice(lo, hi - lo), row_group_size=max(1, hi - lo))
 
 
 def copy_failed(unit: DataUnit, exc: BaseException) -> DataCopied:

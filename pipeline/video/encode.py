@@ -78,6 +78,9 @@ DEFAULT_PROFILE = "h264-intra"
 
 
 FrameHook = Callable[[int, "av.VideoFrame"], None]
+# moov before mdat (`faststart`, as LeRobot's writers are moving to): a reader of a remote file finds the index
+# in the first bytes. The muxer rewrites the file once at the end (one extra pass over the output).
+MUX_OPTIONS = {"movflags": "faststart"}
 
 
 @dataclass(slots=True, frozen=True)
@@ -152,7 +155,7 @@ def encode_pyav(job: EncodeJob) -> int:
     n = 0
     try:
         inp, ist = open_source(job.src)
-        with inp, av.open(str(job.dst), mode="w", format="mp4") as out:
+        with inp, av.open(str(job.dst), mode="w", format="mp4", options=dict(MUX_OPTIONS)) as out:
             ost = out.add_stream(job.profile.encoder, rate=rate)
             assert isinstance(ost, av.VideoStream)
             w, h = job.geometry.size
@@ -238,7 +241,7 @@ def ffmpeg_command(job: EncodeJob, binary: str = "ffmpeg") -> list[str]:
         stream = stream.filter(name, **opts)
     out_opts: dict[str, str | int | None] = {
         "c:v": job.profile.encoder, "pix_fmt": job.profile.pix_fmt, "fps_mode": "passthrough",
-        "threads": 1, "filter_threads": 1, "an": None, "f": "mp4",
+        "threads": 1, "filter_threads": 1, "an": None, "f": "mp4", **MUX_OPTIONS,
         **job.profile.options(job.crf),
     }
     if job.profile.encoder == "libx264":
