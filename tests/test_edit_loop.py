@@ -51,6 +51,11 @@ def require_edit(*flags: str) -> None:
         pytest.skip(f"prep edit {' '.join(missing) or ''} not built yet (rc {r.returncode} for --help)")
 
 
+def loop_spec(version: str) -> SynthSpec:
+    return SynthSpec(version=version, episodes=EPISODES, frames=30, height=96, width=128, gop=10, cameras=CAMS,
+                     episodes_per_file=2)
+
+
 def broken_corpus(root: Path, version: str) -> Path:
     """7 episodes x 2 cameras x 30 frames of 96x128 h264 (GOP 10; v3.0: two episodes per file, files (0, 1),
     (2, 3), (4, 5), (6), each episode starting on a keyframe, as LeRobot writes them) with three broken
@@ -60,9 +65,7 @@ def broken_corpus(root: Path, version: str) -> Path:
     4: one parquet `timestamp` half a frame off the 1/fps grid; the edit keeps 5, the tail of its file;
     6: its first camera's mp4 cut in half (the index lost: unreadable; in v3.0 the file holds only 6, since
        a truncated file's header miscounts every episode in it)."""
-    spec = SynthSpec(version=version, episodes=EPISODES, frames=30, height=96, width=128, gop=10, cameras=CAMS,
-                     episodes_per_file=2)
-    write_synthetic(root, spec)
+    write_synthetic(root, loop_spec(version))
     inject.drop_frame(root, 3, CAMS[1], which=10)
     inject.shift_timestamp(root, 4, frame_index=12)
     inject.truncate_video(root, 6, CAMS[0])
@@ -179,9 +182,7 @@ def test_drop_failed_refuses_a_report_of_another_dataset(loop: Loop, tmp_path: P
 
 def test_broken_corpus_is_broken_where_it_says(tmp_path: Path) -> None:
     """The fixture itself: without the three faults the same corpus verifies (so each failure is the fault)."""
-    spec = SynthSpec(version="v3.0", episodes=EPISODES, frames=30, height=96, width=128, gop=10, cameras=CAMS,
-                     episodes_per_file=2)
-    clean = write_synthetic(tmp_path / "clean", spec)
+    clean = write_synthetic(tmp_path / "clean", loop_spec("v3.0"))
     r = prep("verify", clean, "--decode", "--no-progress")
     assert r.returncode == 0, said(r)
     shutil.rmtree(clean)
