@@ -175,6 +175,18 @@ def test_depth_codec_lerobot06_cannot_resolve_is_an_error(codec: str, fmt: str, 
         assert found[0].camera == DEPTH and "'png'" in found[0].found and found[0].severity == "error"
 
 
+def test_depth_codec_verdict_per_reader(tmp_path: Path) -> None:
+    """0.6 refuses a png depth camera at open, 0.4 never looks: the prediction says so per reader, and
+    `--reader 0.4` passes the dataset while `--reader 0.6` (and the default, all) fails it."""
+    src = depth_dataset(tmp_path, "v3.0", codec="png")
+    both = verify_in_process(src, VerifyOptions(decode=True))
+    loads = both.head_json()["lerobot_loads"]
+    assert (loads["0.4"]["loads"], loads["0.6"]["loads"]) == (True, False) and not both.passed
+    assert not verify_in_process(src, VerifyOptions(reader="0.6")).passed
+    only04 = verify_in_process(src, VerifyOptions(reader="0.4"))
+    assert only04.passed and {f.severity for f in only04.failures if f.check == "depth_codec"} == {"info"}
+
+
 def test_depth_flag_spellings() -> None:
     assert is_depth_flagged({"info": {"is_depth_map": True}})  # lerobot 0.6.1
     assert is_depth_flagged({"info": {"video.is_depth_map": True}})  # lerobot 0.4.x

@@ -3,14 +3,15 @@
 
 `READER_SEVERITY` says, per check and per reader line (v2.1: "0.3" = lerobot 0.3.x / openpi; v3.0: "0.4" and
 "0.6"), what the reader does: "error" (refuses, raises or hands a wrong frame), "warning", "info", or None
-(the reader never looks). A finding's `severity` is the strictest among the readers of its format line.
+(the reader never looks); `pipeline.verdicts` reads it for the per-reader verdicts.
 """
 
 from __future__ import annotations
 
 from pipeline.dataset import Dataset
 from pipeline.dataset.features import depth_keys, lerobot06_depth_codec_problem
-from pipeline.video.checks import ERROR, INFO, WARNING, CheckFailure
+from pipeline.verdicts import ERROR, INFO, WARNING, reader_lines, strictest
+from pipeline.video.checks import CheckFailure
 
 READER_SEVERITY: dict[str, dict[str, str | None]] = {
     # lerobot 0.6.x datasets/dataset_reader.py builds DepthEncoderConfig.from_video_info for every depth key:
@@ -22,17 +23,14 @@ READER_SEVERITY: dict[str, dict[str, str | None]] = {
     # of 0.3.x / 0.4.x do not: every reader loads, but not all hand back the same orientation.
     "display_rotation": {"0.3": WARNING, "0.4": WARNING, "0.6": WARNING},
 }
-READER_LINES = {"v2.1": ("0.3",), "v3.0": ("0.4", "0.6")}
-_RANK = {ERROR: 3, WARNING: 2, INFO: 1}
 
 
 def severity_for(check: str, codebase_version: str, readers: tuple[str, ...] | None = None) -> str | None:
     """The strictest severity among `readers` (default: every reader of the format line) for `check`;
-    None when none of them looks at what the check is about."""
+    None when none of them looks at what the check is about. (`pipeline.verdicts` then sets each finding's
+    severity for the readers the user targets, `--reader`.)"""
     per = READER_SEVERITY[check]
-    found = [per.get(r) for r in (readers or READER_LINES.get(codebase_version, ()))]
-    kept = [s for s in found if s is not None]
-    return max(kept, key=lambda s: _RANK[s]) if kept else None
+    return strictest(per.get(r) for r in (readers or reader_lines(codebase_version)))
 
 
 def depth_codec_findings(ds: Dataset) -> list[CheckFailure]:
