@@ -1,19 +1,21 @@
-"""LeRobot parity table (issue 12): for every parity case (tests/compat/parity_cases), what the real
-reader does (lerobot 0.3.3 for v2.1, 0.4.4 for v3.0; every sample, torchcodec and pyav, a 50-step action
-chunk, default tolerance) against `prep verify`'s verdict (without and with --decode) and `prep reencode
---dst 64`'s outcome, and whether the real reader loads prep's output.
+"""LeRobot parity table (issues 12, 25): for every parity case (tests/compat/parity_cases), what each real
+reader does (lerobot 0.3.3 on v2.1; 0.4.4 and 0.6.1 on v3.0; every sample, torchcodec and pyav, a 50-step
+action chunk, default tolerance) against `prep verify`'s verdict (without and with --decode) and `prep
+reencode --dst 64`'s outcome, and whether that reader loads prep's output. One row per (case, reader line).
 
-    python3 bench/parity.py [--cases NAME,GLOB..] [--formats v2.1,v3.0] [--work DIR] [--fresh]
-                            [--out bench/results/parity.json] [--strict]
+    python3 bench/parity.py [--cases NAME,GLOB..] [--readers 0.3,0.4,0.6 | --formats v2.1,v3.0] [--work DIR]
+                            [--fresh] [--out bench/results/parity.json] [--strict]
 
-The orchestrator (any Python with prep's dependencies; it runs prep) starts one worker per format inside
-that format's LeRobot venv ($PREP_VENVS/lerobot-v21, -v30), both at once. Results are cached per case
-under --work, keyed by the sources of prep, the cases and this script: a rerun redoes only what changed
-(--fresh redoes all), and a worker that dies is restarted after the case it died on. Prints the table and
-the counts, writes JSON. Exit 0; with --strict (or PARITY_STRICT=1) exit 1 when any row disagrees or
-could not be run.
+The orchestrator (any Python with prep's dependencies; it runs prep) starts one worker per reader line
+inside that reader's LeRobot venv ($PREP_VENVS/lerobot-v21, -v30, -v06; PREP_VENVS may list several
+folders, searched in order), all at once. A reader in a Debian root (lerobot-v06, Python 3.13) runs prep
+with its own interpreter (prep is installed there) and an embedded cluster; the others share one Dask
+cluster. Results are cached per case under --work, keyed by the sources of prep, the cases and this
+script: a rerun redoes only what changed (--fresh redoes all), and a worker that dies is restarted after
+the case it died on. Prints the table and the counts, writes JSON. Exit 0; with --strict (or
+PARITY_STRICT=1) exit 1 when any row disagrees or could not be run.
 
-    python bench/parity.py --worker --format v3.0 ...   (internal: one venv's cases)
+    python bench/parity.py --worker --reader 0.6 ...   (internal: one venv's cases)
 """
 
 from __future__ import annotations
@@ -38,7 +40,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests" / "compat"), str(REPO)]
 
-from parity_cases.model import CASES, FORMATS, VENV_OF  # noqa: E402
+from parity_cases.model import (  # noqa: E402
+    CASES,
+    FORMAT_OF_READER,
+    FORMATS,
+    READER_OF_VENV,
+    READERS,
+    VENV_OF_READER,
+    reader_line,
+)
 from parity_cases.table import KINDS, counts, render, verdict  # noqa: E402
 
 DEFAULT_WORK = Path("/tmp/prep-parity")
@@ -57,18 +67,37 @@ def fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def select(cases: str | None, formats: str | None) -> list[tuple[str, str]]:
-    fmts = [f if f.startswith("v") and "." in f else {"v21": "v2.1", "v30": "v3.0"}.get(f, f)
-            for f in (formats.split(",") if formats else FORMATS)]
-    bad = [f for f in fmts if f not in FORMATS]
-    if bad:
-        raise SystemExit(f"parity: unknown format(s) {bad}; choose from {list(FORMATS)}")
+def select(cases: str | None, formats: str | None, readers: str | None = None) -> list[tuple[str, str]]:
+    """(case, reader line) pairs. --formats picks every reader of each format (v3.0: 0.4 and 0.6)."""
+    if readers:
+        lines = [READER_OF_VENV.get(r, r.removeprefix("lerobot-").removeprefix("lerobot ")) for r in readers.split(",")]
+        lines = [reader_line(r) or r for r in lines]
+        bad = [r for r in lines if r not in READERS]
+        if bad:
+            raise SystemExit(f"parity: unknown reader(s) {bad}; choose from {list(READERS)}")
+    else:
+        fmts = [f if f.startswith("v") and "." in f else {"v21": "v2.1", "v30": "v3.0"}.get(f, f)
+                for f in (formats.split(",") if formats else FORMATS)]
+        bad = [f for f in fmts if f not in FORMATS]
+        if bad:
+            raise SystemExit(f"parity: unknown format(s) {bad}; choose from {list(FORMATS)}")
+        lines = [r for r in READERS if FORMAT_OF_READER[r] in fmts]
     pats = cases.split(",") if cases else ["*"]
     names = [n for n in CASES if any(fnmatch.fnmatch(n, p) for p in pats)]
     unknown = [p for p in pats if not any(fnmatch.fnmatch(n, p) for n in CASES)]
     if unknown:
         raise SystemExit(f"parity: no case matches {unknown}; cases: {', '.join(CASES)}")
-    return [(n, f) for n in names for f in fmts if f in CASES[n].formats]
+    return [(n, r) for n in names for r in READERS if r in lines and r in CASES[n].readers()]
+
+
+def find_venv(venvs: str, reader: str) -> Path:
+    """The first folder of the colon-separated `venvs` holding lerobot-NAME (else where it would be)."""
+    name = f"lerobot-{VENV_OF_READER[reader]}"
+    dirs = [Path(d) for d in venvs.split(os.pathsep) if d]
+    for d in dirs:
+        if (d / name / "bin/python").is_file():
+            return d / name
+    return dirs[0] / name
 
 
 # ---------------------------------------------------------------- worker (inside a LeRobot venv)
@@ -80,11 +109,18 @@ def worker(args: argparse.Namespace) -> int:
     from parity_cases.harness import run_case
     from parity_cases.table import findings_text, reader_text, reencode_text
 
-    fmt = args.format
+    reader = args.reader
+    fmt = reader  # the log's tag
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     version = importlib.metadata.version("lerobot")
+    if reader_line(version) != reader:
+        print(f"[parity {reader}] this venv has lerobot {version}, not {reader}.x", flush=True)
+        return 1
     key = f"{args.key}/lerobot-{version}"
+    prep_python, scheduler = args.prep_python, args.prep_scheduler
+    if prep_python == "self":  # a venv in a Debian root: prep runs with this interpreter, its own cluster
+        prep_python, scheduler = sys.executable, None
     for name in args.cases.split(","):
         result = work / name / "result.json"
         if result.is_file() and not args.fresh:
@@ -95,7 +131,7 @@ def worker(args: argparse.Namespace) -> int:
             except ValueError:
                 pass
         (work / f"{name}.started").write_text(str(os.getpid()))
-        row = run_case(name, fmt, work, args.prep_python, args.prep_scheduler)
+        row = run_case(name, reader, work, prep_python, scheduler)
         row["lerobot"] = version
         tmp = result.with_suffix(".tmp")
         tmp.write_text(json.dumps({"key": key, "row": row}, indent=1, default=str))
@@ -113,26 +149,40 @@ def worker(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- orchestrator
 
 
-def run_format(fmt: str, names: list[str], work: Path, key: str, fresh: bool, venvs: Path,
+def run_reader(reader: str, names: list[str], work: Path, key: str, fresh: bool, venvs: str,
                log: list[str], scheduler: str | None) -> dict[str, Any]:
-    """Run (and restart after a crash) the worker of one format; returns its timing."""
-    py = venvs / f"lerobot-{VENV_OF[fmt]}" / "bin/python"
-    fwork = work / VENV_OF[fmt]
+    """Run (and restart after a crash) the worker of one reader line; returns its timing."""
+    fmt = reader  # the log's tag
+    venv = find_venv(venvs, reader)
+    py = venv / "bin/python"
+    fwork = work / VENV_OF_READER[reader]
     fwork.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    info: dict[str, Any] = {"venv": str(py.parent.parent), "restarts": 0}
+    c0 = os.times()
+    info: dict[str, Any] = {"venv": str(venv), "format": FORMAT_OF_READER[reader], "restarts": 0}
     if not py.is_file():
-        info["error"] = f"no venv at {py.parent.parent} (run .ci/lerobot_envs.sh)"
+        info["error"] = f"no venv at {venv} (run .ci/lerobot_envs.sh)"
         log.append(f"[parity {fmt}] {info['error']}")
         print(log[-1], flush=True)
         return info
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(work / f"hf-{VENV_OF[fmt]}"),
+    # A venv in a Debian root (.ci/lerobot_envs.sh writes .prep-root) cannot run this interpreter, and a
+    # Python 3.13 client cannot hand tasks to this Python's Dask workers: it runs prep itself.
+    in_root = (venv / ".prep-root").is_file()
+    prep_python = "self" if in_root else sys.executable
+    if in_root:
+        scheduler = None
+        info["interpreter"] = "its own (Debian root)"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               HF_HOME=str(work / f"hf-{VENV_OF_READER[reader]}"),
                OMP_NUM_THREADS="1", PYTHONPATH=str(REPO) + (os.pathsep + os.environ["PYTHONPATH"]
                                                            if os.environ.get("PYTHONPATH") else ""))
+    if in_root:  # what the root must see besides the current folder (the checkout) and /tmp
+        env["PREP_CHROOT_BIND"] = os.pathsep.join(filter(None, [str(work.resolve()), str(REPO),
+                                                                os.environ.get("PREP_CHROOT_BIND")]))
     todo = list(names)
     while todo:
-        cmd = [str(py), str(Path(__file__).resolve()), "--worker", "--format", fmt, "--cases", ",".join(todo),
-               "--work", str(fwork), "--prep-python", sys.executable, "--key", key]
+        cmd = [str(py), str(Path(__file__).resolve()), "--worker", "--reader", reader, "--cases", ",".join(todo),
+               "--work", str(fwork), "--prep-python", prep_python, "--key", key]
         if fresh:
             cmd.append("--fresh")
         if scheduler:
@@ -151,7 +201,8 @@ def run_format(fmt: str, names: list[str], work: Path, key: str, fresh: bool, ve
         crashed = [n for n in todo if (fwork / f"{n}.started").exists()]
         for n in crashed:  # the case the worker died on: recorded, not retried
             (fwork / n).mkdir(parents=True, exist_ok=True)
-            row = {"case": n, "format": fmt, "what": CASES[n].what, "control": CASES[n].control,
+            row = {"case": n, "format": FORMAT_OF_READER[reader], "line": reader, "what": CASES[n].what,
+                   "control": CASES[n].control,
                    "error": f"the worker died on this case (exit {rc}; see {fwork / 'worker.log'})"}
             (fwork / n / "result.json").write_text(json.dumps({"key": "crashed", "row": row}))
             (fwork / f"{n}.started").unlink()
@@ -164,24 +215,27 @@ def run_format(fmt: str, names: list[str], work: Path, key: str, fresh: bool, ve
             info["restarts"] += 1
         fresh = False
     info["seconds"] = round(time.monotonic() - t0, 1)
+    c1 = os.times()
+    info["cpu_seconds"] = round(c1.children_user + c1.children_system - c0.children_user - c0.children_system, 1)
     return info
 
 
-def expect_json(name: str, fmt: str) -> dict[str, str]:
-    e = CASES[name].expect[fmt]
+def expect_json(name: str, reader: str) -> dict[str, str]:
+    e = CASES[name].expect_for(reader)
     return {"outcome": e.outcome, "where": e.where, "why": e.why}
 
 
 def collect(selected: list[tuple[str, str]], work: Path) -> list[dict[str, Any]]:
     rows = []
-    for name, fmt in selected:
-        p = work / VENV_OF[fmt] / name / "result.json"
+    for name, reader in selected:
+        p = work / VENV_OF_READER[reader] / name / "result.json"
         if p.is_file():
             row = json.loads(p.read_text())["row"]
         else:
-            row = {"case": name, "format": fmt, "what": CASES[name].what, "control": CASES[name].control,
-                   "error": "no result (the worker did not reach this case)"}
-        row["expect"] = expect_json(name, fmt)
+            row = {"case": name, "format": FORMAT_OF_READER[reader], "line": reader, "what": CASES[name].what,
+                   "control": CASES[name].control, "error": "no result (the worker did not reach this case)"}
+        row.setdefault("line", reader)
+        row["expect"] = expect_json(name, reader)
         row["verdict"] = verdict(row)
         rows.append(row)
     return rows
@@ -204,15 +258,18 @@ def trim(row: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--cases", help="comma-separated case names or globs (default: all)")
-    p.add_argument("--formats", help="v2.1,v3.0 (default: both)")
+    p.add_argument("--readers", help="reader lines 0.3,0.4,0.6 (or venv names v21,v30,v06; default: all)")
+    p.add_argument("--formats", help="v2.1,v3.0: every reader of those formats (default: all)")
     p.add_argument("--work", type=Path, default=DEFAULT_WORK, help=f"cases, outputs and cache (default {DEFAULT_WORK})")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results (default bench/results/parity.json)")
-    p.add_argument("--venvs", type=Path, default=Path(os.environ.get("PREP_VENVS", "/opt/prep-venvs")))
+    p.add_argument("--venvs", default=os.environ.get("PREP_VENVS", "/opt/prep-venvs"),
+                   help="folder(s) holding lerobot-v21/-v30/-v06, colon-separated (default $PREP_VENVS or "
+                        "/opt/prep-venvs)")
     p.add_argument("--fresh", action="store_true", help="ignore cached rows")
     p.add_argument("--strict", action="store_true", help="exit 1 when any row disagrees (also PARITY_STRICT=1)")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--format", help=argparse.SUPPRESS)
+    p.add_argument("--reader", help=argparse.SUPPRESS)
     p.add_argument("--prep-python", help=argparse.SUPPRESS)
     p.add_argument("--key", help=argparse.SUPPRESS)
     p.add_argument("--prep-scheduler", help=argparse.SUPPRESS)
@@ -223,9 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         return worker(args)
     if args.list:
         for c in CASES.values():
-            print(f"{c.name:28s} {','.join(c.formats):9s} control={c.control or '-':20s} {c.what}")
+            print(f"{c.name:28s} {','.join(c.readers()):11s} control={c.control or '-':20s} {c.what}")
         return 0
-    selected = select(args.cases, args.formats)
+    selected = select(args.cases, args.formats, args.readers)
     key = fingerprint()
     t0 = time.monotonic()
     load0 = os.getloadavg()
@@ -258,13 +315,13 @@ def shared_cluster(wanted: bool) -> Iterator[str | None]:
 def run_all(selected: list[tuple[str, str]], args: argparse.Namespace, key: str, log: list[str],
             timing: dict[str, Any], scheduler: str | None) -> None:
     threads = []
-    for fmt in FORMATS:
-        names = [n for n, f in selected if f == fmt]
+    for reader in READERS:
+        names = [n for n, r in selected if r == reader]
         if not names:
             continue
 
-        def go(fmt: str = fmt, names: list[str] = names) -> None:
-            timing[fmt] = run_format(fmt, names, args.work, key, args.fresh, args.venvs, log, scheduler)
+        def go(reader: str = reader, names: list[str] = names) -> None:
+            timing[reader] = run_reader(reader, names, args.work, key, args.fresh, args.venvs, log, scheduler)
 
         t = threading.Thread(target=go)
         t.start()
@@ -282,13 +339,16 @@ def report(selected: list[tuple[str, str]], args: argparse.Namespace, key: str, 
     print()
     print(f"rows {summary['rows']} ({summary['cases']} cases): {summary['agree']} agree, {summary['disagree']} "
           f"disagree")
+    for line, n in summary["per_reader"].items():
+        print(f"  lerobot {line}: {n['agree']} of {n['rows']} rows agree")
     for k, n in summary["disagree_by_kind"].items():
         print(f"  {n:3d}  {k}: {KINDS.get(k, k)}")
     if summary["expectation_mismatches"]:
         print("  reader differs from the case's source-code expectation: "
               + ", ".join(summary["expectation_mismatches"]))
     load1 = os.getloadavg()
-    per = ", ".join(f"{f}: {t.get('seconds', '-')} s" for f, t in timing.items())
+    per = ", ".join(f"lerobot {f}: {t.get('seconds', '-')} s wall, {t.get('cpu_seconds', '-')} s CPU"
+                    for f, t in timing.items())
     print(f"wall {wall:.0f} s ({per}); "
           f"load average {load0[0]:.2f} -> {load1[0]:.2f}; {os.cpu_count()} cores")
     obj = {
@@ -298,7 +358,7 @@ def report(selected: list[tuple[str, str]], args: argparse.Namespace, key: str, 
         "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "loadavg_start": load0, "loadavg_end": load1},
         "wall_s": round(wall, 1),
-        "formats": timing,
+        "readers": timing,
         "counts": summary,
         "kinds": KINDS,
         "rows": [trim(r) for r in rows],

@@ -19,12 +19,16 @@ echo "[test] mypy"; "$V/mypy" pipeline
 echo "[test] pytest"
 "$V/python" -m pytest -q --durations=15 tests --ignore=tests/compat
 if [ "$WITH_LEROBOT" = 1 ]; then
-    echo "[test] real LeRobot compatibility (lerobot 0.3.3 reads v2.1, lerobot 0.4.4 reads v3.0)"
+    echo "[test] real LeRobot compatibility (lerobot 0.3.3 reads v2.1; lerobot 0.4.4 and 0.6.1 read v3.0)"
     bash .ci/lerobot_envs.sh "$PWD"
-    bash .ci/compat.sh "$PWD"
-    for env in v21 v30; do
+    bash .ci/compat.sh "$PWD"   # the parity table goes to $TMPDIR/prep-compat-parity.json, not bench/results/
+    for env in v21 v30 v06; do
+        py=""  # PREP_VENVS may list several folders: the first holding lerobot-$env
+        IFS=: read -ra dirs <<<"${PREP_VENVS:-/opt/prep-venvs}"
+        for d in "${dirs[@]}"; do [ -x "$d/lerobot-$env/bin/python" ] && { py="$d/lerobot-$env/bin/python"; break; }; done
+        [ -n "$py" ] || { echo "[test] no lerobot-$env venv (run .ci/lerobot_envs.sh)"; exit 1; }
         echo "[test] our loader's items equal LeRobotDataset's (lerobot-$env)"
-        HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONPATH="$PWD" "${PREP_VENVS:-/opt/prep-venvs}/lerobot-$env/bin/python" \
+        HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONPATH="$PWD" PREP_CHROOT_BIND="$PWD" "$py" \
             -m pytest -q -p no:cacheprovider -m lerobot tests/test_loader_lerobot.py
     done
 fi

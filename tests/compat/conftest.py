@@ -1,9 +1,10 @@
 """Corpora for the real-LeRobot compatibility tests, built lazily once per session.
 
-Names: `synthetic-v21`, `synthetic-v30` (3 cameras, 480x640 h264, 2 episodes), `real-v21`
-(a writable copy of the real fixture), `real-v30` (that copy converted by lerobot 0.4.4's own
-converter), and `prep reencode --dst 224` of a corpus: `<name>-224` (defaults), `<name>-224-crf0`
-(h264-intra 4:2:0 at crf 0) and `<name>-224-444-crf0` (h264-intra-444 at crf 0).
+Names: `synthetic-v21`, `synthetic-v30` (3 cameras, 480x640 h264, 2 episodes; `synthetic-v06` is the
+v3.0 one, for lerobot 0.6), `real-v21` (a writable copy of the real fixture), `real-v30` / `real-v06` (that
+copy converted by the installed lerobot's own converter: 0.4.4's, 0.6.1's), and `prep reencode --dst 224`
+of a corpus: `<name>-224` (defaults), `<name>-224-crf0` (h264-intra 4:2:0 at crf 0) and
+`<name>-224-444-crf0` (h264-intra-444 at crf 0).
 """
 
 from __future__ import annotations
@@ -50,26 +51,30 @@ class Corpora:
             return run_reencode(self.get(src_name), out, options[variant])
         if name == "synthetic-v21":
             return write_synthetic(out, SynthSpec(version="v2.1", episodes=2))
-        if name == "synthetic-v30":
+        if name in ("synthetic-v30", "synthetic-v06"):
             return write_synthetic(out, SynthSpec(version="v3.0", episodes=2))
         if name == "real-v21":
             src = real_fixture()
             if src is None:
                 pytest.skip("real fixture shared/fixtures/real/g1_inspire_v21 not found")
             return writable_copy(src, out)
-        if name == "real-v30":
+        if name in ("real-v30", "real-v06"):
             return convert_v21_to_v30(self.get("real-v21"), self.base / "convert")
         raise KeyError(name)
 
 
 def convert_v21_to_v30(src: Path, workdir: Path) -> Path:
-    """Convert a local v2.1 dataset with lerobot 0.4.x's own converter, offline.
+    """Convert a local v2.1 dataset with the installed lerobot's own converter (0.4.x:
+    `lerobot.datasets.v30`, 0.6.x: `lerobot.scripts`), offline.
 
     `convert_dataset(repo_id, root=PARENT, push_to_hub=False)` works on PARENT/repo_id in
     place (it moves the original to `<name>_old` and the conversion to `<name>`); with a
     local root it never contacts the hub.
     """
-    from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
+    try:
+        from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
+    except ImportError:  # lerobot 0.6 moved it
+        from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset  # type: ignore[no-redef]
 
     repo_id = "g1_inspire"
     writable_copy(src, workdir / repo_id)

@@ -1,6 +1,6 @@
 """The parity harness itself (bench/parity.py, tests/compat/parity_cases): its builders are deterministic,
 its frame judge tells a wrong frame from the right one, and its verdicts follow the rule. Runs inside each
-LeRobot venv (.ci/compat.sh selects these by the `v21` / `v30` in their ids); skipped elsewhere."""
+LeRobot venv (.ci/compat.sh selects these by the `v21` / `v30` / `v06` in their ids); skipped elsewhere."""
 
 from __future__ import annotations
 
@@ -13,23 +13,32 @@ import numpy as np
 import pytest
 from compat_support import lerobot_version
 from parity_cases import CASES, build_case
-from parity_cases.model import LOADS, RAISES, REFUSES, SILENTLY_WRONG, Truth
-from parity_cases.table import verdict
+from parity_cases.model import (
+    FORMAT_OF_READER,
+    LOADS,
+    RAISES,
+    READERS,
+    REFUSES,
+    SILENTLY_WRONG,
+    VENV_OF_READER,
+    Truth,
+    reader_line,
+)
+from parity_cases.prep_cli import lerobot_prediction
+from parity_cases.table import counts, verdict
 
-FORMAT = {"0.3.": "v2.1", "0.4.": "v3.0"}
-VENV = {"v2.1": "v21", "v3.0": "v30"}
 
-
-def this_format() -> str:
+def this_reader() -> str:
     version = lerobot_version()
-    for prefix, fmt in FORMAT.items():
-        if version and version.startswith(prefix):
-            return fmt
-    pytest.skip("needs the real lerobot 0.3.x or 0.4.x (run in a venv made by .ci/lerobot_envs.sh)")
+    line = reader_line(version) if version else None
+    if line is None:
+        pytest.skip("needs the real lerobot 0.3.x, 0.4.x or 0.6.x (run in a venv made by .ci/lerobot_envs.sh)")
+    return line
 
 
 def params() -> list[object]:
-    return [pytest.param(v, id=VENV[v]) for v in ("v2.1", "v3.0")]
+    """One id per reader venv (v21, v30, v06); the value is the reader's format."""
+    return [pytest.param(FORMAT_OF_READER[r], id=VENV_OF_READER[r]) for r in READERS]
 
 
 def digest(root: Path, suffixes: tuple[str, ...]) -> str:
@@ -44,9 +53,8 @@ def digest(root: Path, suffixes: tuple[str, ...]) -> str:
 @pytest.mark.lerobot
 @pytest.mark.parametrize("fmt", params())
 @pytest.mark.parametrize("name", ["clean-synth", "vfr-mean-30", "preroll-cut", "ms-timebase", "depth-12bit"])
-def test_builders_are_deterministic(fmt: str, name: str, tmp_path: Path) -> None:
-    if fmt != this_format():
-        pytest.skip(f"{fmt} runs in its own venv")
+def test_builders_are_deterministic(request: pytest.FixtureRequest, fmt: str, name: str, tmp_path: Path) -> None:
+    skip_other_venvs(request)
     """Metadata and parquet are byte-identical between two builds; every video has the same frames at the
     same times. (libx264's bits are not reproducible run to run at these sizes -- its mbtree rate control,
     through pipeline.synth's veryfast preset -- so the pictures are compared, not the bytes.)"""
@@ -67,11 +75,10 @@ def test_builders_are_deterministic(fmt: str, name: str, tmp_path: Path) -> None
 
 @pytest.mark.lerobot
 @pytest.mark.parametrize("fmt", params())
-def test_reader_judge_catches_a_shifted_frame(fmt: str, tmp_path: Path) -> None:
+def test_reader_judge_catches_a_shifted_frame(request: pytest.FixtureRequest, fmt: str, tmp_path: Path) -> None:
     """The clean control loads; the same dataset judged against truth shifted by one frame is
     `silently_wrong` for both backends: the harness can tell a wrong frame for a row."""
-    if fmt != this_format():
-        pytest.skip(f"{fmt} runs in its own venv")
+    skip_other_venvs(request)
     from parity_cases.reader import read_dataset
 
     built = build_case("clean-synth", fmt, tmp_path / "c")
@@ -96,9 +103,8 @@ def _row(reader: str, verify_err: bool, decode_err: bool, wrote: bool, out: str 
 
 @pytest.mark.lerobot
 @pytest.mark.parametrize("fmt", params())
-def test_verdict_rule(fmt: str) -> None:
-    if fmt != this_format():
-        pytest.skip(f"{fmt} runs in its own venv")
+def test_verdict_rule(request: pytest.FixtureRequest, fmt: str) -> None:
+    skip_other_venvs(request)
     assert verdict(_row(LOADS, False, False, True, LOADS))["agree"]
     assert verdict(_row(REFUSES, True, True, False, None))["agree"]
     assert verdict(_row(LOADS, True, True, True, LOADS))["kinds"] == ["verify_false_error"]
@@ -106,4 +112,30 @@ def test_verdict_rule(fmt: str) -> None:
                                                                                            "output_wrong"]
     assert verdict(_row(RAISES, True, True, True, RAISES))["kinds"] == ["output_not_loadable"]
     assert verdict(_row(LOADS, False, False, False, None))["kinds"] == ["reencode_refused_loadable"]
-    assert "lerobot-streaming-dropped" in CASES and len(CASES) >= 25
+    assert "lerobot-streaming-dropped" in CASES and len(CASES) >= 30
+    rows = [dict(_row(LOADS, False, False, True, LOADS), line=r, expect={"outcome": LOADS}) for r in ("0.4", "0.6")]
+    rows[1]["reader"] = {"outcome": REFUSES, "backends": {}}
+    for r in rows:
+        r["verdict"] = verdict(r)
+    assert counts(rows)["per_reader"] == {"0.4": {"rows": 1, "agree": 1}, "0.6": {"rows": 1, "agree": 0}}
+
+
+def skip_other_venvs(request: pytest.FixtureRequest) -> None:
+    """Each parametrised id (v21, v30, v06) runs in its own reader's venv."""
+    ids = request.node.callspec.id.split("-")
+    if VENV_OF_READER[this_reader()] not in ids:
+        pytest.skip(f"{'/'.join(i for i in ids if i in VENV_OF_READER.values())} runs in its own venv")
+
+
+@pytest.mark.lerobot
+@pytest.mark.parametrize("fmt", params())
+def test_prediction_reads_both_report_shapes(request: pytest.FixtureRequest, fmt: str) -> None:
+    """verify's lerobot_loads: one entry per format (today), or one per reader line (per-reader verdicts)."""
+    skip_other_venvs(request)
+    old = {"lerobot_loads": {"v3.0": {"reader": "lerobot 0.4.x", "loads": False, "pixels_checked": True}}}
+    assert lerobot_prediction(old, "v3.0", "0.6") is False and lerobot_prediction(old, "v3.0", "0.4") is False
+    new = {"lerobot_loads": {"0.4": {"loads": True}, "0.6": {"loads": "refuses"}}}
+    assert lerobot_prediction(new, "v3.0", "0.4") is True
+    assert lerobot_prediction(new, "v3.0", "0.6") is False
+    assert lerobot_prediction({"lerobot_loads": {"0.3": {"loads": None}}}, "v2.1", "0.3") is None
+    assert lerobot_prediction({"lerobot_loads": True}, "v2.1", "0.3") is True

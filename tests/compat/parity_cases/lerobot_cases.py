@@ -1,8 +1,13 @@
 """Parity cases written by LeRobot itself: `LeRobotDataset.create(...)` / `add_frame` / `save_episode` in
-each venv (lerobot 0.3.3 writes v2.1, 0.4.4 writes v3.0; default AV1 and h264), 0.4.4's streaming
-recorder (clean, and with dropped frames), 0.4.4's edit tools (`lerobot-edit-dataset` delete, split,
-merge: `lerobot.datasets.dataset_tools`) and its v2.1 -> v3.0 converter. Offline, deterministic input
-frames (`pipeline.synth.camera_frames`). lerobot is imported inside the builders only.
+each venv (lerobot 0.3.3 writes v2.1, 0.4.4 and 0.6.1 write v3.0; default AV1 and h264), the streaming
+recorder (clean, and with dropped frames), the edit tools (`lerobot-edit-dataset` delete, split, merge:
+`lerobot.datasets.dataset_tools`) and the v2.1 -> v3.0 converter. Offline, deterministic input frames
+(`pipeline.synth.camera_frames`). lerobot is imported inside the builders only.
+
+Each v3.0 case is written by the release of the venv it runs in, through one small adapter per release
+(`Api`): 0.4.4 takes `create(vcodec=...)` and converts with `lerobot.datasets.v30.convert_dataset_v21_to_v30`;
+0.6.1 takes `create(rgb_encoder=RGBEncoderConfig(vcodec=...))`, converts with
+`lerobot.scripts.convert_dataset_v21_to_v30`, and its StreamingVideoEncoder.start_episode takes the depth keys.
 """
 
 from __future__ import annotations
@@ -66,6 +71,32 @@ def raw_truth(d: Path, cameras: tuple[str, ...], mapping: dict[int, tuple[int, i
     return out
 
 
+class Api:
+    """What differs between the v3.0 writers of lerobot 0.4.4 and 0.6.1 (read from each release's source)."""
+
+    @staticmethod
+    def line() -> str:
+        import importlib.metadata
+
+        return ".".join(importlib.metadata.version("lerobot").split(".")[:2])
+
+    @classmethod
+    def encoder_kwargs(cls, vcodec: str) -> dict[str, Any]:
+        if cls.line() == "0.4":
+            return {"vcodec": vcodec}  # lerobot_dataset.py:LeRobotDataset.create(vcodec=...)
+        from lerobot.configs.video import RGBEncoderConfig  # 0.6: configs/video.py
+
+        return {"rgb_encoder": RGBEncoderConfig(vcodec=vcodec)}
+
+    @classmethod
+    def convert_dataset(cls) -> Any:
+        if cls.line() == "0.4":
+            from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
+        else:
+            from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset  # type: ignore[no-redef]
+        return convert_dataset
+
+
 def record(root: Path, version: str, cameras: tuple[str, ...], vcodec: str = "libsvtav1", episodes: int = 2,
            seed: int = 7, streaming: bool = False) -> None:
     """Record `episodes` episodes with LeRobot's own writer (create / add_frame / save_episode)."""
@@ -87,7 +118,7 @@ def record(root: Path, version: str, cameras: tuple[str, ...], vcodec: str = "li
                     ds.add_frame(frame, task=TASK)
                 ds.save_episode()
         return
-    kw: dict[str, Any] = {"vcodec": vcodec}
+    kw: dict[str, Any] = Api.encoder_kwargs(vcodec)
     if streaming:
         kw.update(streaming_encoding=True, encoder_queue_maxsize=30)
     ds = LeRobotDataset.create(f"parity/{root.name}", fps=FPS, features=features(cameras), root=root,
@@ -115,10 +146,11 @@ def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
 
 def _expect_written(what: str) -> dict[str, Expect]:
     return {"v2.1": Expect(LOADS, "lerobot_dataset.py:LeRobotDataset.__init__ / __getitem__ (0.3.3)", what),
-            "v3.0": Expect(LOADS, "lerobot_dataset.py:LeRobotDataset.__init__ / __getitem__ (0.4.4)", what)}
+            "v3.0": Expect(LOADS, "lerobot_dataset.py:LeRobotDataset.__init__ / __getitem__ (0.4.4)", what),
+            "0.6": Expect(LOADS, "lerobot_dataset.py:LeRobotDataset.__init__ / dataset_reader.py (0.6.1)", what)}
 
 
-@case("lerobot-written-av1", BOTH, "written by LeRobot itself (0.3.3 / 0.4.4): create/add_frame/save_episode, "
+@case("lerobot-written-av1", BOTH, "written by LeRobot itself (0.3.3 / 0.4.4 / 0.6.1): create/add_frame/save_episode, "
       "default libsvtav1, 2 cameras", None, _expect_written("LeRobot reads what it wrote"), needs_lerobot=True)
 def written_av1(d: Path, fmt: str) -> Built:
     root = d / "ds"
@@ -127,7 +159,8 @@ def written_av1(d: Path, fmt: str) -> Built:
 
 
 @case("lerobot-written-h264", BOTH, "written by LeRobot itself with vcodec h264 (0.3.3: encode_video_frames' "
-      "vcodec; 0.4.4: LeRobotDataset.create(vcodec='h264'))", None,
+      "vcodec; 0.4.4: LeRobotDataset.create(vcodec='h264'); 0.6.1: rgb_encoder=RGBEncoderConfig(vcodec='h264'))",
+      None,
       _expect_written("LeRobot reads what it wrote"), needs_lerobot=True)
 def written_h264(d: Path, fmt: str) -> Built:
     root = d / "ds"
@@ -135,8 +168,9 @@ def written_h264(d: Path, fmt: str) -> Built:
     return Built(root, truth_from_clean(root, d / "ref"))
 
 
-@case("lerobot-streaming", V30, "0.4.4 streaming recorder (streaming_encoding=True), no frame dropped", None,
-      {"v3.0": Expect(LOADS, "lerobot_dataset.py:LeRobotDataset.__getitem__ (0.4.4)", "LeRobot reads what it wrote")},
+@case("lerobot-streaming", V30, "the streaming recorder (streaming_encoding=True), no frame dropped", None,
+      {"v3.0": Expect(LOADS, "lerobot_dataset.py:LeRobotDataset.__getitem__ (0.4.4)", "LeRobot reads what it wrote"),
+       "0.6": Expect(LOADS, "lerobot_dataset.py:LeRobotDataset.__getitem__ (0.6.1)", "LeRobot reads what it wrote")},
       needs_lerobot=True)
 def streaming(d: Path, fmt: str) -> Built:
     root = d / "ds"
@@ -160,7 +194,7 @@ def _drop_on_put(q: queue.Queue, drop: set[int]) -> None:  # type: ignore[type-a
     q.put = put_or_full  # type: ignore[method-assign]
 
 
-@case("lerobot-streaming-dropped", V30, "0.4.4 streaming recorder that dropped frames 12 and 13 of episode 0 "
+@case("lerobot-streaming-dropped", V30, "the streaming recorder that dropped frames 12 and 13 of episode 0 "
       "(queue full): the video has 2 frames fewer than the parquet rows", "lerobot-streaming",
       {"v3.0": Expect(SILENTLY_WRONG, "video_utils.py:StreamingVideoEncoder.feed_frame (L817) drops the frame, "
                       "the parquet keeps the row; lerobot_dataset.py:_query_videos (L1061) then finds later frames "
@@ -172,8 +206,8 @@ def streaming_dropped(d: Path, fmt: str) -> Built:
     original = video_utils.StreamingVideoEncoder.start_episode
     episode = {"n": 0}
 
-    def start_episode(self: Any, video_keys: list[str], temp_dir: Path) -> None:
-        original(self, video_keys, temp_dir)
+    def start_episode(self: Any, video_keys: list[str], temp_dir: Path, *args: Any, **kwargs: Any) -> None:
+        original(self, video_keys, temp_dir, *args, **kwargs)  # 0.6.1 adds depth_video_keys
         if episode["n"] == 0:
             for key in video_keys:
                 _drop_on_put(self._frame_queues[key], {12, 13})
@@ -193,7 +227,7 @@ def _source(d: Path, name: str, episodes: int, seed: int = 7) -> Any:
     return LeRobotDataset(f"parity/{name}", root=src)
 
 
-@case("lerobot-delete", V30, "lerobot-edit-dataset delete: episode 1 of 3 deleted by 0.4.4's delete_episodes "
+@case("lerobot-delete", V30, "lerobot-edit-dataset delete: episode 1 of 3 deleted by the release's delete_episodes "
       "(the shared file re-encoded)", "lerobot-written-av1",
       {"v3.0": Expect(LOADS, "dataset_tools.py:delete_episodes -> _copy_and_reindex_videos", "LeRobot's own edit")},
       needs_lerobot=True)
@@ -204,7 +238,7 @@ def delete(d: Path, fmt: str) -> Built:
     return Built(d / "ds", raw_truth(d, (CAM,), {0: (7, 0), 1: (7, 2)}))
 
 
-@case("lerobot-split", V30, "lerobot-edit-dataset split: the 'train' part ([0, 1] of 3 episodes) of 0.4.4's "
+@case("lerobot-split", V30, "lerobot-edit-dataset split: the 'train' part ([0, 1] of 3 episodes) of the release's "
       "split_dataset", "lerobot-written-av1",
       {"v3.0": Expect(LOADS, "dataset_tools.py:split_dataset -> _copy_and_reindex_videos", "LeRobot's own edit")},
       needs_lerobot=True)
@@ -216,7 +250,8 @@ def split(d: Path, fmt: str) -> Built:
     return Built(d / "ds", raw_truth(d, (CAM,), {0: (7, 0), 1: (7, 1)}))
 
 
-@case("lerobot-merge", V30, "lerobot-edit-dataset merge: two 2-episode datasets merged by 0.4.4's merge_datasets",
+@case("lerobot-merge", V30, "lerobot-edit-dataset merge: two 2-episode datasets merged by the release's "
+      "merge_datasets",
       "lerobot-written-av1",
       {"v3.0": Expect(LOADS, "dataset_tools.py:merge_datasets -> aggregate.py:aggregate_datasets", "LeRobot's own "
                       "edit")}, needs_lerobot=True)
@@ -228,7 +263,7 @@ def merge(d: Path, fmt: str) -> Built:
     return Built(d / "ds", raw_truth(d, (CAM,), {0: (7, 0), 1: (7, 1), 2: (8, 0), 3: (8, 1)}))
 
 
-@case("prep-outputs-merged", V30, "0.4.4's merge_datasets of two `prep reencode --dst 64` outputs: one of a "
+@case("prep-outputs-merged", V30, "the release's merge_datasets of two `prep reencode --dst 64` outputs: one of a "
       "LeRobot-written AV1 source, one of an h264 source", "lerobot-merge",
       {"v3.0": Expect(LOADS, "dataset_tools.py:merge_datasets -> aggregate.py:validate_all_metadata (the features "
                       "must be equal)", "prep's outputs keep no per-source keys in their features")},
@@ -261,13 +296,13 @@ def prep_merge(d: Path, fmt: str) -> Built:
     return Built(d / "ds", truth, notes=["sources: a = libsvtav1, b = h264; both re-encoded by prep to 64x64"])
 
 
-@case("lerobot-converted", V30, "a v2.1 dataset (pipeline.synth) converted by 0.4.4's convert_dataset_v21_to_v30",
+@case("lerobot-converted", V30, "a v2.1 dataset (pipeline.synth) converted by the release's "
+      "convert_dataset_v21_to_v30 (0.4.4: lerobot.datasets.v30, 0.6.1: lerobot.scripts)",
       "clean-synth",
       {"v3.0": Expect(LOADS, "v30/convert_dataset_v21_to_v30.py:convert_dataset", "LeRobot's own conversion")},
       needs_lerobot=True)
 def converted(d: Path, fmt: str) -> Built:
-    from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
-
+    convert_dataset = Api.convert_dataset()
     src = write_synthetic(d / "ds", SynthSpec(version="v2.1", episodes=2, frames=N, height=H, width=W,
                                               cameras=(CAM,), gop=10, state_dim=DIM, seed=7))
     v21_truth = truth_from_clean(src, d / "ref")

@@ -16,6 +16,19 @@ from typing import Any
 FORMATS = ("v2.1", "v3.0")
 VENV_OF = {"v2.1": "v21", "v3.0": "v30"}
 FORMAT_OF = {v: k for k, v in VENV_OF.items()}
+# The reader lines the table runs (issue 25): lerobot 0.3.3 (openpi's line) reads v2.1; 0.4.4 and 0.6.1 read
+# v3.0. Each runs in its own venv (.ci/lerobot_envs.sh); a row is (case, reader line).
+READERS = ("0.3", "0.4", "0.6")
+FORMAT_OF_READER = {"0.3": "v2.1", "0.4": "v3.0", "0.6": "v3.0"}
+VENV_OF_READER = {"0.3": "v21", "0.4": "v30", "0.6": "v06"}
+READER_OF_VENV = {v: k for k, v in VENV_OF_READER.items()}
+RELEASE_OF_READER = {"0.3": "0.3.3", "0.4": "0.4.4", "0.6": "0.6.1"}
+
+
+def reader_line(version: str) -> str | None:
+    """"0.6.1" -> "0.6" (None for a release the table has no column for)."""
+    line = ".".join(version.split(".")[:2])
+    return line if line in READERS else None
 
 # Reader outcomes, from best to worst. `loads` = every sample of both backends read, every frame the
 # row's frame; the others say where the reader stopped or what it handed training instead.
@@ -58,6 +71,10 @@ class Built:
     truth: dict[tuple[str, int], Truth] = field(default_factory=dict)
     depth_cameras: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
+    # degrees clockwise of the display matrix on every video (the truth is in coded orientation): a reader
+    # that applies the matrix (torchcodec >= 0.11, lerobot 0.6's default) and every prep output (the rotation
+    # baked into the pixels) hand back the truth turned by this much
+    display_rotation: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,13 +82,15 @@ class Built:
             "truth": [{"camera": c, "episode": e, **asdict(t)} for (c, e), t in sorted(self.truth.items())],
             "depth_cameras": list(self.depth_cameras),
             "notes": self.notes,
+            "display_rotation": self.display_rotation,
         }
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Built:
         truth = {(t["camera"], int(t["episode"])): Truth(t["ref"], tuple(t["picks"]), bool(t["exact"]))
                  for t in obj["truth"]}
-        return cls(Path(obj["root"]), truth, tuple(obj["depth_cameras"]), list(obj["notes"]))
+        return cls(Path(obj["root"]), truth, tuple(obj["depth_cameras"]), list(obj["notes"]),
+                   int(obj.get("display_rotation", 0)))
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=1))
@@ -87,7 +106,7 @@ class Case:
     formats: tuple[str, ...]
     what: str
     control: str | None  # the clean control this case differs from (None: it is a control)
-    expect: dict[str, Expect]  # per format
+    expect: dict[str, Expect]  # per format; a reader line's key ("0.6") overrides its format's
     build: Builder
     # extra `prep reencode` options per variant; a dict gives each format its own variants
     reencode_variants: Variants = ((),)
@@ -96,6 +115,13 @@ class Case:
     def variants(self, fmt: str) -> tuple[tuple[str, ...], ...]:
         v = self.reencode_variants
         return v.get(fmt, ((),)) if isinstance(v, dict) else v
+
+    def readers(self) -> tuple[str, ...]:
+        """The reader lines this case runs in: those reading one of its formats."""
+        return tuple(r for r in READERS if FORMAT_OF_READER[r] in self.formats)
+
+    def expect_for(self, reader: str) -> Expect:
+        return self.expect.get(reader) or self.expect[FORMAT_OF_READER[reader]]
 
 
 CASES: dict[str, Case] = {}

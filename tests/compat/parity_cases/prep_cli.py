@@ -61,31 +61,61 @@ def is_error(finding: dict[str, Any]) -> bool:
 DEFAULT_READER = {"v2.1": "0.3", "v3.0": "0.4"}
 
 
+@lru_cache(maxsize=4)
+def verify_has_reader_option(python: str) -> bool:
+    """Whether `prep verify` takes `--reader 0.4|0.6|all` (the reader line whose verdict sets the severity)."""
+    return "--reader" in run_prep(python, ["verify", "--help"], timeout=120)["stdout_tail"]
+
+
+def _loads_value(pred: Any) -> bool | None:
+    """A prediction entry as True (loads) / False (refuses, raises, wrong frame) / None (no prediction)."""
+    if isinstance(pred, dict):
+        pred = pred.get("loads", pred.get("prediction", pred.get("outcome")))
+    if isinstance(pred, bool) or pred is None:
+        return pred
+    if isinstance(pred, str):
+        text = pred.strip().lower()
+        if text in ("loads", "load", "yes", "true", "ok"):
+            return True
+        if text in ("", "unknown", "null", "none", "not predicted", "unchecked"):
+            return None
+        return False
+    return None
+
+
 def lerobot_prediction(report: dict[str, Any], fmt: str, reader: str | None = None) -> bool | None:
-    """verify's `lerobot_loads` prediction for this format line's reader (`reader`: "0.3", "0.4", "0.6"), when
-    the report has one. Reports keyed by format ("v3.0") from before the per-reader verdicts are read too."""
+    """verify's `lerobot_loads` prediction for this reader line (or format line), when the report has one.
+
+    Reads both shapes: one entry per format (`{"v3.0": {"reader": "lerobot 0.4.x", "loads": true}}`, also a
+    bare bool or string), and one per reader line (`{"0.4": {...}, "0.6": {...}}`, keys also "lerobot 0.6",
+    "0.6.x"). A per-format entry stands for every reader of that format."""
     pred = report.get("lerobot_loads")
     if pred is None:
         pred = (report.get("dataset") or {}).get("lerobot_loads")
-    if isinstance(pred, dict):
-        keys = [reader or DEFAULT_READER.get(fmt, ""), fmt, fmt.replace(".", ""),
-                "v" + fmt.lstrip("v").replace(".", "")]
-        for key in keys:
-            if key in pred:
-                pred = pred[key]
-                break
-        else:
-            return None
-        if isinstance(pred, dict):
-            pred = pred.get("loads", pred.get("prediction"))
-    return bool(pred) if isinstance(pred, bool) else None
+    if not isinstance(pred, dict):
+        return _loads_value(pred)
+    reader = reader or DEFAULT_READER.get(fmt)
+    keys: list[str] = []
+    if reader:
+        keys += [reader, f"lerobot {reader}", f"{reader}.x", f"lerobot {reader}.x"]
+    keys += [fmt, fmt.replace(".", ""), "v" + fmt.lstrip("v").replace(".", "")]
+    for key in keys:
+        if key in pred:
+            return _loads_value(pred[key])
+    if reader:  # entries that name their reader inside ({"v3.0": {"reader": "lerobot 0.6.x", ...}})
+        for entry in pred.values():
+            if isinstance(entry, dict) and str(entry.get("reader", "")).startswith(f"lerobot {reader}"):
+                return _loads_value(entry)
+    return None
 
 
 def verify(python: str, src: Path, report: Path, fmt: str, decode: bool,
-           scheduler: str | None = None) -> dict[str, Any]:
+           scheduler: str | None = None, reader: str | None = None) -> dict[str, Any]:
     args = ["verify", str(src), verify_report_flag(python), str(report), *execution(scheduler), "--no-progress"]
     if decode:
         args.append("--decode")
+    if reader and fmt == "v3.0" and verify_has_reader_option(python):
+        args += ["--reader", reader]  # the severity of this reader line's verdict
     res = run_prep(python, args)
     findings: list[dict[str, Any]] = []
     obj: dict[str, Any] = {}
@@ -100,7 +130,7 @@ def verify(python: str, src: Path, report: Path, fmt: str, decode: bool,
         errors=[_finding(f) for f in errors],
         warnings=[_finding(f) for f in findings if not is_error(f)],
         severities=with_severity,
-        lerobot_loads=lerobot_prediction(obj, fmt) if obj else None,
+        lerobot_loads=lerobot_prediction(obj, fmt, reader) if obj else None,
     )
     # Without severities, any non-zero exit is an error (today's verify: exit 1 = a check failed,
     # 2 = metadata unreadable). With them, an exit 0 with warnings is no error.

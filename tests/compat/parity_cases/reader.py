@@ -94,7 +94,7 @@ class TruthFrames:
     def __init__(self, built: Built) -> None:
         self.built = built
         self._files: dict[str, tuple[list[float], list[np.ndarray]]] = {}
-        self._cache: dict[tuple[str, int, tuple[int, int] | None], tuple[np.ndarray, list[int | None]]] = {}
+        self._cache: dict[tuple[str, int, tuple[int, int] | None, int], tuple[np.ndarray, list[int | None]]] = {}
 
     def _decoded(self, ref: str) -> tuple[list[float], list[np.ndarray]]:
         if ref not in self._files:
@@ -105,10 +105,12 @@ class TruthFrames:
                 self._files[ref] = decode_all(Path(ref))
         return self._files[ref]
 
-    def get(self, camera: str, episode: int, size: tuple[int, int] | None) -> tuple[np.ndarray, list[int | None], bool]:
-        """(candidates (n, h, w, 3) uint8, index of each row's frame among them or None, exact)."""
+    def get(self, camera: str, episode: int, size: tuple[int, int] | None,
+            rotation: int = 0) -> tuple[np.ndarray, list[int | None], bool]:
+        """(candidates (n, h, w, 3) uint8, index of each row's frame among them or None, exact); `rotation`:
+        degrees clockwise the reader turns the coded frames (a display matrix applied)."""
         t: Truth = self.built.truth[(camera, episode)]
-        key = (camera, episode, size)
+        key = (camera, episode, size, rotation)
         if key not in self._cache:
             times, frames = self._decoded(t.ref)
             if t.ref.endswith(".npy"):
@@ -129,6 +131,8 @@ class TruthFrames:
                 wanted = list(range(lo, hi + 1))
             pos = {k: n for n, k in enumerate(wanted)}
             cands = [frames[k] for k in wanted]
+            if rotation:
+                cands = [np.ascontiguousarray(np.rot90(c, k=-(rotation // 90))) for c in cands]
             if size is not None:
                 cands = [letterbox(c, *size) for c in cands]
             self._cache[key] = (np.stack(cands), [None if i is None else pos[i] for i in idx])
@@ -196,11 +200,29 @@ def clear_decoder_cache() -> None:
             cache.clear()
 
 
+def torchcodec_applies_rotation() -> bool:
+    """torchcodec >= 0.11 (lerobot 0.6's default backend) hands frames turned by the stream's display
+    matrix; older torchcodec and the pyav backend hand the coded frames."""
+    import importlib.metadata
+
+    try:
+        major, minor = (int(x) for x in importlib.metadata.version("torchcodec").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return False
+    return (major, minor) >= (0, 11)
+
+
 def read_backend(root: Path, built: Built, backend: str, size: tuple[int, int] | None,
                  timeout_s: int = 300) -> dict[str, Any]:
     """Open `root` with one backend and read every sample; judge each frame against `built`'s truth
-    (brought to `size`, the output's frame size, when reading a re-encoded output)."""
+    (brought to `size`, the output's frame size, when reading a re-encoded output). A source with a display
+    matrix: its frames are expected turned for a backend that applies the matrix; a prep output holds them
+    turned (prep bakes the rotation into the pixels), for every backend."""
     out: dict[str, Any] = {"backend": backend}
+    rotation = 0
+    if built.display_rotation and (size is not None or (backend == "torchcodec" and torchcodec_applies_rotation())):
+        rotation = built.display_rotation
+        out["expects_rotation"] = rotation
     info = read_json(root / "meta/info.json")
     cams = video_keys(info)
     truth = TruthFrames(built)
@@ -232,7 +254,7 @@ def read_backend(root: Path, built: Built, backend: str, size: tuple[int, int] |
                         # its frames keep the source's size
                         cam_size = None if cam in built.depth_cameras and frame.shape[:2] != (size or (0, 0))[::-1] \
                             else size
-                        cands, rows, exact = truth.get(cam, ep, cam_size)
+                        cands, rows, exact = truth.get(cam, ep, cam_size, rotation)
                         expected = rows[fi] if 0 <= fi < len(rows) else None
                         got: list[float] = []
                         why = judge(frame, cands, expected, exact, margins, got)

@@ -425,10 +425,13 @@ def _rgb_stats(frames: list[np.ndarray]) -> dict[str, Any]:
 
 @case("depth-12bit", BOTH, "an RGB camera plus a depth camera (is_depth_map: true, 12-bit in gray16be, "
       "lossless PNG-in-MP4)", "clean-synth",
-      both(LOADS, "video_utils.py:decode_video_frames_torchcodec (L171) / torchvision (L73): frames come back "
-           "as 8-bit RGB; is_depth_map is never read", "video_utils.py:decode_video_frames_torchcodec (L306) / "
-           "torchvision (L157); is_depth_map is never read",
-           "both backends decode gray16 to 8-bit RGB; loading works"))
+      {**both(LOADS, "video_utils.py:decode_video_frames_torchcodec (L171) / torchvision (L73): frames come back "
+              "as 8-bit RGB; is_depth_map is never read", "video_utils.py:decode_video_frames_torchcodec (L306) / "
+              "torchvision (L157); is_depth_map is never read",
+              "both backends decode gray16 to 8-bit RGB; loading works"),
+       "0.6": Expect(REFUSES, "dataset_metadata.py (depth keys: is_depth_map in either spelling) -> "
+                     "configs/video.py:resolve_vcodec", "0.6.1 builds a depth encoder config for every depth key at "
+                     "open: 'Invalid vcodec png'")})
 def depth(d: Path, fmt: str) -> Built:
     import pyarrow.parquet as pq
 
@@ -501,14 +504,20 @@ def resolution_change(d: Path, fmt: str) -> Built:
 
 
 @case("rotated", BOTH, "display matrix rotating 90 degrees on every video (coded frames unchanged)", "clean-synth",
-      both(LOADS, "video_utils.py: neither torchcodec 0.4 nor torchvision's pyav reader applies the display matrix",
-           "video_utils.py: neither torchcodec 0.10 nor torchvision's pyav reader applies the display matrix",
-           "both backends present the coded orientation, the shape info.json declares"),
+      {**both(LOADS, "video_utils.py: neither torchcodec 0.4 nor torchvision's pyav reader applies the display matrix",
+              "video_utils.py: neither torchcodec 0.10 nor torchvision's pyav reader applies the display matrix",
+              "both backends present the coded orientation, the shape info.json declares"),
+       "0.6": Expect(LOADS, "video_utils.py:decode_video_frames_torchcodec: torchcodec 0.11's VideoDecoder applies "
+                     "the display matrix; the pyav backend (pyav_utils.py) does not",
+                     "torchcodec hands the frame turned 90 degrees (display orientation), pyav the coded frame: "
+                     "each backend loads, in its own orientation (verify warns)")},
       reencode_variants=((), ("--engine", "ffmpeg")))
 def rotated(d: Path, fmt: str) -> Built:
     b = synth(d, fmt)
     for rel in sorted({rel for _c, _e, rel, _s, _n in layout(b.root)}):
         mp4.set_rotation(b.root / rel, 90)
+    # prep's outputs hold display-oriented pixels (no matrix): every reader hands them back turned
+    b.display_rotation = 90
     return b
 
 

@@ -1,5 +1,5 @@
-"""The parity verdict of one row (case x format) and the table: pure functions over the results the
-harness collected, so they run (and are tested) without LeRobot.
+"""The parity verdict of one row (case x reader line: lerobot 0.3 on v2.1, 0.4 and 0.6 on v3.0) and the
+table: pure functions over the results the harness collected, so they run (and are tested) without LeRobot.
 
 A row agrees when
 - the real reader loads the source  <=>  `prep verify` (with and without --decode) reports no error, and
@@ -140,7 +140,12 @@ def output_text(r: dict[str, Any]) -> str:
     return text
 
 
-COLUMNS = ("case", "fmt", "reader (tc, pyav)", "expected", "verify", "verify --decode", "reencode", "output loads",
+def line_text(row: dict[str, Any]) -> str:
+    """"0.6 v3.0" (rows of before the reader lines: the format alone)."""
+    return f"{row['line']} {row['format']}" if row.get("line") else row["format"]
+
+
+COLUMNS = ("case", "lerobot", "reader (tc, pyav)", "expected", "verify", "verify --decode", "reencode", "output loads",
            "agree")
 
 
@@ -149,14 +154,14 @@ def table_rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     for row in rows:
         v = row["verdict"]
         if row.get("error"):
-            out.append((row["case"], row["format"], "-", "-", "-", "-", "-", "-", "ERROR " + short(row["error"], 60)))
+            out.append((row["case"], line_text(row), "-", "-", "-", "-", "-", "-", "ERROR " + short(row["error"], 60)))
             continue
         exp = row["expect"]["outcome"]
         got = row["reader"]["outcome"]
         expect_cell = "=" if exp == got else f"!{exp}"
         agree = "yes" if v["agree"] else "NO " + ",".join(k for k in v["kinds"] if k not in INFO_ONLY)
         re = row["reencode"]
-        out.append((row["case"], row["format"], reader_text(row["reader"]), expect_cell,
+        out.append((row["case"], line_text(row), reader_text(row["reader"]), expect_cell,
                     findings_text(row["verify"]), findings_text(row["verify_decode"]),
                     " / ".join(reencode_text(r) for r in re), " / ".join(output_text(r) for r in re), agree))
     return out
@@ -184,6 +189,17 @@ def counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "disagree": sum(1 for row in rows if not row["verdict"]["agree"]),
         "disagree_by_kind": dict(sorted(kinds.items())),
         "reader_outcomes": dict(sorted(reader.items())),
-        "expectation_mismatches": [f"{r['case']} {r['format']}" for r in rows
+        "per_reader": per_reader(rows),
+        "expectation_mismatches": [f"{r['case']} {line_text(r)}" for r in rows
                                    if r.get("reader") and r["reader"]["outcome"] != r["expect"]["outcome"]],
     }
+
+
+def per_reader(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Rows and agreeing rows per reader line ("0.6": {"rows": 31, "agree": 31})."""
+    out: dict[str, dict[str, int]] = {}
+    for row in rows:
+        d = out.setdefault(row.get("line") or row["format"], {"rows": 0, "agree": 0})
+        d["rows"] += 1
+        d["agree"] += int(row["verdict"]["agree"])
+    return dict(sorted(out.items()))
