@@ -398,3 +398,20 @@ def test_merge_v21_and_refusals(v21: Path, v30: Path, tmp_path: Path, capsys: py
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1
         assert not dst.exists()
+
+
+def test_to_other_format(v30: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "v21"
+    assert main(["edit", str(v30), "--out", str(out), "--drop", "1,3-4", "--to", "v2.1", "--backend", "inline",
+                 "--no-progress"]) == 0
+    assert "converted to v2.1" in capsys.readouterr().out
+    info = json.loads((out / "meta/info.json").read_text())
+    assert info["codebase_version"] == "v2.1" and info["total_episodes"] == 4
+    assert not (out / "prep/edited").exists() and (out / "prep/edit_report.json").is_file()
+    assert_verified(out)
+    src_rows = pq.read_table(v30 / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    s = src_rows[5]  # kept as episode 2
+    pre = f"videos/{CAMS[0]}/"
+    assert payloads(out / f"videos/chunk-000/{CAMS[0]}/episode_000002.mp4") == \
+        payloads(v30 / f"videos/{CAMS[0]}/chunk-000/file-{s[pre + 'file_index']:03d}.mp4",
+                 s[pre + "from_timestamp"], s[pre + "to_timestamp"])

@@ -101,6 +101,8 @@ def add_parser(sub: Any) -> None:
                     "gets its share of every task")
     p.add_argument("--merge", type=Path, nargs="+", metavar="DATASET",
                    help="merge these datasets (same format, fps, robot_type and features) into --out, in order")
+    p.add_argument("--to", choices=("v2.1", "v3.0"), help="write the other format: the edit is staged in "
+                   "<out>/prep/edited and converted by stream copy (`prep convert`'s rules; not with --split)")
     p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
     add_run_options(p, SmallInput(64, "episodes"))
     p.set_defaults(func=run)
@@ -151,6 +153,9 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.edit import EditOptions, SplitPart, edit_dataset, merge_datasets, split_dataset
     from pipeline.runner import open_engine
 
+    if args.to is not None and not args.split:
+        return run_to(args)
+
     if args.merge:
         if args.src is not None or args.split or any(getattr(args, k) is not None for k in SELECTIONS):
             raise PrepError("--merge takes its datasets after it (prep edit --merge A B --out OUT) and no other "
@@ -182,3 +187,38 @@ def run(args: argparse.Namespace) -> int:
                               verify=not args.no_verify)
     print(summary(report))
     return 0 if report.ok else 1
+
+
+def run_to(args: argparse.Namespace) -> int:
+    """`--to FORMAT`: the edit or merge staged in the source's format, then converted (a no-op when FORMAT is
+    the source's)."""
+    from pipeline.commands.convert import summary as convert_summary
+    from pipeline.dataset.info import read_info
+    from pipeline.jobs.edit import EditOptions, edit_as, edit_dataset, merge_datasets
+    from pipeline.runner import open_engine
+
+    first = (args.merge or [args.src])[0]
+    if first is None:
+        raise PrepError("give the DATASET to edit (or --merge A B ...)")
+    out = args.out.absolute()
+    same = read_info(first.absolute())["codebase_version"] == args.to
+    args_to, args.to = args.to, None
+    if same:
+        return run(args)
+    options = EditOptions(drop=args.drop, keep=args.keep,
+                          drop_failed=args.drop_failed.absolute() if args.drop_failed else None,
+                          drop_tasks=tuple(args.drop_tasks) if args.drop_tasks else None,
+                          keep_tasks=tuple(args.keep_tasks) if args.keep_tasks else None)
+
+    def edit(staged: Path, verify: bool) -> Any:
+        if args.merge:
+            return merge_datasets(args.merge, staged, engine, verify=verify)
+        return edit_dataset(args.src.absolute(), staged, options, engine, verify=verify)
+
+    with open_engine(run_config(args)) as engine:
+        result = edit_as(args_to, out, engine, edit, verify=not args.no_verify)
+    print(summary(result.edit))
+    if result.convert is not None:
+        print(f"converted to {args_to}:")
+        print(convert_summary(result.convert))
+    return 0 if result.ok else 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -1028,3 +1029,52 @@ def merge_datasets(srcs: Sequence[Path], out: Path, engine: Engine, *, verify: b
         index_offset += sum(n for _e, _t, n in rows)
         total += len(rows)
     return write_edit(sources, out, total, engine, verify=verify, info_out=layout)
+
+
+# ---- --to: the edit in the other format ------------------------------------------------------------
+
+STAGED_REL = f"{PREP_DIR}/edited"  # the edit in the source's format, converted into <out>
+
+
+@dataclass(slots=True)
+class EditAsReport:
+    """`--to` the other format: the edit (staged in `<out>/prep/edited`), then its conversion into `<out>`."""
+
+    edit: EditReport
+    convert: Any = None  # pipeline.jobs.convert.ConvertReport | None (None: the edit failed)
+    staged_removed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.edit.ok and self.convert is not None and bool(self.convert.ok)
+
+
+def edit_as(to: str, out: Path, engine: Engine, edit: Any, *, verify: bool = True) -> EditAsReport:
+    """Run `edit(staged_out, verify)` (an edit or merge writing the source's format) into `<out>/prep/edited`,
+    then `prep convert` it into `out` by stream copy (pipeline.jobs.convert, its checks and refusals: v3.0 ->
+    v2.1 needs every episode to start on a keyframe) and remove the staged copy. Both steps resume per file."""
+    from pipeline.convert.layout import Limits
+    from pipeline.jobs.convert import ConvertOptions, convert_dataset
+    from pipeline.jobs.convert import check_options as check_convert
+
+    out = Path(out).absolute()
+    check_convert(ConvertOptions(to))
+    refuse_busy(out)
+    check_output_tree(out)
+    staged = out / STAGED_REL
+    first: EditReport = edit(staged, False)  # refusals before anything is written; its own lock
+    result = EditAsReport(first)
+    if not first.ok:
+        return result
+    info = read_info(staged)
+    limits = Limits(chunks_size=int(info.get("chunks_size", 1000)),
+                    data_files_size_in_mb=float(info.get("data_files_size_in_mb", 100)),
+                    video_files_size_in_mb=float(info.get("video_files_size_in_mb", 200)))
+    with output_lock(out, command_line("edit")):
+        result.convert = convert_dataset(staged, out, ConvertOptions(to, limits), engine, verify=verify, staged=True)
+        if result.convert.ok:
+            atomic.write_json(out / REPORT_REL, json.loads(atomic.read_regular_text(staged / REPORT_REL)), indent=2,
+                              root=out)
+            shutil.rmtree(staged)
+            result.staged_removed = True
+    return result
