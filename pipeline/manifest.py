@@ -194,6 +194,9 @@ def build_manifest(ds: Dataset, totals: ScanTotals, rejected: list[EpisodeError]
     }
     if n_failures > len(listed):
         doc["failures_omitted"] = n_failures - len(listed)
+    if ds.warnings_total:  # what the readers do not refuse (stale data/file_index, rules they ignore)
+        doc["warnings"] = list(ds.warnings)
+        doc["warnings_total"] = ds.warnings_total
     return doc
 
 

@@ -67,6 +67,11 @@ def summary(m: dict[str, Any], out: Path) -> str:
         *(f"          {cam}: {n:,}" for cam, n in b["per_camera"].items()),
         f"rate      {t['gb_per_hour']:.3f} GB/hr, {t['kb_per_frame']:.2f} kB per timestep (all cameras)",
     ]
+    warnings = m.get("warnings") or []
+    for w in warnings[:10]:
+        lines.append(f"warning   {w}")
+    if m.get("warnings_total", 0) > min(10, len(warnings)):
+        lines.append(f"warning   ... and {m['warnings_total'] - min(10, len(warnings)):,} more (see the manifest)")
     for f in m["failures"][:10]:
         lines.append(f"FAILED    episode {f['episode']}: {f.get('path') or ''}: {f['reason']}")
     if t["episodes_failed"] > 10:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pyarrow.parquet as pq
 
 from pipeline.bounded import loads_json
 from pipeline.convert.layout import MB, V21Episode, V30Episode, V30Video
+from pipeline.dataset.datafiles import locator
 from pipeline.dataset.info import format_template
 from pipeline.dataset.model import resolve_inside
 from pipeline.dataset.v21 import iter_lines
@@ -240,8 +242,14 @@ def iter_v30_episodes(root: Path, info: dict[str, Any], cameras: tuple[str, ...]
     """Each v3.0 episode and its full metadata row (stats columns included), checked to be 0, 1, 2, ..."""
     if cameras and not isinstance(info.get("video_path"), str):
         raise DatasetError(root / "meta/info.json", "video features declared but 'video_path' is missing")
+    files = locator(root)  # rows where LeRobot finds them, whatever a stale data/file_index says
     for expected, (path, rowno, row) in enumerate(iter_v30_rows(root)):
-        yield parse_v30_row(root / "meta/info.json", path, rowno, row, info, cameras, expected), row
+        ep = parse_v30_row(root / "meta/info.json", path, rowno, row, info, cameras, expected)
+        if files is not None:
+            real = files.locate(ep.data_rel, ep.dataset_from_index)
+            if real != ep.data_rel:
+                ep = replace(ep, data_rel=real)
+        yield ep, row
 
 
 def iter_v30_tasks(root: Path) -> Iterator[tuple[int, str]]:

@@ -135,6 +135,14 @@ class Dataset:
     file_keys: Callable[[str], list[np.ndarray]] | None = None  # "data" | camera -> columns naming the file
     rejected_count: int = 0  # metadata records refused (see the `Rejected` list open_dataset returns)
     metadata_digest: str = ""  # of meta/info.json and the episode metadata as read (plans key on it)
+    # v3.0: episodes whose data/file_index names another file than the one holding their rows (the first
+    # 1,000, and how many in all); their DataRef already points at the real file (pipeline.dataset.datafiles)
+    stale_data_files: list[Any] = field(default_factory=list)
+    stale_data_files_total: int = 0
+    # problems the readers do not refuse (one line each, the first MAX_LISTED, and how many in all): scan and
+    # verify report them as warnings, no command refuses the dataset for them
+    warnings: list[str] = field(default_factory=list)
+    warnings_total: int = 0
     _groups: dict[str, Groups] = field(default_factory=dict)
 
     @property

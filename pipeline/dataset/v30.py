@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.dataset.datafiles import Stale, relocate_columns
 from pipeline.dataset.info import cameras_from_info
 from pipeline.dataset.model import DataRef, Dataset, Episode, Rejected, VideoRef
 from pipeline.dataset.rows import RowBuilder
@@ -238,6 +239,14 @@ def open_v30(root: Path, info: dict[str, Any]) -> tuple[Dataset, Rejected]:
                 digest.update(block)
     cols, rejected = rows.finish(where_of)
     cams: dict[str, CameraColumns] = cols.cameras or {}
+    stale: list[Stale] = []
+    stale_total = 0
+    if cols.data_chunk is not None and cols.data_file is not None and cols.from_index is not None:
+        # rows are where LeRobot finds them (by global index across all data files), not where a stale
+        # data/file_index says (pipeline.dataset.datafiles)
+        stale, stale_total = relocate_columns(root, lambda c, f: data.fill(chunk_index=c, file_index=f),
+                                              cols.data_chunk, cols.data_file, cols.index, cols.from_index,
+                                              cols.length)
 
     def make(table: EpisodeTable, k: int) -> Episode:
         c = table.columns
@@ -277,5 +286,9 @@ def open_v30(root: Path, info: dict[str, Any]) -> tuple[Dataset, Rejected]:
         file_keys=keys,
         rejected_count=rejected.total,
         metadata_digest=digest.hexdigest(),
+        stale_data_files=stale,
+        stale_data_files_total=stale_total,
+        warnings=[s.line() for s in stale[:20]],
+        warnings_total=stale_total,
     )
     return ds, rejected

@@ -58,6 +58,14 @@ def dataset_findings(ds: Dataset, rejected: list[EpisodeError], rejected_total: 
         out.append(CheckFailure("total_frames", f"{declared_frames} (info.json)",
                                 f"{ds.total_frames_expected} (sum of episode lengths)", None, None, info_path,
                                 TOTAL_FRAMES_SEVERITY.get(ds.codebase_version, ERROR)))
+    for st in ds.stale_data_files:  # rows found where LeRobot finds them (pipeline.dataset.datafiles)
+        out.append(CheckFailure("stale_file_index", f"{st.real} (the file holding index {st.from_index}..."
+                                f"{st.to_index - 1}, where LeRobot reads the rows)", f"{st.named} (data/file_index)",
+                                st.episode, None, str(ds.root / st.real), WARNING))
+    if ds.stale_data_files_total > len(ds.stale_data_files):
+        out.append(CheckFailure("stale_file_index", "each episode's data/file_index naming its rows' file",
+                                f"{ds.stale_data_files_total - len(ds.stale_data_files)} more episodes name "
+                                "another file", None, None, str(ds.root / "meta/episodes"), WARNING))
     indices = ds.episodes.episode_index
     off = np.flatnonzero(indices != np.arange(len(indices)))
     if not rejected_total and len(off):
