@@ -72,6 +72,18 @@ def test_reencode_refuses_two_sources_and_none(tmp_path: Path) -> None:
     assert res.returncode == 2 and "no source dataset" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.parametrize(("argv", "named"), [
+    ([], "DATASET (or --src DATASET), --dst SIZE"), (["merged"], "--dst SIZE"), (["--src", "merged"], "--dst SIZE")],
+    ids=["nothing", "no-dst", "src-no-dst"])
+def test_reencode_names_every_missing_argument(tmp_path: Path, argv: list[str], named: str) -> None:
+    """`prep reencode` alone names DATASET and --dst (argparse named only --dst), in one line, exit 2."""
+    res = prep("reencode", *argv, cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"prep reencode: error: the following arguments are required: {named} (e.g. prep reencode DATASET --dst 224)"]
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("argv", [["budget", "--no-plots"], ["scan", "{tiny}", "--backend", "inline"],
                                   ["bench", "dataloader", "{tiny}", "--no-plot"]], ids=["budget", "scan", "bench"])
 def test_no_default_output_in_the_filesystem_root(argv: list[str], tiny: Path) -> None:

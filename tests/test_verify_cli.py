@@ -77,7 +77,8 @@ def test_cli_bad_dataset_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_cli_rejects_bad_options(small_v21: Path) -> None:
-    for bad in (["--size", "224"], ["--size", "0x224"], ["--expect-frames", "0"]):
+    for bad in (["--size", "224x"], ["--size", "2x2x2"], ["--size", "0x224"], ["--size", "0"],
+                ["--expect-frames", "0"]):
         with pytest.raises(SystemExit):
             main(["verify", str(small_v21), *bad, *RUN])
 
@@ -137,3 +138,22 @@ def test_schema_rejects_a_malformed_report(small_v21: Path, tmp_path: Path) -> N
         mutate(bad)
         with pytest.raises(PrepError, match=r"verify\.schema\.json"):
             validate(bad, "verify")
+
+
+def test_size_alone_means_a_square_as_reencode_dst(small_v21: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`verify --size 224` is `--size 224x224` (as `reencode --dst 224` is 224x224): it passes on 224x224
+    videos, and `--size 112` fails them naming 112x112."""
+    reports = {}
+    for size in ("224", "224x224", "112"):
+        out = tmp_path / f"{size}.json"
+        code = main(["verify", str(small_v21), "--size", size, "--json", str(out), "--backend", "inline",
+                     "--no-progress"])
+        capsys.readouterr()
+        reports[size] = (code, json.loads(out.read_text()))
+    assert reports["224"][0] == reports["224x224"][0] == 0
+    assert reports["224"][1]["options"]["size"] == reports["224x224"][1]["options"]["size"]
+    code, report = reports["112"]
+    assert code == 1 and report["failures"], report["failures"]
+    assert all("112x112" in json.dumps(f) for f in report["failures"] if "size" in f["check"]), report["failures"]
+    assert any("size" in f["check"] for f in report["failures"]), report["failures"]

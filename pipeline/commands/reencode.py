@@ -54,7 +54,8 @@ def add_parser(sub: Any) -> None:
                    help="source dataset: a path, or a name under --root (or give it as --src DATASET)")
     p.add_argument("--src", metavar="DATASET", type=source_path,
                    help="the source dataset, as an option (same as DATASET)")
-    p.add_argument("--dst", required=True, metavar="SIZE", help="target size: 224 (224x224) or WxH, e.g. 320x240")
+    # not required=True: argparse would name --dst alone when DATASET is missing too (run() names every one)
+    p.add_argument("--dst", metavar="SIZE", help="target size: 224 (224x224) or WxH, e.g. 320x240 (required)")
     p.add_argument("--root", type=Path, help="folder holding DATASET when it is a name (default: current folder)")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="output dataset folder (default: <DATASET>_<SIZE> beside DATASET: merged -> merged_224)")
@@ -279,7 +280,18 @@ def resume_note(args: argparse.Namespace) -> str | None:
     return f"finished files are kept in {output_of(args)}"
 
 
+def missing_arguments(args: argparse.Namespace) -> None:
+    """A missing --dst is named with every other missing argument in one line (argparse would name the first
+    one it meets); a missing DATASET alone is source_of's refusal."""
+    if args.dst is None:
+        missing = ["--dst SIZE"] if args.dataset is not None or args.src is not None else [
+            "DATASET (or --src DATASET)", "--dst SIZE"]
+        raise PrepError(f"the following arguments are required: {', '.join(missing)} "
+                        "(e.g. prep reencode DATASET --dst 224)")
+
+
 def run(args: argparse.Namespace) -> int:
+    missing_arguments(args)
     size = parse_size(args.dst)  # a bad size is refused before anything heavy is imported
     src = resolve_src(source_of(args), args.root)
     out = args.out.absolute() if args.out else default_out(src, size)

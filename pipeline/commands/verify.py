@@ -118,12 +118,17 @@ def _episode_list(episodes: list[int], limit: int = 20) -> str:
 
 
 def parse_size(text: str) -> tuple[int, int]:
+    """`224x224` -> (224, 224) as (width, height); `224` alone means 224x224, as `prep reencode --dst 224`."""
     try:
         if not text.isascii():  # int() would read full-width digits ('２２４') as 224
             raise ValueError(text)
-        w, h = (int(x) for x in text.lower().split("x"))
+        parts = [int(x) for x in text.lower().split("x")]
+        if len(parts) not in (1, 2):
+            raise ValueError(text)
+        w, h = parts if len(parts) == 2 else parts * 2
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, e.g. 224x224, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT or one size, e.g. 224x224 or 224, got {text!r}"
+                                         ) from None
     if w <= 0 or h <= 0:
         raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
     return w, h
@@ -140,7 +145,8 @@ def add_parser(sub: Any) -> None:
                    help="dataset root (the folder holding meta/info.json)")
     p.add_argument("--expect-frames", type=positive_int, metavar="N",
                    help="every episode must have exactly N frames (e.g. 90 = 3 s at 30 fps)")
-    p.add_argument("--size", type=parse_size, metavar="WxH", help="every video must be WxH, e.g. 224x224")
+    p.add_argument("--size", type=parse_size, metavar="WxH",
+                   help="every video must be WxH, e.g. 224x224 (224 alone: 224x224, as reencode --dst)")
     p.add_argument("--all-intra", action="store_true", help="every frame must be a keyframe")
     p.add_argument("--decode", action="store_true", help="also decode every frame (slower; catches corrupt "
                    "packets a demux cannot see)")
