@@ -6,23 +6,28 @@ rgb_encoder=RGBEncoderConfig(vcodec="h264"))`, its defaults otherwise: GOP 2, cr
 afresh and appended to one file per camera), corpus B (--merge-episodes more, another seed) for the merge, and
 `prep reencode --dst 224` of each (all-intra h264, every frame a keyframe).
 
-On each input (the h264 source and the 224 output) the same three edits, prep and LeRobot alternating:
-- drop: `prep edit SRC --drop LIST` of ~40 % of the episodes vs `dataset_tools.delete_episodes`;
-- split: `prep edit SRC --split train=LIST val=LIST` vs `dataset_tools.split_dataset` with the same lists;
+On each input (the h264 source and the 224 output) the same three edits, prep (on a --workers LocalCluster and
+on the inline engine, one process) then LeRobot:
+- drop: `prep edit SRC --drop LIST` of 40 % of the episodes (every 5th+1 and 5th+3) vs
+  `dataset_tools.delete_episodes`;
+- split: `prep edit SRC --no-shuffle --split train=LIST val=LIST` vs `dataset_tools.split_dataset` with the same
+  lists (val every 5th episode);
 - merge: `prep edit --merge A B` vs `dataset_tools.merge_datasets`.
 Each tool runs as its own process; `process_s` is the whole process (imports, prep's start-up and any
-cluster included: what a user waits for), `seconds` the edit inside it (LeRobot: around the call, imports
-and opening the source excluded; prep: the job's own timing from its report when it writes one). The ratio
-is LeRobot / prep on `process_s` (prep's start-up counted against prep). prep runs with --no-verify
-(LeRobot's tools verify nothing); `prep verify --decode` of each prep output is run apart (not timed in the
-ratio) and its exit code recorded.
+cluster included: what a user waits for), `cpu_s` the CPU seconds of the process and its descendants (the
+cost on a shared machine, where wall time also counts the waits for a core), `seconds` the edit inside it
+(LeRobot: around the call, imports and opening the source excluded; prep: the job's own timing from its
+report). Ratios are LeRobot / prep on `process_s` (x wall) and on `cpu_s` (x cpu). prep runs with
+--no-verify (LeRobot's tools verify nothing); `prep verify --decode` of each prep output is run apart (not
+timed) and its exit codes recorded.
 
 Bit-exactness: every output episode is matched to its source episode (by the edit's own mapping) and, per
 camera, the payload bytes of its packets (PyAV demux, pts in the episode's [from_timestamp, to_timestamp))
 compared with the source episode's: `packets_equal / packets` for prep's output and for LeRobot's.
 
     python bench/edit.py [--episodes 50] [--frames 90] [--merge-episodes 25] [--work DIR] [--workers 2]
-                         [--only drop,split,merge] [--inputs h264,224] [--out bench/results/edit.json]
+                         [--no-inline] [--only drop,split,merge] [--inputs h264,224]
+                         [--out bench/results/edit.json]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -120,12 +126,23 @@ def lerobot_env(work: Path) -> dict[str, str]:
             "HF_LEROBOT_HOME": str(work / "hf-lerobot"), "PYTHONPATH": ""}
 
 
-def prep(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children and the descendants they waited for
+    (a LocalCluster's workers included): on a shared machine, what a run cost apart from what it waited for."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """Run `cmd`; (result, wall seconds, CPU seconds of the process and its descendants)."""
+    c0, t0 = children_cpu(), time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    return r, time.perf_counter() - t0, children_cpu() - c0
+
+
+def prep(*args: str) -> tuple[subprocess.CompletedProcess[str], float, float]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=env,
-                       check=False)
-    return r, time.perf_counter() - t0
+    return timed([sys.executable, "-m", "pipeline.cli", *args], env)
 
 
 def du(root: Path) -> int:
@@ -151,14 +168,15 @@ def build_224(src: Path, out: Path, workers: int) -> float:
         return 0.0
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
-    r, _ = prep("reencode", str(src), "--dst", "224", "--out", str(out), "--workers", str(workers), "--no-progress")
+    r, _, _ = prep("reencode", str(src), "--dst", "224", "--out", str(out), "--workers", str(workers),
+                   "--no-progress")
     if r.returncode != 0:
         raise SystemExit(f"prep reencode {src} failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     return time.perf_counter() - t0
 
 
 def prep_edit_features() -> set[str]:
-    r, _ = prep("edit", "--help")
+    r, _, _ = prep("edit", "--help")
     return {flag for flag in ("--drop", "--split", "--merge") if flag in r.stdout}
 
 
@@ -243,45 +261,44 @@ def episode_list(eps: list[int]) -> str:
     return ",".join(str(e) for e in eps)
 
 
-def run_prep(op: str, p: dict[str, Any], srcs: list[Path], out: Path, workers: int) -> dict[str, Any]:
+def run_prep(op: str, p: dict[str, Any], srcs: list[Path], out: Path, workers: int | None) -> dict[str, Any]:
+    """`prep edit` as one process; workers None: the inline engine (this process only), else a LocalCluster."""
     shutil.rmtree(out, ignore_errors=True)
-    engine = ["--workers", str(workers), "--no-verify", "--no-progress"]
+    engine = ["--workers", str(workers)] if workers else ["--backend", "inline"]
+    tool = f"prep edit, {workers} workers" if workers else "prep edit, inline"
     if op == "drop":
         args = ["edit", str(srcs[0]), "--out", str(out), "--drop", episode_list(p["drop"])]
     elif op == "split":
-        args = ["edit", str(srcs[0]), "--out", str(out), "--split",
+        args = ["edit", str(srcs[0]), "--out", str(out), "--no-shuffle", "--split",
                 *(f"{name}={episode_list(eps)}" for name, eps in p["splits"].items())]
     else:
         args = ["edit", "--merge", *map(str, srcs), "--out", str(out)]
     load = os.getloadavg()[0]
-    r, wall = prep(*args, *engine)
+    r, wall, cpu = prep(*args, *engine, "--no-verify", "--no-progress")
     if r.returncode != 0:
-        return {"tool": "prep edit", "error": f"rc {r.returncode}: {(r.stderr or r.stdout).strip()[-600:]}",
-                "process_s": wall, "load_avg_1m_at_start": load}
+        return {"tool": tool, "error": f"rc {r.returncode}: {(r.stderr or r.stdout).strip()[-600:]}",
+                "process_s": wall, "cpu_s": cpu, "load_avg_1m_at_start": load}
     seconds = None
     for rep in [out / "prep/edit_report.json", *sorted(out.glob("*/prep/edit_report.json"))]:
         if rep.is_file():
-            doc = json.loads(rep.read_text())
-            seconds = doc.get("seconds")
+            seconds = json.loads(rep.read_text()).get("seconds")
             break
-    return {"tool": "prep edit", "process_s": wall, "seconds": seconds, "load_avg_1m_at_start": load,
-            "out_bytes": du(out), "command": "prep " + " ".join(a if len(a) < 60 else a[:57] + "..." for a in args)}
+    short = " ".join(a if len(a) < 40 else a[:37] + "..." for a in args)
+    return {"tool": tool, "process_s": wall, "cpu_s": cpu, "seconds": seconds, "load_avg_1m_at_start": load,
+            "out_bytes": du(out), "command": f"prep {short} {' '.join(engine)} --no-verify"}
 
 
 def run_lerobot(op: str, p: dict[str, Any], srcs: list[Path], out: Path, work: Path) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     arg = {"roots": [str(s) for s in srcs], "drop": p["drop"], "splits": p["splits"]}
     load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    r = subprocess.run([str(LEROBOT_PY), "-c", EDIT_SCRIPT, op, str(out), json.dumps(arg)], capture_output=True,
-                       text=True, env=lerobot_env(work), check=False)
-    wall = time.perf_counter() - t0
+    r, wall, cpu = timed([str(LEROBOT_PY), "-c", EDIT_SCRIPT, op, str(out), json.dumps(arg)], lerobot_env(work))
     name = {"drop": "delete_episodes", "split": "split_dataset", "merge": "merge_datasets"}[op]
     if r.returncode != 0:
         return {"tool": f"lerobot 0.6.1 {name}", "error": r.stderr.strip()[-600:], "process_s": wall,
-                "load_avg_1m_at_start": load}
+                "cpu_s": cpu, "load_avg_1m_at_start": load}
     inner = json.loads(r.stdout.strip().splitlines()[-1])
-    return {"tool": f"lerobot 0.6.1 {name}", "process_s": wall, "seconds": inner["seconds"],
+    return {"tool": f"lerobot 0.6.1 {name}", "process_s": wall, "cpu_s": cpu, "seconds": inner["seconds"],
             "load_avg_1m_at_start": load, "out_bytes": du(out)}
 
 
@@ -289,7 +306,7 @@ def run_verify(roots: list[Path], workers: int) -> dict[str, Any]:
     codes = []
     t0 = time.perf_counter()
     for root in roots:
-        r, _ = prep("verify", str(root), "--decode", "--workers", str(workers), "--no-progress")
+        r, _, _ = prep("verify", str(root), "--decode", "--workers", str(workers), "--no-progress")
         codes.append(r.returncode)
     return {"exit_codes": codes, "process_s": time.perf_counter() - t0}
 
@@ -299,15 +316,16 @@ def fmt(v: float | None, spec: str) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'input':<6}{'edit':<7}{'tool':<32}{'process s':>10}{'edit s':>9}{'ratio':>8}{'packets equal':>22}"
-            f"{'verify':>8}{'load':>6}")
+    head = (f"{'input':<6}{'edit':<7}{'tool':<32}{'process s':>10}{'cpu s':>8}{'edit s':>8}{'x wall':>8}{'x cpu':>7}"
+            f"{'packets equal':>16}{'verify':>8}{'load':>6}")
     lines = [head, "-" * len(head)]
     for r in rows:
         ex = r.get("exact") or {}
         eq = f"{ex['packets_equal']}/{ex['packets']}" if ex else ("error" if "error" in r else "-")
         verify = r.get("verify", {}).get("exit_codes")
         lines.append(f"{r['input']:<6}{r['op']:<7}{r['tool']:<32}{fmt(r.get('process_s'), '.2f'):>10}"
-                     f"{fmt(r.get('seconds'), '.2f'):>9}{fmt(r.get('ratio'), '.1f'):>8}{eq:>22}"
+                     f"{fmt(r.get('cpu_s'), '.2f'):>8}{fmt(r.get('seconds'), '.2f'):>8}"
+                     f"{fmt(r.get('ratio'), '.1f'):>8}{fmt(r.get('ratio_cpu'), '.1f'):>7}{eq:>16}"
                      f"{'-' if verify is None else ','.join(map(str, verify)):>8}"
                      f"{r['load_avg_1m_at_start']:>6.1f}")
     return "\n".join(lines)
@@ -322,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", default="drop,split,merge")
     ap.add_argument("--inputs", default="h264,224")
+    ap.add_argument("--no-inline", action="store_true", help="skip prep's inline-engine runs")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("bench/results/edit.json"))
     args = ap.parse_args(argv)
@@ -354,27 +373,31 @@ def main(argv: list[str] | None = None) -> int:
         fps = float(json.loads((a / "meta/info.json").read_text())["fps"])
         for op in args.only.split(","):
             srcs = [a, b] if op == "merge" else [a]
-            pair = []
-            if f"--{op}" in have:
-                out = work / "out" / f"prep-{inp}-{op}"
-                row = run_prep(op, p, srcs, out, args.workers)
+            group: list[dict[str, Any]] = []
+            engines: list[int | None] = [args.workers, None] if not args.no_inline else [args.workers]
+            for workers in engines:
+                if f"--{op}" not in have:
+                    group.append({"tool": "prep edit", "error": f"prep edit has no --{op} yet",
+                                  "load_avg_1m_at_start": os.getloadavg()[0]})
+                    break
+                out = work / "out" / f"prep-{inp}-{op}-{workers or 'inline'}"
+                row = run_prep(op, p, srcs, out, workers)
                 if "error" not in row:
                     row["exact"] = bit_exact(mapping(op, p, args.episodes, out, srcs), fps)
                     parts = [out / n for n in p["splits"]] if op == "split" else [out]
                     row["verify"] = run_verify(parts, args.workers)
-                pair.append(row)
-            else:
-                pair.append({"tool": "prep edit", "error": f"prep edit has no --{op} yet", "load_avg_1m_at_start": 0.0})
+                group.append(row)
             out = work / "out" / f"lerobot-{inp}-{op}"
-            row = run_lerobot(op, p, srcs, out, work)
-            if "error" not in row:
-                row["exact"] = bit_exact(mapping(op, p, args.episodes, out, srcs), fps)
-            pair.append(row)
-            if "error" not in pair[0] and "error" not in pair[1]:
-                pair[0]["ratio"] = pair[1]["process_s"] / pair[0]["process_s"]
-                if pair[0].get("seconds"):
-                    pair[0]["ratio_edit_s"] = pair[1]["seconds"] / pair[0]["seconds"]
-            for row in pair:
+            theirs = run_lerobot(op, p, srcs, out, work)
+            if "error" not in theirs:
+                theirs["exact"] = bit_exact(mapping(op, p, args.episodes, out, srcs), fps)
+                for row in group:
+                    if "error" not in row:
+                        row["ratio"] = theirs["process_s"] / row["process_s"]
+                        row["ratio_cpu"] = theirs["cpu_s"] / row["cpu_s"]
+                        if row.get("seconds"):
+                            row["ratio_edit_s"] = theirs["seconds"] / row["seconds"]
+            for row in [*group, theirs]:
                 row.update(input=inp, op=op)
                 rows.append(row)
                 print(table([row]).splitlines()[-1], flush=True)
@@ -383,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
     print()
     print(table(rows))
-    print(f"ratio = lerobot process_s / prep process_s; load average (1, 5, 15 min) before {load_before}, after "
+    print("x wall = lerobot process s / prep process s; x cpu = the same with CPU seconds (process and descendants)")
+    print(f"load average (1, 5, 15 min) before {load_before}, after "
           f"{load_after}, on {machine_cores()} cores")
     result = {
         "bench": "edit",
@@ -396,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
         "plan": p,
         "command": "python bench/edit.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "note": "process_s: the whole process of each tool (imports, start-up, cluster); seconds: the edit inside it "
-                "where the tool reports it. ratio: lerobot process_s / prep process_s. packets equal: output "
+                "where the tool reports it; cpu_s: CPU seconds (user + system) of the process and its descendants. "
+                "ratio: lerobot process_s / prep process_s; ratio_cpu: the same in CPU seconds. packets equal: output "
                 "packets whose payload bytes equal the matching source episode's packet (PyAV demux). prep runs "
                 "--no-verify; `prep verify --decode` of its outputs is run apart (exit codes in verify).",
         "results": rows,
