@@ -22,7 +22,8 @@ features = {
 }
 root = Path(sys.argv[1]) / "native"
 ds = LeRobotDataset.create("local/native", fps=30, root=root, features=features, use_videos=True,
-                           robot_type="synthetic", rgb_encoder=RGBEncoderConfig(vcodec="h264", g=2, crf=23, preset="veryfast"))
+                           robot_type="synthetic",
+                           rgb_encoder=RGBEncoderConfig(vcodec="h264", g=2, crf=23, preset="veryfast"))
 for _episode in range(2):
     for _ in range(6):
         ds.add_frame({"observation.state": np.zeros(4, np.float32), "action": np.ones(4, np.float32),
