@@ -415,3 +415,27 @@ def test_to_other_format(v30: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert payloads(out / f"videos/chunk-000/{CAMS[0]}/episode_000002.mp4") == \
         payloads(v30 / f"videos/{CAMS[0]}/chunk-000/file-{s[pre + 'file_index']:03d}.mp4",
                  s[pre + "from_timestamp"], s[pre + "to_timestamp"])
+
+
+def test_edit_help_and_parse_import_no_heavy_dependency() -> None:
+    from test_cli_start import command_modules, heavy_in, imported
+
+    code, mods = imported("edit", "--help")
+    assert code == 0 and heavy_in(mods) == []
+    shared = {"pipeline.commands.common", "pipeline.commands.argtypes"}
+    assert command_modules(mods) - shared == {"pipeline.commands.edit"}
+    code, mods = imported("edit", "nowhere", "--out", "x", "--split", "a=0.5", "b=bad", "--no-progress")
+    assert code == 2 and heavy_in(mods) == []
+
+
+def test_resume_rewrites_only_what_is_missing(v30: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = edit_inline(v30, out, drop=(1,))
+    assert first.ok and first.written == first.files
+    victim = out / f"videos/{CAMS[1]}/chunk-000/file-001.mp4"
+    victim.unlink()
+    (out / "meta/info.json").unlink()
+    again = edit_inline(v30, out, drop=(1,))
+    assert again.ok and again.written == 1 and again.kept == first.files - 1
+    assert victim.is_file()
+    assert_verified(out)
