@@ -46,10 +46,16 @@ def run_prep(python: str, args: list[str], timeout: int = TIMEOUT_S) -> dict[str
 
 
 @lru_cache(maxsize=4)
+def verify_help(python: str) -> str:
+    """The whole of `prep verify --help` (the options are near its top, beyond run_prep's tails)."""
+    r = subprocess.run([python, "-m", "pipeline.cli", "verify", "--help"], capture_output=True, text=True, timeout=120,
+                       cwd=REPO, env=_env())
+    return r.stdout
+
+
 def verify_report_flag(python: str) -> str:
-    """`--json` today; `--out` if the CLI renamed it."""
-    help_text = run_prep(python, ["verify", "--help"], timeout=120)["stdout_tail"]
-    return "--json" if "--json" in help_text else "--out"
+    """`--out` since the CLI renamed it (`--json` before)."""
+    return "--out" if "--out PATH" in verify_help(python) else "--json"
 
 
 def is_error(finding: dict[str, Any]) -> bool:
@@ -61,10 +67,9 @@ def is_error(finding: dict[str, Any]) -> bool:
 DEFAULT_READER = {"v2.1": "0.3", "v3.0": "0.4"}
 
 
-@lru_cache(maxsize=4)
 def verify_has_reader_option(python: str) -> bool:
     """Whether `prep verify` takes `--reader 0.4|0.6|all` (the reader line whose verdict sets the severity)."""
-    return "--reader" in run_prep(python, ["verify", "--help"], timeout=120)["stdout_tail"]
+    return "--reader" in verify_help(python)
 
 
 def _loads_value(pred: Any) -> bool | None:
@@ -114,7 +119,7 @@ def verify(python: str, src: Path, report: Path, fmt: str, decode: bool,
     args = ["verify", str(src), verify_report_flag(python), str(report), *execution(scheduler), "--no-progress"]
     if decode:
         args.append("--decode")
-    if reader and fmt == "v3.0" and verify_has_reader_option(python):
+    if reader and verify_has_reader_option(python):
         args += ["--reader", reader]  # the severity of this reader line's verdict
     res = run_prep(python, args)
     findings: list[dict[str, Any]] = []
