@@ -28,7 +28,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "walkthrough.md"
 CLONE = "~/prep"  # where the page's outputs say the clone is
-VENVS = Path(os.environ.get("PREP_VENVS", "/opt/prep-venvs"))
+# where .ci/lerobot_envs.sh made the reader venvs: $PREP_VENVS, a search list like PATH
+VENVS = [Path(p) for p in os.environ.get("PREP_VENVS", "/opt/prep-venvs").split(os.pathsep) if p]
 NOT_RUN = re.compile(r"<!-- not run: (.+?) -->")
 # commands whose output is all measurement: only the shape is compared (the label of every line)
 MEASURED = ("prep bench ",)
@@ -99,9 +100,10 @@ def make_clone(where: Path) -> Path:
     clone.mkdir(parents=True)
     shutil.copytree(ROOT / "examples", clone / "examples")
     for env in ("v21", "v30"):  # where the page makes them: the clone's .venvs/
-        if (VENVS / f"lerobot-{env}" / "bin" / "python").exists():
+        venv = next((v / f"lerobot-{env}" for v in VENVS if (v / f"lerobot-{env}" / "bin" / "python").exists()), None)
+        if venv is not None:
             (clone / ".venvs").mkdir(exist_ok=True)
-            (clone / ".venvs" / f"lerobot-{env}").symlink_to(VENVS / f"lerobot-{env}")
+            (clone / ".venvs" / f"lerobot-{env}").symlink_to(venv)
     bin_dir = where / "bin"
     bin_dir.mkdir()
     prep = bin_dir / "prep"  # `prep` on PATH, as with .venv activated: this checkout's prep
