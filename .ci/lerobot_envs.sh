@@ -19,7 +19,8 @@
 # tests can import `pipeline` and run `prep`. One pip cache ($PREP_VENVS/.pip-cache) serves them all.
 #
 # Usage: bash .ci/lerobot_envs.sh [REPO_PATH]      (default: the repo holding this script)
-#   PREP_VENVS=/opt/prep-venvs   where the venvs live (the first folder of a colon-separated list)
+#   PREP_VENVS=/opt/prep-venvs   where the venvs live; in a colon-separated list each env is kept where it
+#                                already exists, a missing one is built in the first folder
 #   LEROBOT_ENVS="v21 v30 v06"   which ones to build
 #   PREP_DEBIAN_MIRROR=URL       Debian archive for the trixie root (default http://deb.debian.org/debian)
 #
@@ -31,8 +32,8 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "${1:-$HERE/..}" && pwd)"
-VENVS="${PREP_VENVS:-/opt/prep-venvs}"
-VENVS="${VENVS%%:*}"  # a search list (.ci/compat.sh) builds in its first folder
+VENVS_PATH="${PREP_VENVS:-/opt/prep-venvs}"
+VENVS="${VENVS_PATH%%:*}"  # a missing env is built in the first folder of the list
 WANT="${LEROBOT_ENVS:-v21 v30 v06}"
 export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$VENVS/.pip-cache}"  # one cache for every reader venv
 # The interpreter: the same rule as scripts/setup.sh ($PYTHON, else python3 on PATH; >= 3.11; venv works).
@@ -243,7 +244,16 @@ mkdir -p "$PIP_CACHE_DIR"
 export PREP_CHROOT_BIND="$REPO:$PIP_CACHE_DIR:$(pip_binds)${PREP_CHROOT_BIND:+:$PREP_CHROOT_BIND}"
 cd "$REPO"  # the launchers bind the current folder
 log "interpreter: $PY ($("$PY" -V 2>&1))"
+venvs_of() {  # venvs_of NAME: the first folder of the list holding lerobot-NAME, else the first folder
+    local d
+    IFS=: read -ra dirs <<<"$VENVS_PATH"
+    for d in "${dirs[@]}"; do [[ -x "$d/lerobot-$1/bin/python" ]] && { echo "$d"; return; }; done
+    echo "${dirs[0]}"
+}
+
 for name in $WANT; do
+    VENVS="$(venvs_of "$name")"
+    DEBIAN_ROOT="$VENVS/debian13"
     build_env "$name"
     "$VENVS/lerobot-$name/bin/python" - <<'EOF'
 import importlib.metadata as md
