@@ -338,30 +338,37 @@ def test_split_lists_cli(v21: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "in both" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
-def test_merge_v30_three_sources(v30: Path, v30_gop: Path, tmp_path: Path) -> None:
+def test_merge_v30_packs_files_with_the_same_codec_parameters(v30: Path, tmp_path: Path) -> None:
+    """Files are packed together up to the limit, as LeRobot's merge does, but only files whose codec parameters
+    are the same: the ultrafast source (no CABAC: another PPS) gets files of its own."""
     from pipeline.jobs.edit import merge_datasets
 
+    fast = write_synthetic(tmp_path / "fast", SynthSpec(version="v3.0", episodes=7, frames=24, height=48, width=64,
+                                                        gop=12, cameras=CAMS, episodes_per_file=3, preset="ultrafast"))
     part = tmp_path / "part"
     assert edit_inline(v30, part, keep=(2, 3)).ok
     out = tmp_path / "merged"
     with open_engine(RunConfig(backend="inline", progress=False)) as engine:
-        report = merge_datasets([v30, v30_gop, part], out, engine)
+        report = merge_datasets([v30, fast, part], out, engine)
     assert report.ok, report.failures
-    assert (report.episodes, report.frames) == (7 + 7 + 2, 7 * 24 + 7 * 25 + 2 * 24)
+    assert (report.episodes, report.frames) == (16, 16 * 24)
     assert_verified(out)
     rows = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
     assert [r["episode_index"] for r in rows] == list(range(16))
-    assert [r["dataset_from_index"] for r in rows][7:9] == [168, 193]
-    # each source file stays a file of its own, numbered on: v30 has 3, v30_gop 3, part 2
-    assert [r["data/file_index"] for r in rows] == [0, 0, 0, 1, 1, 1, 2, 3, 3, 3, 4, 4, 4, 5, 6, 7]
-    cam = CAMS[0]
-    assert payloads(out / f"videos/{cam}/chunk-000/file-003.mp4") == \
-        payloads(v30_gop / f"videos/{cam}/chunk-000/file-000.mp4")
+    assert [r["data/file_index"] for r in rows] == [0] * 16  # one data file: far below the limit
+    for cam in CAMS:
+        pre = f"videos/{cam}/"
+        assert [r[pre + "file_index"] for r in rows] == [0] * 7 + [1] * 7 + [2] * 2
+        assert [r[pre + "from_timestamp"] for r in rows] == [frames_to_seconds(24 * k, 30) for k in range(7)] * 2 + \
+            [0.0, 0.8]
+        sources = sorted((fast / f"videos/{cam}/chunk-000").glob("*.mp4"))
+        assert payloads(out / f"videos/{cam}/chunk-000/file-001.mp4") == [p for f in sources for p in payloads(f)]
     tasks = pq.read_table(out / "meta/tasks.parquet").to_pandas()
     assert len(tasks) == 4  # merged by text
-    index = np.concatenate([pq.read_table(p).column("index").to_numpy()
-                            for p in sorted((out / "data/chunk-000").glob("*.parquet"))])
+    index = pq.read_table(out / "data/chunk-000/file-000.parquet").column("index").to_numpy()
     assert index.tolist() == list(range(report.frames))
+    pf = pq.ParquetFile(out / "data/chunk-000/file-000.parquet")
+    assert pf.metadata.num_row_groups == 16  # one row group per episode
     stats = json.loads((out / "meta/stats.json").read_text())
     assert stats["episode_index"]["max"] == [15] and stats["index"]["max"] == [report.frames - 1]
 

@@ -40,15 +40,18 @@ from pipeline.convert.meta import V30EpisodesWriter, write_tasks_v21, write_task
 from pipeline.convert.source import (
     V21_EPISODES,
     V21_EPISODES_STATS,
+    file_mb,
     iter_jsonl,
     iter_v21_episode_lines,
     iter_v21_stats,
     iter_v21_tasks,
     iter_v30_episodes,
     iter_v30_tasks,
+    parquet_uncompressed_mb,
     stats_of_row,
 )
 from pipeline.dataset.info import format_template, read_info, video_keys
+from pipeline.dataset.model import resolve_inside
 from pipeline.dataset.stats import StatsAggregator
 from pipeline.dataset.validate import validate_metadata
 from pipeline.dataset.write import PREP_DIR
@@ -68,12 +71,14 @@ from pipeline.runner import Engine
 from pipeline.schemas import validate
 from pipeline.stages.edit import (
     CopyVideoUnit,
+    DataInput,
     DataPart,
     EditDataUnit,
     EditResult,
     EditUnit,
     SpliceCheckUnit,
     SpliceVideoUnit,
+    VideoSegment,
     check_splice,
     check_splice_failed,
     edit_failed,
@@ -366,8 +371,8 @@ def plan_v21(s: Source, out: Path) -> Iterator[PlanItem]:
                                    episode_chunk=idx // cs, episode_index=idx)
         data_out = format_template(data_out_tpl, info_path, {"episode_chunk", "episode_index"},
                                    episode_chunk=new // out_cs, episode_index=new)
-        yield EditDataUnit(str(src), str(out), data_src, data_out, (DataPart(idx, new, length, before),),
-                           tasks.map_for(texts, src, idx))
+        yield EditDataUnit(str(out), data_out, (DataInput(str(src), data_src, (DataPart(idx, new, length, before),),
+                                                          tasks.map_for(texts, src, idx)),))
         for cam in cameras:
             rels = [format_template(tpl, info_path, {"episode_chunk", "episode_index", "video_key"},
                                     episode_chunk=e // c, episode_index=e, video_key=cam)
@@ -386,71 +391,113 @@ class _Run:
         self.parts: list[DataPart] = []
         self.tasks: set[tuple[int, int]] = set()
         self.out: tuple[int, int] | None = None  # the output file, once a kept episode is in it
-        self.kept_frames = 0
+        self.kept_frames = 0  # frames of the output file before the run's next kept episode
 
 
 class _Stream:
-    """One output stream's file numbering (LeRobot's chunk/file order)."""
+    """One output stream (the data files, or one camera's video files): LeRobot's chunk/file numbering, and
+    the source runs each output file holds. Without a size limit every source run is a file of its own;
+    with one (a merge) runs go into the open file, as LeRobot packs them, while it is below the limit and
+    its codec parameters are the same (`key`)."""
 
-    def __init__(self, chunks_size: int) -> None:
-        self.chunks_size = chunks_size
+    def __init__(self, chunks_size: int, limit_mb: float | None) -> None:
+        self.chunks_size, self.limit_mb = chunks_size, limit_mb
         self.next = (0, 0)
+        self.cur: tuple[int, int] | None = None
+        self.key: Any = None
+        self.size_mb = 0.0
+        self.frames = 0
+        self.members: list[Any] = []
 
-    def take(self) -> tuple[int, int]:
-        here = self.next
-        self.next = next_chunk_file(*here, self.chunks_size)
-        return here
+    def open_run(self, key: Any, size_mb: float) -> tuple[tuple[int, int], int,
+                                                          tuple[tuple[int, int], list[Any]] | None]:
+        """The output file a new run goes into, the frames already in it, and the file this closed (if any)."""
+        closed = None
+        if self.cur is None or self.limit_mb is None or key != self.key or self.size_mb + size_mb >= self.limit_mb:
+            closed = self.close()
+            self.cur, self.next = self.next, next_chunk_file(*self.next, self.chunks_size)
+            self.key, self.size_mb, self.frames, self.members = key, 0.0, 0, []
+        self.size_mb += size_mb
+        assert self.cur is not None
+        return self.cur, self.frames, closed
+
+    def add(self, member: Any, frames: int) -> None:
+        self.members.append(member)
+        self.frames += frames
+
+    def close(self) -> tuple[tuple[int, int], list[Any]] | None:
+        if self.cur is None or not self.members:
+            return None
+        out = (self.cur, self.members)
+        self.members = []
+        return out
 
 
 class _Streams:
-    """The output's data stream and one video stream per camera (shared by a merge's sources)."""
+    """The output's data stream and one video stream per camera (shared by a merge's sources). `pack`: the
+    output's limits (data and video MB) to pack source files together up to; None: a file per source file."""
 
-    def __init__(self, chunks_size: int, cameras: Sequence[str]) -> None:
-        self.data = _Stream(chunks_size)
-        self.video = {cam: _Stream(chunks_size) for cam in cameras}
+    def __init__(self, chunks_size: int, cameras: Sequence[str], pack: tuple[float, float] | None = None) -> None:
+        self.data = _Stream(chunks_size, pack[0] if pack else None)
+        self.video = {cam: _Stream(chunks_size, pack[1] if pack else None) for cam in cameras}
+        self.pack = pack is not None
+
+
+def _video_key(path: Path) -> Any:
+    """What must be equal for two source files' packets to share an output file."""
+    from pipeline.stages.edit_video import file_signature
+
+    try:
+        sig = file_signature(path)
+    except PrepError:
+        return ("unreadable", str(path))  # a file of its own; its unit fails with the reason
+    return (sig.codec, sig.width, sig.height, sig.extradata, sig.time_base)
 
 
 def plan_v30(s: Source, out: Path, *, streams: _Streams | None = None,
              checks: bool = False) -> Iterator[PlanItem | SpliceCheckUnit]:
-    """Units (each when its source file's run closes), a `Placed` per kept episode; `checks`: instead, one
-    `SpliceCheckUnit` per video run that loses an episode. `streams`: the output file numbering to continue
-    (a merge's earlier sources)."""
+    """Units (each when its output file closes), a `Placed` per kept episode; `checks`: instead, one
+    `SpliceCheckUnit` per video run that loses an episode. `streams`: the output files to continue (a merge's
+    earlier sources; the caller closes them with `close_streams`)."""
     src, info, sel, tasks = s.src, s.info, s.sel, s.tasks
     info_path = src / "meta/info.json"
     cameras = video_keys(info, info_path)
-    fps = float(info["fps"])
     cs = int(s.out_info.get("chunks_size", 1000))
-    data_tpl, video_tpl = s.out_info["data_path"], str(s.out_info.get("video_path"))
-    new_of = sel.new_index()
+    own = streams is None
     streams = streams if streams is not None else _Streams(cs, cameras)
-    data_stream, video_stream = streams.data, streams.video
+    new_of = sel.new_index()
     data_run: _Run | None = None
     video_run: dict[str, _Run] = {}
     before = s.index_offset
 
-    def close_data(run: _Run) -> Iterator[PlanItem | SpliceCheckUnit]:
-        if run.out is not None and not checks:
-            rel = format_template(data_tpl, info_path, {"chunk_index", "file_index"},
-                                  chunk_index=run.out[0], file_index=run.out[1])
-            yield EditDataUnit(str(src), str(out), run.rel, rel, tuple(run.parts), tuple(sorted(run.tasks)))
+    def close_data(run: _Run) -> None:
+        if run.out is not None:
+            streams.data.add(DataInput(str(src), run.rel, tuple(run.parts), tuple(sorted(run.tasks))), 0)
 
-    def close_video(cam: str, run: _Run) -> Iterator[PlanItem | SpliceCheckUnit]:
+    def close_video(cam: str, run: _Run) -> Iterator[SpliceCheckUnit]:
         if run.out is None:
             return
-        if checks:
-            if not all(s.keep for s in run.spans):
-                yield SpliceCheckUnit(str(src), run.rel, cam, tuple(run.spans))
-            return
-        rel = format_template(video_tpl, info_path, {"chunk_index", "file_index", "video_key"},
-                              chunk_index=run.out[0], file_index=run.out[1], video_key=cam)
-        news = tuple(new_of[s.episode] for s in sorted(run.spans, key=lambda s: s.from_timestamp) if s.keep)
-        yield SpliceVideoUnit(str(src), str(out), run.rel, rel, cam, fps, tuple(run.spans), news)
+        if checks and not all(sp.keep for sp in run.spans):
+            yield SpliceCheckUnit(str(src), run.rel, cam, tuple(run.spans))
+        news = tuple(new_of[sp.episode] for sp in sorted(run.spans, key=lambda sp: sp.from_timestamp) if sp.keep)
+        streams.video[cam].add(VideoSegment(str(src), run.rel, tuple(run.spans), news), 0)
+
+    def opened(stream: _Stream, kind: str, cam: str | None, rel: str) -> tuple[tuple[int, int], int,
+                                                                               Iterator[PlanItem]]:
+        if streams.pack:
+            path = resolve_inside(src, rel)
+            key = _video_key(path) if cam is not None else None
+            size = (file_mb(path) if cam is not None else parquet_uncompressed_mb(path)) if path.is_file() else 0.0
+        else:
+            key, size = None, 0.0
+        where, frames, closed = stream.open_run(key, size)
+        return where, frames, _units(s.out_info, src, out, kind, cam, closed, float(info["fps"]), checks)
 
     for ep, _row in iter_v30_episodes(src, info, cameras):
         new = new_of.get(ep.index)
         if data_run is None or data_run.rel != ep.data_rel:
             if data_run is not None:
-                yield from close_data(data_run)
+                close_data(data_run)
             data_run = _Run(ep.data_rel)
         places = []
         for v in ep.videos:
@@ -462,22 +509,53 @@ def plan_v30(s: Source, out: Path, *, streams: _Streams | None = None,
             run.spans.append(SpliceSpan(ep.index, v.from_timestamp, v.to_timestamp, ep.length, new is not None))
             if new is not None:
                 if run.out is None:
-                    run.out = video_stream[v.camera].take()
+                    run.out, run.kept_frames, done = opened(streams.video[v.camera], "video", v.camera, v.rel)
+                    yield from done
                 places.append((v.camera, run.out[0], run.out[1], run.kept_frames))
                 run.kept_frames += ep.length
+                streams.video[v.camera].frames += ep.length
         if new is None:
             continue
         if data_run.out is None:
-            data_run.out = data_stream.take()
+            data_run.out, _frames, done = opened(streams.data, "data", None, ep.data_rel)
+            yield from done
         data_run.parts.append(DataPart(ep.index, new, ep.length, before))
         data_run.tasks.update(tasks.map_for(ep.tasks, src, ep.index))
         if not checks:
             yield Placed(ep.index, new, ep.length, before, data_run.out, tuple(places))
         before += ep.length
     if data_run is not None:
-        yield from close_data(data_run)
+        close_data(data_run)
     for cam, run in video_run.items():
         yield from close_video(cam, run)
+    if own:
+        yield from close_streams(streams, s.out_info, src, out, float(info["fps"]), checks)
+
+
+def _units(out_info: dict[str, Any], src: Path, out: Path, kind: str, cam: str | None,
+           closed: tuple[tuple[int, int], list[Any]] | None, fps: float, checks: bool) -> Iterator[PlanItem]:
+    """The unit of an output file just closed (none in `checks` mode)."""
+    if closed is None or checks:
+        return
+    (chunk, file), members = closed
+    info_path = src / "meta/info.json"
+    if kind == "data":
+        rel = format_template(out_info["data_path"], info_path, {"chunk_index", "file_index"},
+                              chunk_index=chunk, file_index=file)
+        yield EditDataUnit(str(out), rel, tuple(members))
+    else:
+        assert cam is not None
+        rel = format_template(str(out_info.get("video_path")), info_path, {"chunk_index", "file_index", "video_key"},
+                              chunk_index=chunk, file_index=file, video_key=cam)
+        yield SpliceVideoUnit(str(out), rel, cam, fps, tuple(members))
+
+
+def close_streams(streams: _Streams, out_info: dict[str, Any], src: Path, out: Path, fps: float,
+                  checks: bool = False) -> Iterator[PlanItem]:
+    """The units of the output files still open at the end."""
+    yield from _units(out_info, src, out, "data", None, streams.data.close(), fps, checks)
+    for cam, stream in streams.video.items():
+        yield from _units(out_info, src, out, "video", cam, stream.close(), fps, checks)
 
 
 def plan(sources: Sequence[Source], out: Path) -> Iterator[PlanItem]:
@@ -487,9 +565,14 @@ def plan(sources: Sequence[Source], out: Path) -> Iterator[PlanItem]:
         for s in sources:
             yield from plan_v21(s, out)
         return
-    streams = _Streams(int(first.get("chunks_size", 1000)), video_keys(first, sources[0].src / "meta/info.json"))
+    layout = sources[0].out_info
+    pack = (float(layout.get("data_files_size_in_mb", 100)), float(layout.get("video_files_size_in_mb", 200))) \
+        if len(sources) > 1 else None
+    streams = _Streams(int(layout.get("chunks_size", 1000)), video_keys(first, sources[0].src / "meta/info.json"),
+                       pack)
     for s in sources:
         yield from (i for i in plan_v30(s, out, streams=streams) if not isinstance(i, SpliceCheckUnit))
+    yield from close_streams(streams, layout, sources[0].src, out, float(first["fps"]))
 
 
 def units_of(items: Iterator[PlanItem]) -> Iterator[EditUnit]:

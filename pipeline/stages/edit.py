@@ -30,7 +30,7 @@ from pipeline.dataset.model import resolve_inside
 from pipeline.errors import EpisodeError
 from pipeline.rates import fps_fraction, frames_to_seconds
 from pipeline.stages.convert import _read_parquet, data_failures, video_failures
-from pipeline.stages.edit_video import SpliceSpan, splice_problems, splice_stream_copy
+from pipeline.stages.edit_video import SpliceSpan, splice_problems, splice_segments
 from pipeline.video.checks import Span
 from pipeline.video.remux import StartProblem
 
@@ -49,22 +49,38 @@ class CopyVideoUnit:
 
 
 @dataclass(slots=True, frozen=True)
-class SpliceVideoUnit:
-    """One output video file: the kept spans of one source file (every episode of the run is listed, kept or
-    not, so that each packet is attributed and each cut checked)."""
+class VideoSegment:
+    """The kept spans of one source file (every episode of its run is listed, kept or not, so that each packet
+    is attributed and each cut checked) and the kept ones' new indices, in time order."""
 
     src_root: str
-    out_root: str
     src_rel: str
-    out_rel: str
-    camera: str
-    fps: float
     spans: tuple[SpliceSpan, ...]
-    new_episodes: tuple[int, ...]  # the kept spans' new indices, in order
+    new_episodes: tuple[int, ...]
 
     @property
     def frames(self) -> int:
         return sum(s.frames for s in self.spans if s.keep)
+
+
+@dataclass(slots=True, frozen=True)
+class SpliceVideoUnit:
+    """One output video file: the segments (one per source file; several only when a merge packs files with
+    the same codec parameters together) back to back."""
+
+    out_root: str
+    out_rel: str
+    camera: str
+    fps: float
+    segments: tuple[VideoSegment, ...]
+
+    @property
+    def frames(self) -> int:
+        return sum(g.frames for g in self.segments)
+
+    @property
+    def new_episodes(self) -> tuple[int, ...]:
+        return tuple(e for g in self.segments for e in g.new_episodes)
 
 
 @dataclass(slots=True, frozen=True)
@@ -78,17 +94,27 @@ class DataPart:
 
 
 @dataclass(slots=True, frozen=True)
-class EditDataUnit:
-    """One output parquet: the kept episodes of one source parquet, renumbered; `task_map` old -> new
-    task_index (pairs, sorted)."""
+class DataInput:
+    """The kept episodes of one source parquet; `task_map` old -> new task_index (pairs, sorted)."""
 
     src_root: str
-    out_root: str
     src_rel: str
-    out_rel: str
     parts: tuple[DataPart, ...]
     task_map: tuple[tuple[int, int], ...]
-    metadata: tuple[tuple[bytes, bytes], ...] | None = None  # the schema metadata to write (None: the source's)
+
+
+@dataclass(slots=True, frozen=True)
+class EditDataUnit:
+    """One output parquet: its inputs' kept episodes, renumbered, a row group each (several inputs only when
+    a merge packs files together)."""
+
+    out_root: str
+    out_rel: str
+    inputs: tuple[DataInput, ...]
+
+    @property
+    def parts(self) -> tuple[DataPart, ...]:
+        return tuple(p for i in self.inputs for p in i.parts)
 
     @property
     def frames(self) -> int:
@@ -159,11 +185,12 @@ def copy_video(unit: CopyVideoUnit) -> EditResult:
 def out_spans(unit: SpliceVideoUnit) -> list[Span]:
     """Each kept episode's span in the output file (new indices): [before / fps, (before + n) / fps)."""
     spans, before = [], 0
-    kept = [s for s in sorted(unit.spans, key=lambda s: s.from_timestamp) if s.keep]
-    for s, new in zip(kept, unit.new_episodes, strict=True):
-        spans.append(Span(new, frames_to_seconds(before, unit.fps), frames_to_seconds(before + s.frames, unit.fps),
-                          s.frames))
-        before += s.frames
+    for g in unit.segments:
+        kept = [s for s in sorted(g.spans, key=lambda s: s.from_timestamp) if s.keep]
+        for s, new in zip(kept, g.new_episodes, strict=True):
+            spans.append(Span(new, frames_to_seconds(before, unit.fps),
+                              frames_to_seconds(before + s.frames, unit.fps), s.frames))
+            before += s.frames
     return spans
 
 
@@ -173,10 +200,10 @@ def splice_video(unit: SpliceVideoUnit) -> EditResult:
         spans, total = out_spans(unit), unit.frames
         if dst.is_file() and not video_failures(dst, unit.fps, spans, total, unit.camera):
             return EditResult("video-splice", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
-        first = unit.spans[0].episode if unit.spans else None
-        src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=first)
+        segments = [(resolve_inside(Path(g.src_root), g.src_rel, episode=g.spans[0].episode if g.spans else None),
+                     g.spans) for g in unit.segments]
         with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-            splice_stream_copy(src, tmp, unit.spans, fps_fraction(unit.fps))
+            splice_segments(segments, tmp, fps_fraction(unit.fps))
             failures = video_failures(tmp, unit.fps, spans, total, unit.camera)
             if failures:
                 raise EpisodeError(None, dst, "output failed its checks: " + _failure_text(failures))
@@ -237,25 +264,37 @@ def edit_data(unit: EditDataUnit) -> EditResult:
         first_index = unit.parts[0].new_from_index
         if dst.is_file() and not data_failures(dst, expected, first_index):
             return EditResult("data", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
-        first = unit.parts[0].episode
-        src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=first)
-        table = _read_parquet(src, first if len(unit.parts) == 1 else None)
-        if "episode_index" not in table.column_names:
-            raise EpisodeError(first, src, "no 'episode_index' column")
-        episodes = table.column("episode_index").to_numpy(zero_copy_only=False)
-        task_map = dict(unit.task_map)
-        schema = table.schema if unit.metadata is None else table.schema.with_metadata(dict(unit.metadata))
         with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-            with pq.ParquetWriter(tmp, schema, compression="snappy", use_dictionary=True) as writer:
-                for part in unit.parts:
-                    rows = np.flatnonzero(episodes == part.episode)
-                    if len(rows) != part.frames:
-                        raise EpisodeError(part.episode, src, f"{len(rows)} rows (frames_in_parquet) but the "
-                                                              f"metadata length is {part.frames}")
-                    if rows[-1] - rows[0] + 1 != len(rows):
-                        raise EpisodeError(part.episode, src, "the episode's rows are not consecutive")
-                    piece = _renumbered(table.slice(int(rows[0]), len(rows)), part, task_map, src)
-                    writer.write_table(piece.replace_schema_metadata(schema.metadata), row_group_size=len(rows))
+            writer: pq.ParquetWriter | None = None
+            schema: pa.Schema | None = None
+            try:
+                for inp in unit.inputs:
+                    first = inp.parts[0].episode
+                    src = resolve_inside(Path(inp.src_root), inp.src_rel, episode=first)
+                    table = _read_parquet(src, first if len(inp.parts) == 1 else None)
+                    if "episode_index" not in table.column_names:
+                        raise EpisodeError(first, src, "no 'episode_index' column")
+                    if schema is None:
+                        schema = table.schema
+                        writer = pq.ParquetWriter(tmp, schema, compression="snappy", use_dictionary=True)
+                    elif not table.schema.remove_metadata().equals(schema.remove_metadata()):
+                        raise EpisodeError(first, src, "its columns differ from the first source file's in this "
+                                                       "output file")
+                    assert writer is not None
+                    episodes = table.column("episode_index").to_numpy(zero_copy_only=False)
+                    task_map = dict(inp.task_map)
+                    for part in inp.parts:
+                        rows = np.flatnonzero(episodes == part.episode)
+                        if len(rows) != part.frames:
+                            raise EpisodeError(part.episode, src, f"{len(rows)} rows (frames_in_parquet) but the "
+                                                                  f"metadata length is {part.frames}")
+                        if rows[-1] - rows[0] + 1 != len(rows):
+                            raise EpisodeError(part.episode, src, "the episode's rows are not consecutive")
+                        piece = _renumbered(table.slice(int(rows[0]), len(rows)), part, task_map, src)
+                        writer.write_table(piece.replace_schema_metadata(schema.metadata), row_group_size=len(rows))
+            finally:
+                if writer is not None:
+                    writer.close()
             problems = data_failures(tmp, expected, first_index)
             if problems:
                 raise EpisodeError(None, dst, "output failed its checks: " + "; ".join(problems[:3]))

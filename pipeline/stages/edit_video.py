@@ -25,11 +25,13 @@ from pipeline.errors import EpisodeError
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, Span, in_span
 from pipeline.video.remux import (
     StartProblem,
+    StreamSignature,
     _open,
     _video_stream,
     decode_order_packets,
     mp4_options,
     output_time_base,
+    signature,
     ticks_per_frame,
 )
 
@@ -116,10 +118,11 @@ class SpliceResult:
     time_base: Fraction
 
 
-def splice_stream_copy(src: Path, out: Path, spans: Sequence[SpliceSpan], fps_rate: Fraction) -> SpliceResult:
-    """Write the kept spans of `src` back to back into `out` (an mp4), episode k's first frame at
-    `frames_before(k) / fps`; raises `EpisodeError` for a cut off a keyframe or a frame count that is not
-    the metadata's."""
+def _prepare(src: Path, spans: Sequence[SpliceSpan], before: int, out_tb: Fraction | None,
+             fps_rate: Fraction) -> tuple[list[SpliceSpan], list[int], Fraction, dict[int, int], int, Fraction]:
+    """One source file's splice, before anything is written: its spans in time order, each packet's span,
+    the output time base (the first segment's, made exact at the frame rate), each kept span's pts offset
+    (in output ticks) and the frames before the next segment."""
     ordered = sorted(spans, key=lambda s: s.from_timestamp)
     first_ep = ordered[0].episode if ordered else None
     tb = _time_base(src, first_ep)
@@ -129,10 +132,10 @@ def splice_stream_copy(src: Path, out: Path, spans: Sequence[SpliceSpan], fps_ra
     if problems:
         k, reason = min(problems.items())
         raise EpisodeError(ordered[k].episode, src, f"{reason}: {WAY_FORWARD}")
-    out_tb = output_time_base(tb, fps_rate)
+    out_tb = out_tb if out_tb is not None else output_time_base(tb, fps_rate)
     scale = tb / out_tb
     if scale.denominator != 1:
-        raise EpisodeError(first_ep, src, f"time base {tb} cannot be made exact at {fps_rate} fps")
+        raise EpisodeError(first_ep, src, f"time base {tb} is not a whole number of the output's {out_tb} ticks")
     tpf = ticks_per_frame(out_tb, fps_rate)
     base: dict[int, int] = {}
     counts: dict[int, int] = {}
@@ -141,7 +144,6 @@ def splice_stream_copy(src: Path, out: Path, spans: Sequence[SpliceSpan], fps_ra
             base[k] = min(base.get(k, pts), pts)
             counts[k] = counts.get(k, 0) + 1
     offset: dict[int, int] = {}
-    before = 0
     for k, span in enumerate(ordered):
         if span.keep:
             if counts.get(k, 0) != span.frames:
@@ -149,33 +151,81 @@ def splice_stream_copy(src: Path, out: Path, spans: Sequence[SpliceSpan], fps_ra
                                                       f"(frames_from_packets) but the metadata length is {span.frames}")
             offset[k] = before * tpf - base[k] * int(scale)
             before += span.frames
+    return ordered, owner, out_tb, offset, before, scale
+
+
+def splice_stream_copy(src: Path, out: Path, spans: Sequence[SpliceSpan], fps_rate: Fraction) -> SpliceResult:
+    """Write the kept spans of `src` back to back into `out` (an mp4), episode k's first frame at
+    `frames_before(k) / fps`; raises `EpisodeError` for a cut off a keyframe or a frame count that is not
+    the metadata's."""
+    return splice_segments([(src, spans)], out, fps_rate)
+
+
+def splice_segments(segments: Sequence[tuple[Path, Sequence[SpliceSpan]]], out: Path,
+                    fps_rate: Fraction) -> SpliceResult:
+    """`splice_stream_copy` of several source files one after the other into one output file (a merge packing
+    files together): every segment's codec parameters must be the first's (one `avcC`/`av1C` serves a file)."""
+    if not segments:
+        raise ValueError("nothing to splice")
     n = 0
     last_dts: int | None = None
+    out_tb: Fraction | None = None
+    before = 0
+    ref = None
+    first_path = segments[0][0]
     try:
-        with _open(src, first_ep) as ic, av.open(str(out), mode="w", format="mp4", options=mp4_options(out_tb)) as oc:
-            ist = _video_stream(ic, first_ep, src)
-            ost = oc.add_stream_from_template(ist, opaque=True)
-            ost.time_base = out_tb
-            i = 0
-            for pkt in ic.demux(ist):
-                if pkt.dts is None or pkt.size == 0 or pkt.pts is None:
-                    continue
-                k = owner[i]
-                i += 1
-                if k < 0 or not ordered[k].keep:
-                    continue
-                pts, dts = int(pkt.pts) * int(scale) + offset[k], int(pkt.dts) * int(scale) + offset[k]
-                if last_dts is not None and dts <= last_dts:
-                    raise EpisodeError(ordered[k].episode, src, f"decode timestamps overlap the previous kept "
-                                                                f"episode's ({dts} <= {last_dts} ticks of {out_tb})")
-                pkt.pts, pkt.dts, pkt.duration = pts, dts, tpf
-                pkt.time_base = out_tb
-                pkt.stream = ost
-                oc.mux(pkt)
-                last_dts = dts
-                n += 1
+        with av.open(str(out), mode="w", format="mp4",
+                     options=mp4_options(_out_tb(first_path, segments[0][1], fps_rate))) as oc:
+            ost = None
+            for src, spans in segments:
+                ordered, owner, out_tb, offset, after, scale = _prepare(src, spans, before, out_tb, fps_rate)
+                first_ep = ordered[0].episode if ordered else None
+                with _open(src, first_ep) as ic:
+                    ist = _video_stream(ic, first_ep, src)
+                    sig = signature(ist)
+                    if ref is None:
+                        ref = sig
+                    elif ref.differences(sig):
+                        raise EpisodeError(first_ep, src, "cannot share a file with the previous source file: "
+                                           + "; ".join(ref.differences(sig)))
+                    if ost is None:
+                        ost = oc.add_stream_from_template(ist, opaque=True)
+                        ost.time_base = out_tb
+                    tpf = ticks_per_frame(out_tb, fps_rate)
+                    i = 0
+                    for pkt in ic.demux(ist):
+                        if pkt.dts is None or pkt.size == 0 or pkt.pts is None:
+                            continue
+                        k = owner[i]
+                        i += 1
+                        if k < 0 or not ordered[k].keep:
+                            continue
+                        pts = int(pkt.pts) * int(scale) + offset[k]
+                        dts = int(pkt.dts) * int(scale) + offset[k]
+                        if last_dts is not None and dts <= last_dts:
+                            raise EpisodeError(ordered[k].episode, src, f"decode timestamps overlap the previous kept "
+                                                                        f"episode's ({dts} <= {last_dts} ticks of "
+                                                                        f"{out_tb})")
+                        pkt.pts, pkt.dts, pkt.duration = pts, dts, tpf
+                        pkt.time_base = out_tb
+                        pkt.stream = ost
+                        oc.mux(pkt)
+                        last_dts = dts
+                        n += 1
+                before = after
     except EpisodeError:
         raise
     except (av.FFmpegError, OSError, ValueError) as exc:
-        raise EpisodeError(first_ep, src, f"stream copy failed ({type(exc).__name__}: {exc})") from None
+        raise EpisodeError(None, first_path, f"stream copy failed ({type(exc).__name__}: {exc})") from None
+    assert out_tb is not None
     return SpliceResult(n, out_tb)
+
+
+def _out_tb(src: Path, spans: Sequence[SpliceSpan], fps_rate: Fraction) -> Fraction:
+    return output_time_base(_time_base(src, spans[0].episode if spans else None), fps_rate)
+
+
+def file_signature(path: Path) -> StreamSignature:
+    """The codec parameters a file's packets need (what must be equal for two files to share one)."""
+    with _open(path, None) as c:
+        return signature(_video_stream(c, None, path))
