@@ -227,6 +227,11 @@ def test_plot_axes_are_labelled_with_values(tmp_path: Path) -> None:
         assert visible and all(float(t) > 0 for t in visible), labels
     notes = {t.get_text() for t in ax_dt.texts}
     assert {"0.021 s", "0.009 s"} <= notes
-    assert any("need 33.68 samples/s (batch 256 / 7.6 s step)" in t.get_text() for t in ax_sps.get_legend().get_texts())
+    legend = fig.legends[0]  # type: ignore[attr-defined]
+    assert any("need 33.68 samples/s (batch 256 / 7.6 s step)" in t.get_text() for t in legend.get_texts())
+    # the legend covers no panel, so neither the need line nor the threshold (issue 27: it covered the need)
+    box = legend.get_window_extent()
+    for ax in (ax_dt, ax_sps):
+        assert not box.overlaps(ax.get_window_extent()), (box, ax.get_window_extent())
     real_close(fig)
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

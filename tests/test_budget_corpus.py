@@ -355,6 +355,36 @@ def test_every_plot_has_labelled_axes_and_values() -> None:
     assert "0.0334 h" in texts and "6,637 h" in texts and "13,274 h" in texts and "0.000503 %" in texts
 
 
+def test_plot_legends_cover_no_line_and_the_coverage_axis_fits_its_bars() -> None:
+    """throughput.png's legend is outside the axes (inside, it covered the memory-limit line); coverage.png's
+    log axis ends just after the longest bar's label (it ran to 1e8 h with its right half empty), every label
+    inside the axes."""
+    from pipeline.budget.coverage import coverage, holdings
+    from pipeline.budget.measured import read_figures
+    from pipeline.budget.plots import coverage as coverage_plot
+    from pipeline.budget.plots import throughput
+
+    cfg = BudgetConfig()
+    est = estimate(cfg)
+    fig = throughput(cfg, est)
+    fig.draw_without_rendering()
+    ax = fig.axes[0]
+    assert any(line.get_label().startswith("memory limit") for line in ax.lines)
+    legends = [*fig.legends, *filter(None, [ax.get_legend()])]
+    assert legends and all(not lg.get_window_extent().overlaps(ax.get_window_extent()) for lg in legends)
+
+    for manifest in (REPO / G1, DEMO_NATIVE):
+        held = holdings(read_figures(manifest if manifest.is_absolute() else REPO / manifest, "native"), None, cfg)
+        assert held is not None
+        fig = coverage_plot(cfg, est, coverage(held, est, cfg))
+        fig.draw_without_rendering()
+        ax = fig.axes[0]
+        box = ax.get_window_extent()
+        right = max(t.get_window_extent().x1 for t in ax.texts)
+        assert right <= box.x1, f"{manifest}: a label runs past the axes ({right} > {box.x1})"
+        assert box.x1 - right < 0.15 * box.width, f"{manifest}: {box.x1 - right:.0f} px empty on the right"
+
+
 def test_the_command_starts_without_heavy_imports() -> None:
     code = ("import sys, pipeline.commands.budget; heavy = {'numpy', 'matplotlib', 'pyarrow', 'jsonschema'} "
             "& set(sys.modules); assert not heavy, heavy")

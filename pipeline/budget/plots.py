@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -55,7 +56,8 @@ def throughput(cfg: BudgetConfig, est: Estimate) -> Figure:
                 label=f"anchors ({est.fit.method})")
     ax.set(xlabel=f"global batch B on one {cfg.gpus_per_node}-GPU node", ylabel="node frames/s",
            title="Node throughput vs global batch", xlim=(0, top), ylim=(0, step.ceiling_frames_per_s * 1.1))
-    ax.legend(loc="lower right")
+    # below the axes, not in them: inside, it covered the memory-limit line (the right end of the x axis)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=9)
     return fig
 
 
@@ -152,20 +154,35 @@ def coverage(cfg: BudgetConfig, est: Estimate, cov: Coverage) -> Figure:
         f"{fmt.hours(x)}\ncorpus = {fmt.share(c.share)} of it" for x, c in zip(hours_[1:], cov.targets, strict=True)]
     fig, ax = _figure()
     fig.set_size_inches(9, 4.6)
-    ax.grid(True, axis="x", which="both", alpha=0.3)
+    ax.grid(True, axis="x", which="major", alpha=0.3)
     ax.grid(False, axis="y")
     y = np.arange(len(hours_))[::-1]
     colors = [COLORS[2]] + [COLORS[i % len(COLORS)] for i in range(len(cov.targets))]
     ax.barh(y, hours_, color=colors, height=0.6)
     ax.set_xscale("log")
     lo, hi = min(hours_), max(hours_)
-    ax.set_xlim(lo / 10, hi * 10 ** max(2.0, 0.6 * math.log10(hi / lo * 10)))  # room on the right for labels
-    for yi, x, text in zip(y, hours_, texts, strict=True):
-        ax.annotate(text, (x, yi), textcoords="offset points", xytext=(6, 0), va="center", fontsize=9)
+    xmin = lo / 10
+    ax.set_xlim(xmin, hi * 10)
+    notes = [ax.annotate(text, (x, yi), textcoords="offset points", xytext=(6, 0), va="center", fontsize=9)
+             for yi, x, text in zip(y, hours_, texts, strict=True)]
     ax.set_yticks(y, labels, fontsize=9)
     ax.set(xlabel=f"hours (log scale; target hours = T / {fmt.value(cfg.fps)} fps / 3600)",
            ylabel="corpus / target", title="Your corpus vs the π-equivalent target (hours)")
+    _fit_labels(fig, ax, hours_, notes, xmin)
     return fig
+
+
+def _fit_labels(fig: Figure, ax: Axes, xs: list[float], notes: list[Any], xmin: float) -> None:
+    """The log x axis runs just far enough right for each bar's label to fit after it (a fixed number of
+    decades left most of the plot empty): bar x at fraction f = log(x/xmin) / D of the axes width W, its label
+    w pixels wide after it, so D >= log(x/xmin) / (0.97 - w/W) decades."""
+    for _ in range(2):  # the axes' width settles once the tick labels are known
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        fig.draw_without_rendering()
+        width = ax.get_window_extent(renderer).width
+        decades = max(math.log10(x / xmin) / max(0.97 - n.get_window_extent(renderer).width / width, 0.2)
+                      for x, n in zip(xs, notes, strict=True))
+        ax.set_xlim(xmin, xmin * 10 ** max(decades, math.log10(max(xs) / xmin) + 0.5))
 
 
 PLOTS = {"throughput.png": throughput, "memory.png": memory, "days.png": days, "storage.png": storage}

@@ -45,7 +45,7 @@ def plot_runs(runs: list[dict[str, Any]], path: Path, threshold_s: float) -> Pat
     series: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in runs:
         series[f"{r['label']} · {r['loader']} · batch {r['batch']}"].append(r)
-    fig, (ax_dt, ax_sps) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (ax_dt, ax_sps) = plt.subplots(1, 2, figsize=(12, 5.6), layout="constrained")
     needs_drawn: set[float] = set()
     for name, rs in series.items():
         rs = sorted(rs, key=lambda r: r["workers"])
@@ -72,8 +72,10 @@ def plot_runs(runs: list[dict[str, Any]], path: Path, threshold_s: float) -> Pat
     for ax in (ax_dt, ax_sps):
         ax.set_xticks(sorted({r["workers"] for r in runs}))
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    # below the panels, not in them: inside, a legend covered the "need N samples/s" line (and the threshold)
+    handles = [h for ax in (ax_dt, ax_sps) for h in ax.get_legend_handles_labels()[0]]
+    labels = [lb for ax in (ax_dt, ax_sps) for lb in ax.get_legend_handles_labels()[1]]
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=7)
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
