@@ -446,3 +446,16 @@ def test_resume_rewrites_only_what_is_missing(v30: Path, tmp_path: Path) -> None
     assert again.ok and again.written == 1 and again.kept == first.files - 1
     assert victim.is_file()
     assert_verified(out)
+
+
+def test_without_episode_stats_the_global_stats_are_carried(v21: Path, tmp_path: Path) -> None:
+    import shutil
+
+    src = tmp_path / "old"
+    shutil.copytree(v21, src)
+    stats = {"action": {"min": [0.0], "max": [1.0], "mean": [0.5], "std": [0.1], "count": [168]}}
+    (src / "meta/episodes_stats.jsonl").unlink()
+    (src / "meta/stats.json").write_text(json.dumps(stats))
+    report = edit_inline(src, tmp_path / "out", drop=(2,))
+    assert report.complete and not (tmp_path / "out/meta/episodes_stats.jsonl").exists()
+    assert json.loads((tmp_path / "out/meta/stats.json").read_text()) == stats

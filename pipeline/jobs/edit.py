@@ -693,6 +693,14 @@ def _info(info: dict[str, Any], *, episodes: int, frames: int, tasks: int, camer
     return doc
 
 
+def _copy_global_stats(src: Path, out: Path) -> None:
+    """No per-episode stats to aggregate (an older dataset): the source's meta/stats.json, as `prep convert`
+    carries it (the readers need the file; its values are the whole source's)."""
+    if (src / "meta/stats.json").is_file():
+        with atomic.atomic_path(out / "meta/stats.json", out) as tmp:
+            shutil.copyfile(src / "meta/stats.json", tmp)
+
+
 def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], report: EditReport) -> None:
     report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", enumerate(sources[0].tasks.tasks), root=out)
     episodes = frames = 0
@@ -727,6 +735,8 @@ def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
                 st.write_json_line({"episode_index": new, "stats": fixed})
     if with_stats:
         atomic.write_lerobot_json(out / "meta/stats.json", agg.result(), root=out)
+    else:
+        _copy_global_stats(sources[0].src, out)
     copy_root_files(sources[0].src, out)
     report.episodes, report.frames = episodes, frames
     cameras = len(video_keys(info_out, sources[0].src / "meta/info.json"))
@@ -784,6 +794,8 @@ def publish_v30(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
         raise
     if has_stats:
         atomic.write_lerobot_json(out / "meta/stats.json", agg.result(), root=out)
+    else:
+        _copy_global_stats(sources[0].src, out)
     copy_root_files(sources[0].src, out)
     report.episodes, report.frames = episodes, frames
     atomic.write_lerobot_json(out / "meta/info.json", _info(info_out, episodes=episodes, frames=frames,
