@@ -153,7 +153,9 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.edit import EditOptions, SplitPart, edit_dataset, merge_datasets, split_dataset
     from pipeline.runner import open_engine
 
-    if args.to is not None and not args.split:
+    if args.to is not None:
+        if args.split:
+            raise PrepError("--to is not available with --split: split, then `prep convert` each part")
         return run_to(args)
 
     if args.merge:

@@ -1024,6 +1024,7 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
         selections[name] = Selection(kept, dropped)
         _check_output(out / name)
     sources = {name: Source(src, info, sel, plan_tasks(src, info, sel)) for name, sel in selections.items()}
+    engine.size_hint(max(len(sel.kept) for sel in selections.values()))
     for name, source in sources.items():
         check_cuts([source], out / name, engine)
     if out.exists():
