@@ -83,7 +83,7 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--keep", type=episode_list, metavar="EPISODES",
                    help="episodes to keep (all others are left out): indices and ranges, e.g. 0-9,12")
     g.add_argument("--drop-failed", type=Path, metavar="REPORT",
-                   help="leave out the episodes a `prep verify --json REPORT` of this dataset failed (the report's "
+                   help="leave out the episodes a `prep verify --out REPORT` of this dataset failed (the report's "
                    "dataset fingerprint must be this dataset's)")
     g.add_argument("--drop-tasks", nargs="+", metavar="TASK",
                    help="leave out every episode that uses one of these tasks (task text or task_index)")

@@ -114,7 +114,7 @@ def ranges(indices: Sequence[int]) -> str:
 @dataclass(slots=True, frozen=True)
 class EditOptions:
     """Which episodes to leave out (source indices; they combine: the kept episodes are those every `keep`
-    option keeps and no `drop` option drops). `drop_failed`: a `prep verify --json` report of this dataset
+    option keeps and no `drop` option drops). `drop_failed`: a `prep verify --out` report of this dataset
     (its failed episodes are dropped). Tasks by text or index: `drop_tasks` drops every episode that uses one
     of them, `keep_tasks` keeps only episodes whose tasks are all among them."""
 
@@ -197,7 +197,7 @@ class EditReport:
 
 
 def failed_in_report(report_path: Path, src: Path) -> dict[int, str]:
-    """The episodes a `prep verify --json` report of `src` failed -> the checks they failed. Refuses a report
+    """The episodes a `prep verify --out` report of `src` failed -> the checks they failed. Refuses a report
     of another dataset (its `metadata_digest`, the fingerprint of info.json and the episode metadata, must be
     the source's)."""
     from pipeline.bounded import read_json
@@ -209,13 +209,13 @@ def failed_in_report(report_path: Path, src: Path) -> dict[int, str]:
     except (OSError, ValueError) as exc:
         raise PrepError(f"--drop-failed {shown}: cannot read the report ({type(exc).__name__}: {exc})") from None
     if not isinstance(doc, dict) or doc.get("schema") != "prep.verify/1":
-        raise PrepError(f"--drop-failed {shown}: not a `prep verify --json` report (schema prep.verify/1)")
+        raise PrepError(f"--drop-failed {shown}: not a `prep verify --out` report (schema prep.verify/1)")
     found = doc.get("dataset")
     dataset: dict[str, Any] = found if isinstance(found, dict) else {}
     digest = dataset.get("metadata_digest")
     if not isinstance(digest, str) or not digest:
         raise PrepError(f"--drop-failed {shown}: the report has no dataset fingerprint (written by an older prep): "
-                        f"run `prep verify {atomic.shown(src)} --json REPORT` again")
+                        f"run `prep verify {atomic.shown(src)} --out REPORT` again")
     ds, _rejected = open_dataset(src)
     if digest != ds.metadata_digest:
         raise PrepError(f"--drop-failed {shown}: the report is of another dataset or of other metadata (its "
