@@ -40,3 +40,57 @@ prep_python() {
         esac
     fi
 }
+
+# prep_need_space GB PATH WHAT: stop with one line when the file system holding PATH (or its nearest existing
+# parent) has less than GB gigabytes free for WHAT (a large download and install). PREP_NEED_SPACE_SCALE
+# (default 1) multiplies every figure (0 turns the checks off).
+prep_need_space() {
+    local gb=$1 path=$2 what=$3 d avail_kb need_kb
+    d="$path"
+    while [[ ! -e $d ]]; do d="$(dirname "$d")"; done
+    need_kb=$(awk -v g="$gb" -v s="${PREP_NEED_SPACE_SCALE:-1}" 'BEGIN { printf "%d", g * s * 1048576 }')
+    avail_kb=$(df -Pk "$d" | awk 'NR == 2 { print $4 }')
+    if ((avail_kb < need_kb)); then
+        prep_die "not enough free disk for $what: it needs ~$gb GB in $(cd "$d" && pwd -P), which has $(awk -v k="$avail_kb" 'BEGIN { printf "%.1f", k / 1048576 }') GB free (a full bash scripts/test.sh needs ~25 GB; docs/install.md says what takes it)"
+    fi
+}
+
+# prep_pip_cause LOG [WHAT]: one line naming the package a failed pip run (its output in LOG) stopped at and
+# the likely cause (network, disk, compiler/headers, no build for this Python); WHAT when no package is named.
+prep_pip_cause() {
+    local log=$1 what=${2:-the requested packages} pkg cause
+    # the package: where pip says it failed, else the last one it was fetching
+    pkg="$({ grep -oE "(Failed to build|Failed building wheel for|No matching distribution found for|satisfies the requirement|Getting requirements to build wheel for) [A-Za-z0-9_.-]+" "$log" | grep -v ' installable$' \
+        || grep -oE "(Collecting|Downloading) [A-Za-z0-9_.+-]+" "$log"; } 2>/dev/null | tail -1 | awk '{ print $NF }')" || true
+    if grep -qiE 'No space left on device|Errno 28|Disk quota exceeded' "$log"; then
+        cause="the disk is full (No space left on device): free space (a full test run needs ~25 GB) or set TMPDIR/PIP_CACHE_DIR to a larger disk"
+    elif grep -qiE 'CERTIFICATE_VERIFY_FAILED|SSLError|certificate verify failed' "$log"; then
+        cause="network: TLS certificates not trusted (a proxy that intercepts TLS needs its CA in /usr/local/share/ca-certificates, then update-ca-certificates)"
+    elif grep -qiE 'Failed to establish a new connection|Temporary failure in name resolution|Name or service not known|Network is unreachable|Connection (refused|reset)|Read timed out|ConnectTimeout|ProxyError|RemoteDisconnected|IncompleteRead|Max retries exceeded' "$log"; then
+        cause="network: the package index was not reachable or the download broke off (check the connection, proxy settings, or pip's index configuration)"
+    elif grep -qiE "command '[^']*(gcc|cc|c\+\+)' failed|gcc: (error|fatal)|Python\.h: No such file|fatal error: [^ ]+\.h: No such file|unable to execute '[^']*gcc|error: command .*not found|Microsoft Visual C|failed-wheel-build|Failed building wheel|Failed to build" "$log"; then
+        cause="compiler: it is built from source and the build failed (needs a C compiler and Python's headers: apt-get install gcc python3-dev)"
+    elif grep -qiE 'No matching distribution found|Could not find a version that satisfies|ResolutionImpossible|conflicting dependencies' "$log"; then
+        cause="no build of it for this Python ($("${VPY:-${PY:-python3}}" -V 2>&1)) and platform on the package index, or conflicting pins"
+    else
+        cause="unknown (pip's last lines are above)"
+    fi
+    printf 'pip could not install %s: likely cause: %s\n' "${pkg:-$what}" "$cause"
+}
+
+# prep_pip PYTHON WHAT ARGS...: PYTHON -m pip ARGS, its output kept in a log and shown only on failure (the
+# last lines), then one line of prep's own (prep_pip_cause) and exit 1.
+prep_pip() {
+    local py=$1 what=$2 log rc=0
+    shift 2
+    log="$(mktemp "${TMPDIR:-/tmp}/prep-pip.XXXXXX")"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$py" -m pip "$@" >"$log" 2>&1 || rc=$?
+    if ((rc != 0)); then
+        grep -v 'is ignored: it is neither a file nor a directory' "$log" | tail -15 >&2
+        local line
+        line="$(prep_pip_cause "$log" "$what")"
+        rm -f "$log"
+        prep_die "$line"
+    fi
+    rm -f "$log"
+}

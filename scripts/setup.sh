@@ -8,9 +8,16 @@
 #                                   build of PyTorch with psutil (the dataloader benchmark and its tests)
 #
 # torch (--test): PREP_TORCH_VERSION (default 2.13.0) from PREP_TORCH_INDEX (default PyTorch's CPU wheel
-# index, https://download.pytorch.org/whl/cpu); when that index is unreachable, from pip's own configured
-# sources, but only a CPU build (+cpu) found there: never a CUDA build of several GB by surprise.
-# A torch already in .venv (e.g. a CUDA build you installed on purpose) is kept.
+# index, https://download.pytorch.org/whl/cpu); when that index is unreachable, a CPU build (+cpu) that pip's
+# own configured sources offer (a local wheel folder or index); when there is none either, the package
+# index's torch (PyPI's is the CUDA build: it runs on CPU, but takes ~5.4 GB against ~1 GB), said in one
+# line first. A torch already in .venv (e.g. a CUDA build you installed on purpose) is kept.
+# --test also installs gcc and Python's headers (apt) when missing: lerobot 0.3.3, the v2.1 reader of the
+# compatibility stage, pulls evdev, which the package index has only as source.
+#
+# Disk: free space is checked before each large download (one line naming what it needs, then exit 1);
+# a full `bash scripts/test.sh` needs ~20-25 GB (docs/install.md). When pip fails, the last line names
+# the package and the likely cause (network, disk, compiler).
 #
 # Idempotent: does nothing but check a stamp (pyproject.toml's hash, the interpreter, the mode) when
 # already set up. Afterwards: .venv/bin/prep, or `source .venv/bin/activate` then prep.
@@ -41,8 +48,8 @@ if stamp_ok "$MODE" || { [[ $MODE == run ]] && stamp_ok test; }; then
     exit 0
 fi
 
-# pip in .venv; a local file index's "Location ... is ignored" chatter (machines with pip configured so) is dropped.
-pip_q() { "$VPY" -m pip --disable-pip-version-check "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2); }
+# pip in .venv: its output kept aside and shown only when it fails, then one line naming package and cause.
+pip_q() { local what=$1; shift; prep_pip "$VPY" "$what" "$@"; }
 
 # The environment itself: (re)made when missing, broken, or made by another interpreter or in another folder.
 if [[ ! -x "$VPY" || "$(cat "$VENV/.prep-venv" 2>/dev/null)" != "$VENV_KEY" ]] || ! "$VPY" -c '' 2>/dev/null; then
@@ -53,7 +60,7 @@ if [[ ! -x "$VPY" || "$(cat "$VENV/.prep-venv" 2>/dev/null)" != "$VENV_KEY" ]] |
     echo "$VENV_KEY" > "$VENV/.prep-venv"
 fi
 
-torch_cpu() {  # a CPU build of torch into .venv, or one line saying why not
+torch_cpu() {  # a CPU build of torch into .venv if one is reachable, else the package index's (one line says so)
     if "$VPY" -c 'import torch' >/dev/null 2>&1; then
         prep_log "torch $("$VPY" -c 'import torch; print(torch.__version__)') already in $VENV (kept)"
         return 0
@@ -62,31 +69,55 @@ torch_cpu() {  # a CPU build of torch into .venv, or one line saying why not
 import sys, urllib.request
 urllib.request.urlopen(sys.argv[1], timeout=5).close()
 EOF
+        prep_need_space 3 "$VENV" "torch==$TORCH_VERSION (CPU build, ~1 GB installed)"
         prep_log "installing torch==$TORCH_VERSION, CPU build, from $TORCH_INDEX"
-        pip_q install -q --index-url "$TORCH_INDEX" "torch==$TORCH_VERSION"
+        pip_q "torch==$TORCH_VERSION" install --no-cache-dir --index-url "$TORCH_INDEX" "torch==$TORCH_VERSION"
         return 0
     fi
     # Which builds pip's own configured sources offer (a find-links folder, a local index): `pip index` reads
     # their listings only (a --dry-run resolve would download a 500 MB CUDA wheel just to look at it).
-    prep_log "$TORCH_INDEX is not reachable; looking for torch==$TORCH_VERSION+cpu in pip's configured sources"
     local versions
-    versions="$(pip_q index versions torch 2>/dev/null | sed -n 's/^Available versions: //p' || true)"
-    if [[ ", $versions," != *", $TORCH_VERSION+cpu,"* ]]; then
-        prep_die "no CPU build of torch==$TORCH_VERSION reachable (pip's sources offer no $TORCH_VERSION+cpu, only builds that may be CUDA ones of several GB). Set PREP_TORCH_INDEX to a mirror of https://download.pytorch.org/whl/cpu, or install the torch you want into $VENV ($VENV/bin/pip install torch==...) and rerun"
+    versions="$("$VPY" -m pip --disable-pip-version-check index versions torch 2>/dev/null | sed -n 's/^Available versions: //p' || true)"
+    if [[ ", $versions," == *", $TORCH_VERSION+cpu,"* ]]; then
+        prep_need_space 3 "$VENV" "torch==$TORCH_VERSION+cpu (~1 GB installed)"
+        prep_log "$TORCH_INDEX is not reachable; installing torch==$TORCH_VERSION+cpu from pip's configured sources"
+        pip_q "torch==$TORCH_VERSION+cpu" install "torch==$TORCH_VERSION+cpu"
+        return 0
     fi
-    prep_log "installing torch==$TORCH_VERSION+cpu from pip's configured sources"
-    pip_q install -q "torch==$TORCH_VERSION+cpu"
+    prep_need_space 9 "$VENV" "torch==$TORCH_VERSION from the package index (CUDA build, ~5.4 GB installed, ~3 GB download)"
+    prep_log "no CPU build of torch==$TORCH_VERSION reachable ($TORCH_INDEX unreachable, pip's sources offer no +cpu): installing the package index's torch==$TORCH_VERSION, the CUDA build (runs on CPU; ~5.4 GB installed with its nvidia-* libraries and triton, against ~1 GB for the CPU build; ~3 GB download, minutes). PREP_TORCH_INDEX=<a mirror of $TORCH_INDEX> avoids it"
+    pip_q "torch==$TORCH_VERSION" install --no-cache-dir "torch==$TORCH_VERSION"
+}
+
+build_tools() {  # gcc and Python's headers (lerobot 0.3.3 pulls evdev: source only on the package index)
+    local need=() inc
+    command -v gcc >/dev/null 2>&1 || need+=(gcc)
+    inc="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+    if [[ ! -f $inc/Python.h ]]; then
+        case "$PY" in
+            /usr/bin/python3) need+=(python3-dev) ;;
+            /usr/bin/*) need+=("$(basename "$PY")-dev") ;;
+            *) prep_log "note: no Python.h in $inc: building evdev (lerobot 0.3.3's) will fail; use a Python with its headers" ;;
+        esac
+    fi
+    if ((${#need[@]})); then
+        prep_log "lerobot 0.3.3 (the compatibility stage's v2.1 reader) pulls evdev, which the package index has only as source: installing ${need[*]} to build it"
+        prep_apt "${need[@]}"
+    fi
 }
 
 if [[ $MODE == test ]]; then
     command -v ffmpeg >/dev/null 2>&1 || prep_apt ffmpeg
     prep_log "$(ffmpeg -version | head -1)"
+    build_tools
     torch_cpu
+    prep_need_space 2 "$VENV" "prep's test dependencies (~1 GB installed)"
     prep_log "installing prep (editable) with its test and bench extras into $VENV"
-    pip_q install -q -e '.[test,bench]'
+    pip_q "prep[test,bench]" install -e '.[test,bench]'
 else
+    prep_need_space 2 "$VENV" "prep's dependencies (~0.8 GB installed)"
     prep_log "installing prep (editable) into $VENV"
-    pip_q install -q -e .
+    pip_q prep install -e .
     command -v ffmpeg >/dev/null 2>&1 \
         || prep_log "note: no ffmpeg program: only \`prep reencode --engine ffmpeg\` needs it (apt-get install ffmpeg)"
 fi
