@@ -13,7 +13,7 @@
 #   bash .ci/fresh_root.sh [--keep] [--summary FILE]        (as root; .ci/run calls it)
 #     --keep          leave the root (and its venvs) in place afterwards, for a look; default: removed
 #     --summary FILE  also write the run's summary (times, exit codes, what the root was given) as JSON
-#     --command CMD   run CMD (in /root/prep) instead of the two commands; repeatable (to try the mechanics)
+#     --command CMD   run CMD (in the clone) instead of the two commands; repeatable (to try the mechanics)
 #   PREP_CI_WORK=/var/tmp          where the root is made (needs PREP_CI_NEED_GB free)
 #   PREP_CI_CACHE=/var/cache/prep-ci   the pristine root's cache; "none": debootstrap every run
 #   PREP_CI_CACHE_DAYS=7           a cached root older than this is made again (Debian's archive moves on)
@@ -53,6 +53,7 @@ CACHE="${PREP_CI_CACHE:-/var/cache/prep-ci}"
 CACHE_DAYS="${PREP_CI_CACHE_DAYS:-7}"
 NEED_GB="${PREP_CI_NEED_GB:-40}"
 MIN_FREE_GB="${PREP_CI_MIN_FREE_GB:-3}"
+RHOME=/root  # root's home inside the fresh root; the clone is $RHOME/prep
 SYSPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 COMMANDS=("bash scripts/demo.sh" "bash scripts/test.sh")  # the README's two commands, as written there
 ((${#OWN[@]})) && COMMANDS=("${OWN[@]}")
@@ -148,32 +149,33 @@ for crt in /usr/local/share/ca-certificates/*.crt; do  # the CA certificates thi
 done
 [[ -s $ROOT/etc/resolv.conf ]] || cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 chroot "$ROOT" /usr/sbin/update-ca-certificates >/dev/null 2>&1 || die "update-ca-certificates failed in the root"
-git clone -q "$REPO" "$ROOT/root/prep"
-git -C "$ROOT/root/prep" remote remove origin
-COMMIT="$(git -C "$ROOT/root/prep" rev-parse --short HEAD)"
-log "root given: $(printf '%s; ' "${GIVEN[@]}") DNS: debootstrap's copy of /etc/resolv.conf; the project: git clone of $REPO at $COMMIT in /root/prep"
+git clone -q "$REPO" "$ROOT$RHOME/prep"
+git -C "$ROOT$RHOME/prep" remote remove origin
+COMMIT="$(git -C "$ROOT$RHOME/prep" rev-parse --short HEAD)"
+log "root given: $(printf '%s; ' "${GIVEN[@]}") DNS: debootstrap's copy of /etc/resolv.conf; the project: git clone of $REPO at $COMMIT in $RHOME/prep"
 
 # What the root does NOT have: pip configuration, Python, pyenv, local wheels.
-for f in /etc/pip.conf /etc/xdg/pip /root/.config/pip /root/.pip /root/.pyenv /opt/wheels /opt/prep-venvs /usr/bin/python3; do
+for f in /etc/pip.conf /etc/xdg/pip "$RHOME/.config/pip" "$RHOME/.pip" "$RHOME/.pyenv" "$RHOME/.cache" /usr/bin/python3; do
     [[ ! -e $ROOT$f ]] || die "the fresh root has $f"
 done
+[[ -z "$(ls -A "$ROOT/opt")" ]] || die "the fresh root's /opt is not empty"
 PKGS_BEFORE="$(chroot "$ROOT" dpkg-query -W -f '${Status}\n' | grep -c 'install ok installed')"
 log "root checked: no pip configuration, no python3, no pyenv, no local wheels; $PKGS_BEFORE Debian packages"
 
 # ------------------------------------------------------------------------------------ the two commands
 # In the root: a private mount namespace (/proc, /dev, /sys, /dev/shm of the root), chroot, an emptied
 # environment (HOME, PATH of a fresh Debian, LANG, TERM only), default signal dispositions (a CI runner's,
-# whatever started this script), cd /root/prep, then the command through bash -c.
+# whatever started this script), cd to the clone, then the command through bash -c.
 inside() {
     env -i --default-signal PATH="$SYSPATH" unshare --mount --propagation private -- /bin/bash -c '
         set -e
-        R=$1; shift
+        R=$1; H=$2; shift 2
         mount -t proc proc "$R/proc"
         mount --rbind /dev "$R/dev"
         mount -t sysfs sysfs "$R/sys"
-        exec chroot "$R" /usr/bin/env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/bash \
+        exec chroot "$R" /usr/bin/env -i HOME="$H" USER=root LOGNAME=root SHELL=/bin/bash \
             PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM=dumb \
-            /bin/bash -c "cd /root/prep && $*"' inside "$ROOT" "$@"
+            /bin/bash -c "cd ~/prep && $*"' inside "$ROOT" "$RHOME" "$@"
 }
 inside 'env | grep -q "^PIP_" && exit 1; test ! -e /etc/pip.conf' || die "PIP_* or pip configuration inside the root"
 
@@ -191,9 +193,9 @@ watchdog() {  # stop the run (its process group) when free disk falls below MIN_
 declare -A SECS RCS
 overall=0
 for cmd in "${COMMANDS[@]}"; do
-    log "\$ $cmd      (in the fresh root, /root/prep)"
+    log "\$ $cmd      (in the fresh root, $RHOME/prep)"
     t0=$SECONDS
-    setsid --wait bash -c "$(declare -f inside); SYSPATH='$SYSPATH'; ROOT='$ROOT'; inside \"\$1\"" inside "$cmd" &
+    setsid --wait bash -c "$(declare -f inside); SYSPATH='$SYSPATH'; ROOT='$ROOT'; RHOME='$RHOME'; inside \"\$1\"" inside "$cmd" &
     RUN_PID=$!
     watchdog "$RUN_PID" &
     WATCH_PID=$!
