@@ -23,7 +23,9 @@ timed) and its exit codes recorded.
 
 Bit-exactness: every output episode is matched to its source episode (by the edit's own mapping) and, per
 camera, the payload bytes of its packets (PyAV demux, pts in the episode's [from_timestamp, to_timestamp))
-compared with the source episode's: `packets_equal / packets` for prep's output and for LeRobot's.
+compared with the source episode's: `packets_equal / packets` for prep's output and for LeRobot's, and how many
+output packets end with the source packet's payload (the same slice data with something put in front, such as
+parameter sets repeated in-band).
 
     python bench/edit.py [--episodes 50] [--frames 90] [--merge-episodes 25] [--work DIR] [--workers 2]
                          [--no-inline] [--only drop,split,merge] [--inputs h264,224]
@@ -98,6 +100,7 @@ ds.finalize()
 print(json.dumps({"seconds": time.perf_counter() - t0}))
 '''
 
+VERSION_SCRIPT = "import importlib.metadata as m; print(m.version('lerobot'))"
 EDIT_SCRIPT = r'''
 import json, logging, sys, time
 from pathlib import Path
@@ -217,7 +220,7 @@ def bit_exact(pairs: list[tuple[Path, int, Path, int]], fps: float) -> dict[str,
     """pairs: (output root, output episode, source root, source episode)."""
     cache = Packets()
     rows: dict[Path, list[dict[str, Any]]] = {}
-    total = equal = frames_mismatch = 0
+    total = equal = contains = frames_mismatch = 0
     for out, oep, src, sep in pairs:
         for root in (out, src):
             if root not in rows:
@@ -228,7 +231,9 @@ def bit_exact(pairs: list[tuple[Path, int, Path, int]], fps: float) -> dict[str,
             frames_mismatch += len(a) != len(b)
             total += len(b)
             equal += sum(x == y for x, y in zip(a, b, strict=False))
-    return {"packets": total, "packets_equal": equal, "episodes_with_other_frame_count": frames_mismatch,
+            contains += sum(x.endswith(y) for x, y in zip(a, b, strict=False))
+    return {"packets": total, "packets_equal": equal, "packets_ending_with_source_payload": contains,
+            "episodes_with_other_frame_count": frames_mismatch,
             "bit_exact": total > 0 and equal == total and frames_mismatch == 0}
 
 
@@ -418,6 +423,10 @@ def main(argv: list[str] | None = None) -> int:
                    "frames_per_episode": args.frames, "size": "480x640", "fps": 30,
                    "bytes": {name: du(work / name) for name in ("a", "b", "a_224", "b_224") if (work / name).is_dir()}},
         "plan": p,
+        "prep_commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                      text=True, check=False).stdout.strip() or None,
+        "lerobot": subprocess.run([str(LEROBOT_PY), "-c", VERSION_SCRIPT], capture_output=True, text=True,
+                                  env=lerobot_env(work), check=False).stdout.strip(),
         "command": "python bench/edit.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "note": "process_s: the whole process of each tool (imports, start-up, cluster); seconds: the edit inside it "
                 "where the tool reports it; cpu_s: CPU seconds (user + system) of the process and its descendants. "
