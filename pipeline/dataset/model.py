@@ -143,6 +143,9 @@ class Dataset:
     # verify report them as warnings, no command refuses the dataset for them
     warnings: list[str] = field(default_factory=list)
     warnings_total: int = 0
+    # the metadata rules no reader of the format line refuses (pipeline.dataset.rules): (rule, line)
+    rule_warnings: list[tuple[str, str]] = field(default_factory=list)
+    rule_warnings_total: int = 0
     _groups: dict[str, Groups] = field(default_factory=dict)
 
     @property

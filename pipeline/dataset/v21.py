@@ -148,7 +148,7 @@ def _parse(ep_path: Path, rows: RowBuilder, digest: Any) -> None:
         rows.add_row(lineno, index, length, tasks)
 
 
-def open_v21(root: Path, info: dict[str, Any]) -> tuple[Dataset, Rejected]:
+def open_v21(root: Path, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
     info_path = root / "meta/info.json"
     cameras = cameras_from_info(info, info_path)
     chunks_size = info.get("chunks_size", 1000)
@@ -198,7 +198,7 @@ def open_v21(root: Path, info: dict[str, Any]) -> tuple[Dataset, Rejected]:
         info=info,
         cameras=cameras,
         episodes=EpisodeTable(cols, make),
-        tasks=read_tasks(root),
+        tasks=read_tasks(root) if tasks else {},
         file_keys=keys,
         rejected_count=rejected.total,
         metadata_digest=digest.hexdigest(),

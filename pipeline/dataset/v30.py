@@ -214,7 +214,7 @@ def _read_file(path: Path, file_no: int, cameras: list[str], rows: RowBuilder, w
                      from_index=f["from_index"], cameras={c: f[c] for c in cameras})
 
 
-def open_v30(root: Path, info: dict[str, Any]) -> tuple[Dataset, Rejected]:
+def open_v30(root: Path, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
     info_path = root / "meta/info.json"
     cameras = cameras_from_info(info, info_path)
     data_tpl, video_tpl = info["data_path"], str(info.get("video_path") or "")
@@ -282,7 +282,7 @@ def open_v30(root: Path, info: dict[str, Any]) -> tuple[Dataset, Rejected]:
         info=info,
         cameras=cameras,
         episodes=EpisodeTable(cols, make),
-        tasks=read_tasks(root),
+        tasks=read_tasks(root) if tasks else {},
         file_keys=keys,
         rejected_count=rejected.total,
         metadata_digest=digest.hexdigest(),

@@ -46,21 +46,45 @@ V30_EPISODES_DIR = "meta/episodes"
 
 @dataclass
 class Problems:
-    """The problems found so far: the first `limit` as lines, all counted."""
+    """The problems found so far: the first `limit` as lines, all counted; per rule (`pipeline.dataset.rules`:
+    the rule being checked when a problem was added) the first `limit` lines and a count."""
 
     root: Path
     limit: int = MAX_LISTED
     lines: list[str] = field(default_factory=list)
     total: int = 0
+    rule: str = "info_json"
+    codebase_version: str = ""
+    by_rule: dict[str, list[str]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
 
     def add(self, line: str) -> None:
         self.total += 1
         if len(self.lines) < self.limit:
             self.lines.append(line)
+        self.counts[self.rule] = self.counts.get(self.rule, 0) + 1
+        kept = self.by_rule.setdefault(self.rule, [])
+        if len(kept) < self.limit:
+            kept.append(line)
 
     def raise_if_any(self) -> None:
         if self.total:
             raise MetadataError(self.root, self.lines, self.total)
+
+    def split(self, command: str) -> tuple[Problems, Problems]:
+        """(the problems `command` refuses the dataset for, the ones it only warns about), by what each reader
+        of the format line does with the rule (`pipeline.dataset.rules.decide`)."""
+        from pipeline.dataset.rules import decide
+
+        refuse, warn = (Problems(self.root, self.limit, codebase_version=self.codebase_version) for _ in range(2))
+        for rule, kept in self.by_rule.items():
+            target = refuse if decide(rule, self.codebase_version, command) == "refuse" else warn
+            target.rule = rule
+            for line in kept:
+                target.add(line)
+            target.total += self.counts[rule] - len(kept)
+            target.counts[rule] += self.counts[rule] - len(kept)
+        return refuse, warn
 
 
 # ---- JSON Schema --------------------------------------------------------------------------------
@@ -313,16 +337,18 @@ def validate_metadata(root: Path | str, limit: int = MAX_LISTED) -> Problems:
     Raises `DatasetError` when the root is not a dataset of a supported version at all."""
     root = Path(root).absolute()
     info = read_info(root)  # not a dataset / unsupported version / no fps: one line, as before
-    problems = Problems(root, limit)
+    problems = Problems(root, limit, codebase_version=info["codebase_version"])
     for p in schema_problems(info, "lerobot_info", limit=limit):
         problems.add(f"{root / INFO_REL}: {p}")
     if problems.total:  # the other files are read by what info.json says
         return problems
+    problems.rule = "camera_key"
     for p in camera_key_problems(info):
         problems.add(f"{root / INFO_REL}: {p}")
     cameras = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
     if info["codebase_version"] == "v2.1":
         for rel, name, required in V21_JSONL:
+            problems.rule = rel.removeprefix("meta/").replace(".", "_")  # episodes_jsonl, tasks_jsonl, ...
             path = root / rel
             if not path.exists() and not required:
                 continue
@@ -331,21 +357,61 @@ def validate_metadata(root: Path | str, limit: int = MAX_LISTED) -> Problems:
                 continue
             check_jsonl(path, name, problems)
     else:
+        problems.rule = "tasks_parquet"
         check_v30_tasks(root, problems)
+        problems.rule = "episodes_parquet"
         check_v30_episodes(root, cameras, problems)
     stats = root / STATS_REL
+    problems.rule = "stats_json_read"  # a file the v3.0 readers cannot load at all (load_json, flatten_dict)
     if stats.exists():
         if stats.is_file():
-            check_json(stats, "lerobot_stats", problems)
+            check_stats(stats, problems)
         else:
             problems.add(f"{stats}: not a regular file")
     return problems
 
 
-def open_validated(root: Path | str) -> tuple[Dataset, Rejected]:
-    """`open_dataset` after `validate_metadata`: raises `MetadataError` (one line per problem) when any
-    metadata file breaks its rules, before any unit is planned."""
+def check_stats(path: Path, problems: Problems) -> None:
+    """meta/stats.json: JSON holding an object (rule `stats_json_read`), then its schema (rule `stats_json`)."""
+    from pipeline.dataset.info import read_json_file
+    from pipeline.errors import DatasetError
+
+    problems.rule = "stats_json_read"
+    try:
+        obj = read_json_file(path)
+    except DatasetError as exc:
+        problems.add(str(exc))
+        return
+    if not isinstance(obj, dict):
+        problems.add(f"{path}: (file): {shown(obj, 40)} is not of type 'object'")
+        return
+    problems.rule = "stats_json"
+    for p in schema_problems(obj, "lerobot_stats", limit=MAX_LISTED):
+        problems.add(f"{path}: {p}")
+
+
+def metadata_refusals(root: Path | str, command: str) -> tuple[Problems, Problems]:
+    """`validate_metadata`, split into what `command` refuses the dataset for and what it only warns about
+    (`pipeline.dataset.rules`: a rule no reader of the format line refuses is a warning; scan refuses only for
+    the files it needs to count storage and hours)."""
+    return validate_metadata(root).split(command)
+
+
+def open_validated(root: Path | str, command: str = "verify") -> tuple[Dataset, Rejected]:
+    """`open_dataset` after `validate_metadata`: raises `MetadataError` (one line per problem) when a metadata
+    file breaks a rule that `command` refuses for (`metadata_refusals`), before any unit is planned; the rules
+    it only warns about are in `ds.rule_warnings` (and `ds.warnings`)."""
     from pipeline.dataset import open_dataset
 
-    validate_metadata(root).raise_if_any()
-    return open_dataset(root)
+    refuse, warn = metadata_refusals(root, command)
+    refuse.raise_if_any()
+    ds, rejected = open_dataset(root, strict_tasks=not any(r in warn.counts for r in TASK_RULES))
+    if warn.total:
+        ds.rule_warnings = [(rule, line) for rule, lines in warn.by_rule.items() for line in lines][:MAX_LISTED]
+        ds.rule_warnings_total = warn.total
+        ds.warnings = [line for _rule, line in ds.rule_warnings] + ds.warnings
+        ds.warnings_total += warn.total
+    return ds, rejected
+
+
+TASK_RULES = ("tasks_jsonl", "tasks_parquet")

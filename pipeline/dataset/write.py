@@ -322,7 +322,12 @@ def _write_stats_json(ds: Dataset, out: Path, agg: dict[str, dict[str, Any]], ca
     path = ds.root / "meta/stats.json"
     if not path.is_file():
         return
-    stats = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        stats = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError):  # a v2.1 stats.json no reader opens: carried as it is
+        with atomic.atomic_path(out / "meta/stats.json", out) as tmp:
+            shutil.copyfile(path, tmp)
+        return
     for cam in cameras:
         if cam in agg and isinstance(stats, dict):
             old = stats.get(cam, {})

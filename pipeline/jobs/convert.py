@@ -69,7 +69,7 @@ from pipeline.convert.source import (
 )
 from pipeline.dataset.info import read_info, video_keys
 from pipeline.dataset.stats import StatsAggregator
-from pipeline.dataset.validate import validate_metadata
+from pipeline.dataset.validate import metadata_refusals
 from pipeline.dataset.write import PREP_DIR
 from pipeline.errors import DatasetError, PrepError
 from pipeline.jobs.output import (
@@ -357,7 +357,7 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
     if info["codebase_version"] == options.to:
         raise DatasetError(src / "meta/info.json", f"the dataset already is {options.to}")
     check_paths(src, out, staged=staged)
-    validate_metadata(src).raise_if_any()  # every metadata file checked before anything is written
+    metadata_refusals(src, "convert")[0].raise_if_any()  # every metadata file checked before anything is written
     refuse_busy(out)  # a busy output (any command's) is refused at once, naming the holder
     refuse_foreign(out, OPTIONS_REL, "convert")  # a folder that is not this command's: refused before any walk
     check_output_tree(out)  # a symlink, FIFO, socket or device in the output (a resume too): refused

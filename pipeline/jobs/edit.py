@@ -53,7 +53,7 @@ from pipeline.convert.source import (
 from pipeline.dataset.info import format_template, read_info, video_keys
 from pipeline.dataset.model import resolve_inside
 from pipeline.dataset.stats import StatsAggregator
-from pipeline.dataset.validate import validate_metadata
+from pipeline.dataset.validate import metadata_refusals
 from pipeline.dataset.write import PREP_DIR
 from pipeline.errors import DatasetError, PrepError
 from pipeline.jobs.convert import copy_root_files, verify_output
@@ -814,7 +814,7 @@ def _open_source(src: Path, out: Path) -> dict[str, Any]:
     if fmt not in FORMATS:
         raise DatasetError(src / "meta/info.json", f"codebase_version {fmt!r}: prep edit reads v2.1 and v3.0")
     check_paths(src, out)
-    validate_metadata(src).raise_if_any()
+    metadata_refusals(src, "edit")[0].raise_if_any()
     return info
 
 

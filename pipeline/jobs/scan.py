@@ -62,7 +62,7 @@ def scan_dataset(src: Path, out: Path, engine: Engine, *, resume: bool = True,
     The manifest may not be written inside `src` (the source is read-only; `out_is_default`: the refusal says
     that `out` is the command's default)."""
     out = Path(out).absolute()
-    ds, rejected = open_validated(src)  # metadata checked before any unit
+    ds, rejected = open_validated(src, "scan")  # metadata checked before any unit (scan refuses fewer rules)
     parts.check_report_place([src], out, table_path_for(out), default=out_is_default)  # in the source: refused
     engine.start(local=False)  # a scheduler that cannot be reached: refused before anything is written
     atomic.check_target(Path(out).absolute())  # a read-only, full or blocked output: refused before any work

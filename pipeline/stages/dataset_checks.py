@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.dataset import Dataset
+from pipeline.dataset.rules import RULES
 from pipeline.errors import EpisodeError
 from pipeline.video.checks import ERROR, WARNING, CheckFailure
 
@@ -58,6 +59,13 @@ def dataset_findings(ds: Dataset, rejected: list[EpisodeError], rejected_total: 
         out.append(CheckFailure("total_frames", f"{declared_frames} (info.json)",
                                 f"{ds.total_frames_expected} (sum of episode lengths)", None, None, info_path,
                                 TOTAL_FRAMES_SEVERITY.get(ds.codebase_version, ERROR)))
+    for rule, line in ds.rule_warnings:  # metadata rules no reader of the format line refuses
+        what = RULES[rule].what if rule in RULES else rule
+        out.append(CheckFailure("metadata_rule", what, line, None, None, str(ds.root / "meta"), WARNING))
+    if ds.rule_warnings_total > len(ds.rule_warnings):
+        more = ds.rule_warnings_total - len(ds.rule_warnings)
+        out.append(CheckFailure("metadata_rule", "the metadata rules", f"{more} more problems no reader refuses",
+                                None, None, str(ds.root / "meta"), WARNING))
     for st in ds.stale_data_files:  # rows found where LeRobot finds them (pipeline.dataset.datafiles)
         out.append(CheckFailure("stale_file_index", f"{st.real} (the file holding index {st.from_index}..."
                                 f"{st.to_index - 1}, where LeRobot reads the rows)", f"{st.named} (data/file_index)",
