@@ -33,6 +33,9 @@ VENVS = [Path(p) for p in os.environ.get("PREP_VENVS", "/opt/prep-venvs").split(
 NOT_RUN = re.compile(r"<!-- not run: (.+?) -->")
 # commands whose output is all measurement: only the shape is compared (the label of every line)
 MEASURED = ("prep bench ",)
+# lines that state sizes of re-encoded output: their sizes are masked (a fresh machine may resolve another
+# PyAV wheel, whose x264 writes other bytes); the native side's sizes stay exact
+ENCODED = re.compile(r"prepared|^files .* written")
 
 
 @dataclass
@@ -79,6 +82,8 @@ def mask(text: str) -> str:
     text = re.sub(r"\d[\d,]*(?:\.\d+)?(?= s\b)", "#", text)  # 21.5 s
     text = re.sub(r"\d[\d,]*(?:\.\d+)?(?= [\w.]+/s\b)", "#", text)  # 168 frames/s, 1.5 episodes/s
     text = re.sub(r"load average [\d.]+(?:-[\d.]+)?", "load average #", text)
+    if ENCODED.search(text):  # sizes of what the encoder wrote depend on PyAV's x264 build, not on prep
+        text = re.sub(r"\d[\d,]*(?:\.\d+)?(?= ?(?:GB/hr|TB|GB|MB|kB|x\b|x smaller|dB))", "#", text)
     return re.sub(r" {2,}", " ", text).rstrip()
 
 
