@@ -31,6 +31,7 @@
 # and /dev/shm of the root: they vanish with the namespace, whatever happens; the EXIT trap also unmounts
 # anything left under the root and refuses to delete the root while something is still mounted in it.
 set -euo pipefail
+{  # the whole script is read before it runs: editing the checkout during a run cannot change the run
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 KEEP=0
 SUMMARY=""
@@ -147,12 +148,13 @@ for crt in /usr/local/share/ca-certificates/*.crt; do  # the CA certificates thi
     cp "$crt" "$ROOT/usr/local/share/ca-certificates/"
     GIVEN+=("CA certificate $(basename "$crt") ($(openssl x509 -noout -subject -in "$crt" 2>/dev/null | sed 's/^subject=//' || echo '?'))")
 done
-[[ -s $ROOT/etc/resolv.conf ]] || cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+DNS="the machine's DNS settings (/etc/resolv.conf, as debootstrap copies it)"
+[[ -s $ROOT/etc/resolv.conf ]] || { cp /etc/resolv.conf "$ROOT/etc/resolv.conf"; DNS="the machine's DNS settings (/etc/resolv.conf)"; }
 chroot "$ROOT" /usr/sbin/update-ca-certificates >/dev/null 2>&1 || die "update-ca-certificates failed in the root"
 git clone -q "$REPO" "$ROOT$RHOME/prep"
 git -C "$ROOT$RHOME/prep" remote remove origin
 COMMIT="$(git -C "$ROOT$RHOME/prep" rev-parse --short HEAD)"
-log "root given: $(printf '%s; ' "${GIVEN[@]}") DNS: debootstrap's copy of /etc/resolv.conf; the project: git clone of $REPO at $COMMIT in $RHOME/prep"
+log "root given: $(printf '%s; ' "${GIVEN[@]}")$DNS; the project: git clone of $REPO at $COMMIT in $RHOME/prep"
 
 # What the root does NOT have: pip configuration, Python, pyenv, local wheels.
 for f in /etc/pip.conf /etc/xdg/pip "$RHOME/.config/pip" "$RHOME/.pip" "$RHOME/.pyenv" "$RHOME/.cache" /usr/bin/python3; do
@@ -170,6 +172,7 @@ inside() {
     env -i --default-signal PATH="$SYSPATH" unshare --mount --propagation private -- /bin/bash -c '
         set -e
         R=$1; H=$2; shift 2
+        mount --bind "$R" "$R"  # its / a mount point, as on a machine (unshare --propagation in it needs one)
         mount -t proc proc "$R/proc"
         mount --rbind /dev "$R/dev"
         mount -t sysfs sysfs "$R/sys"
@@ -212,7 +215,7 @@ done
 
 PKGS_AFTER="$(chroot "$ROOT" dpkg-query -W -f '${Status}\n' | grep -c 'install ok installed')"
 APT_ADDED="$(chroot "$ROOT" sh -c "grep -h '^Commandline: apt-get' /var/log/apt/history.log 2>/dev/null | sed 's/^Commandline: //'" | paste -sd';' -)"
-log "summary: commit $COMMIT; root from $ROOT_FROM; given: $(printf '%s; ' "${GIVEN[@]}")DNS settings (resolv.conf)"
+log "summary: commit $COMMIT; root from $ROOT_FROM; given: $(printf '%s; ' "${GIVEN[@]}")$DNS"
 for cmd in "${COMMANDS[@]}"; do
     [[ -n ${RCS[$cmd]:-} ]] && log "  $cmd: exit ${RCS[$cmd]}, ${SECS[$cmd]} s"
 done
@@ -239,3 +242,4 @@ if [[ -n $SUMMARY ]]; then
     log "summary written: $SUMMARY"
 fi
 exit "$overall"
+}

@@ -17,9 +17,16 @@ prep_apt() {
     fi
     command -v apt-get >/dev/null 2>&1 || prep_die "need: $* (no apt-get on this machine: install them with its package manager)"
     prep_log "installing Debian packages: $*"
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
-        && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null \
-        || prep_die "apt-get install $* failed"
+    # apt's output is kept aside and shown only when it fails (debconf's "delaying package configuration" is noise)
+    local log
+    log="$(mktemp "${TMPDIR:-/tmp}/prep-apt.XXXXXX")"
+    if ! { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"; } >"$log" 2>&1; then
+        grep -v '^debconf: delaying' "$log" | tail -15 >&2
+        rm -f "$log"
+        prep_die "apt-get install $* failed (network: Debian's archive not reachable? disk full? the lines above say)"
+    fi
+    rm -f "$log"
 }
 
 prep_python() {
