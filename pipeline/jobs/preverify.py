@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import ClusterError, PrepError
+from pipeline.verdicts import ERROR
 
 if TYPE_CHECKING:
     from pipeline.runner import Engine
@@ -118,8 +119,10 @@ def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_inv
             return f.check in covered and (f.path or "").endswith("meta/episodes_stats.jsonl")
         return f.check in covered
 
-    errors = [f for f in report.failures if f.is_error]
-    out = SourceCheck(errors=errors, errors_total=report.errors_total, warnings_total=report.warnings_total)
+    # NaN/inf (trains_wrong) loads in every reader: the output is as loadable as the source, not refused here
+    errors = [f for f in report.failures if f.severity == ERROR]
+    out = SourceCheck(errors=errors, errors_total=report.errors_total - report.trains_wrong_total,
+                      warnings_total=report.warnings_total + report.trains_wrong_total)
     out.repaired_checks = sorted({f.check for f in errors if fixed(f)})
     out.blocking = [f for f in errors if not fixed(f)]
     if report.errors_total > len(errors):  # more errors than the report keeps in memory: none is covered

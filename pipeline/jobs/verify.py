@@ -41,6 +41,7 @@ from pipeline.stages.dataset_checks import dataset_findings
 from pipeline.stages.format_checks import depth_codec_findings, depth_copy_findings
 from pipeline.stages.verify import (
     FILE_CHECKS,
+    NON_FINITE,
     CameraCounts,
     EpisodeVerify,
     VerifyOptions,
@@ -51,7 +52,7 @@ from pipeline.stages.verify import (
     verify_units,
 )
 from pipeline.tables import RowGroupWriter
-from pipeline.verdicts import ReaderTally, lerobot_loads, severity_by_reader
+from pipeline.verdicts import TRAINS_WRONG, ReaderTally, lerobot_loads, severity_by_reader
 from pipeline.video.checks import CheckFailure
 
 VERIFY_SCHEMA = "verify"
@@ -196,6 +197,8 @@ class VerifyReduce:
     def __init__(self, table: RowGroupWriter, first: list[CheckFailure], codebase_version: str) -> None:
         self.table = table
         self.tally = ReaderTally(codebase_version)
+        self.trains_wrong = 0
+        self.non_finite: dict[str, dict[str, int]] = {}  # feature -> episodes, rows with NaN/inf
         self.kept: list[CheckFailure] = first[:FAILURES_KEPT]
         self.failures = len(first)
         self.errors = sum(1 for f in first if f.is_error)
@@ -242,6 +245,11 @@ class VerifyReduce:
             self.warnings += f.severity == "warning"
             self.by_check[f.check] = self.by_check.get(f.check, 0) + 1
             self.tally.add(f.check, f.severity)
+            self.trains_wrong += f.severity == TRAINS_WRONG
+            if f.check == NON_FINITE and f.camera is not None:
+                per = self.non_finite.setdefault(f.camera, {"episodes": 0, "rows": 0})
+                per["episodes"] += 1
+                per["rows"] += int(f.found.split(" ", 1)[0])
             if len(self.kept) < FAILURES_KEPT:
                 self.kept.append(f)
         self.table.add(_row(e, listed))
@@ -271,6 +279,8 @@ class VerifyReport:
     failed_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     dataset_failures: list[CheckFailure] = field(default_factory=list)
     tally: ReaderTally | None = None  # per-reader error counts and the user's rules that failed
+    trains_wrong_total: int = 0  # findings with which every reader loads but training is poisoned (NaN/inf)
+    non_finite_by_feature: dict[str, dict[str, int]] = field(default_factory=dict)
     _cleanup: Any = None
 
     @property
@@ -330,6 +340,8 @@ class VerifyReport:
                 "failures": self.failures_total,
                 "errors": self.errors_total,
                 "warnings": self.warnings_total,
+                "trains_wrong": self.trains_wrong_total,
+                "non_finite_by_feature": dict(self.non_finite_by_feature),
                 "failures_by_check": dict(self.failures_by_check),
                 "seconds": self.seconds,
                 "episodes_per_s": n / self.seconds if self.seconds > 0 else 0.0,
@@ -450,7 +462,8 @@ def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_pa
             frames_expected=reduce.frames, failures_total=reduce.failures, errors_total=reduce.errors,
             warnings_total=reduce.warnings, failures_by_check=reduce.by_check,
             failed_ids=np.frombuffer(reduce.failed_ids, dtype=np.int64).copy() if reduce.failed_ids else
-            np.zeros(0, dtype=np.int64), dataset_failures=first, tally=reduce.tally)
+            np.zeros(0, dtype=np.int64), dataset_failures=first, tally=reduce.tally,
+            trains_wrong_total=reduce.trains_wrong, non_finite_by_feature=reduce.non_finite)
         if work is None:
             report._cleanup = weakref.finalize(report, shutil.rmtree, str(table_path.parent), True)
             return report

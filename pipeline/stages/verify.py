@@ -24,6 +24,7 @@ from pipeline.verdicts import target_severity
 from pipeline.video.checks import (
     INFO,
     TIMESTAMP_TOLERANCE_S,
+    TRAINS_WRONG,
     WARNING,
     CheckFailure,
     Span,
@@ -95,6 +96,7 @@ class VerifyUnit:
     options: VerifyOptions
     index_from: tuple[int | None, ...]
     file_spans: tuple[tuple[str, tuple[Span, ...]], ...] = ()
+    float_columns: tuple[str, ...] = ()  # float features of the data parquet (checked for NaN/inf)
 
 
 def verify_units(ds: Dataset, options: VerifyOptions, *, contiguous_index: bool = True) -> Iterator[VerifyUnit]:
@@ -122,6 +124,7 @@ def verify_units(ds: Dataset, options: VerifyOptions, *, contiguous_index: bool 
         return cached[camera][1]
 
     root = str(ds.root)
+    floats = float_features(ds.info)
     for positions in ds.iter_file_sets():
         eps = tuple(ds.episodes[int(p)] for p in positions)
         first = int(positions[0])
@@ -130,10 +133,23 @@ def verify_units(ds: Dataset, options: VerifyOptions, *, contiguous_index: bool 
         yield VerifyUnit(
             root=root, codebase_version=ds.codebase_version, fps=ds.fps, cameras=ds.cameras, episodes=eps,
             options=options, index_from=tuple(None if starts is None else int(starts[p]) for p in positions),
-            file_spans=shared,
+            file_spans=shared, float_columns=floats,
         )
 
 
+FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
+
+
+def float_features(info: dict[str, object]) -> tuple[str, ...]:
+    """The float features of the data parquet (state, action, others), timestamp aside (its own checks)."""
+    feats = info.get("features")
+    if not isinstance(feats, dict):
+        return ()
+    return tuple(k for k, f in feats.items() if isinstance(f, dict) and f.get("dtype") in FLOAT_DTYPES
+                 and k != "timestamp")
+
+
+NON_FINITE = "non_finite"  # NaN or inf in a float feature (severity trains_wrong)
 WORKER_LOST = "worker_lost"  # the check name of episodes whose worker died on every attempt (not a data finding)
 
 
@@ -209,7 +225,9 @@ def _parquet(unit: VerifyUnit, results: dict[int, EpisodeVerify],
                                                    f"missing {', '.join(missing)}", first.index, None,
                                                    str(path)), everyone))
                 return
-            table = pq.read_table(path, columns=list(PARQUET_COLUMNS))
+            floats = [c for c in unit.float_columns if c in schema.names]
+            table = pq.read_table(path, columns=[*PARQUET_COLUMNS, *floats])
+            bad_rows = {c: non_finite_rows(table[c]) for c in floats}  # row -> values not finite, per feature
         except (pa.ArrowException, OSError) as exc:
             raise EpisodeError(first.index, path, f"unreadable parquet ({exc})") from None
     except EpisodeError as exc:
@@ -225,7 +243,49 @@ def _parquet(unit: VerifyUnit, results: dict[int, EpisodeVerify],
             rows = np.flatnonzero(cols["episode_index"] == ep.index)
         r.failures.extend(_parquet_episode(ep, start, {c: v[rows] for c, v in cols.items()}, cols, unit.fps,
                                            str(path)))
+        r.failures.extend(_non_finite(ep.index, rows, cols["frame_index"], bad_rows, str(path)))
         r.frames_in_parquet = len(rows)
+
+
+def non_finite_rows(column: pa.ChunkedArray) -> np.ndarray | None:
+    """Per row, how many of its values are NaN or infinite (a scalar or list<float> column); None when none is
+    (the common case: one vectorised pass over the values)."""
+    arr = column.combine_chunks()
+    typ = arr.type
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        if pa.types.is_fixed_size_list(typ):
+            values = np.asarray(arr.flatten().to_numpy(zero_copy_only=False))
+            bad = ~np.isfinite(values)
+            return bad.reshape(len(arr), -1).sum(axis=1) if bad.any() else None
+        values = np.asarray(arr.flatten().to_numpy(zero_copy_only=False))
+        bad = ~np.isfinite(values)
+        if not bad.any():
+            return None
+        offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+        offsets = offsets - offsets[0]
+        per = np.add.reduceat(np.append(bad, False).astype(np.int64), offsets[:-1]) if len(arr) else bad[:0]
+        return np.where(np.diff(offsets) > 0, per, 0)
+    values = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False))
+    bad = ~np.isfinite(values)
+    return bad.astype(np.int64) if bad.any() else None
+
+
+def _non_finite(episode: int, rows: np.ndarray, frame_index: np.ndarray, bad_rows: dict[str, np.ndarray | None],
+                path: str) -> list[CheckFailure]:
+    """NaN or inf in a float feature: every reader loads it, training is poisoned (`trains_wrong`), named by
+    feature, episode and first row (frame_index); the found text starts with the rows affected."""
+    out = []
+    for feature, per_row in bad_rows.items():
+        if per_row is None:
+            continue
+        mine = per_row[rows]
+        hit = np.flatnonzero(mine)
+        if hit.size:
+            k = int(hit[0])
+            out.append(CheckFailure(NON_FINITE, "finite values (NaN/inf load, but poison training)",
+                                    f"{hit.size} rows with NaN/inf ({int(mine.sum())} values), first at frame_index "
+                                    f"{int(frame_index[rows[k]])}", episode, feature, path, TRAINS_WRONG))
+    return out
 
 
 def _parquet_episode(ep: Episode, start: int | None, c: dict[str, np.ndarray], whole: dict[str, np.ndarray],
