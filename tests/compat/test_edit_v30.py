@@ -37,6 +37,11 @@ def backend_arg(backend: str) -> str | None:
     return None if backend == "default" else backend
 
 
+def backend_of(ds: Any) -> str:
+    """The video backend an open dataset uses (0.6.x keeps it private)."""
+    return str(getattr(ds, "video_backend", None) or getattr(ds, "_video_backend", None))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", OUTPUTS)
 @pytest.mark.parametrize("reader", [READER])
@@ -45,7 +50,7 @@ def test_every_sample_loads(outputs: EditOutputs, reader: str, name: str, backen
     assert load_info(root)["codebase_version"] == "v3.0"
     ds = open_dataset(root, backend_arg(backend))
     n = iterate_all(ds, root)
-    report(f"compat {reader} edit lerobot {LEROBOT} {name} backend={ds.video_backend}: {n} samples x "
+    report(f"compat {reader} edit lerobot {LEROBOT} {name} backend={backend_of(ds)}: {n} samples x "
            f"{len(video_keys(load_info(root)))} cameras read")
 
 
@@ -77,7 +82,7 @@ def test_frames_are_the_source_episodes(outputs: EditOutputs, reader: str, name:
             for cam in cams:
                 assert bool((a[cam] == b[cam]).all()), f"{name} episode {new} (source {old}) frame {f} {cam} differs"
             compared += 1
-    report(f"compat {reader} edit lerobot {LEROBOT} {name} backend={ds.video_backend}: {compared} samples x "
+    report(f"compat {reader} edit lerobot {LEROBOT} {name} backend={backend_of(ds)}: {compared} samples x "
            f"{len(cams)} cameras identical to the source episodes' frames")
 
 
