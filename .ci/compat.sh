@@ -68,12 +68,12 @@ run_suite() {  # run_suite NAME: pytest in that venv; output in $work/pytest-NAM
         "$py" -m pytest tests/compat -k "$name" -p no:cacheprovider -q -rfEsp --durations=12 \
         ${COMPAT_PYTEST_ARGS:-} > "$work/pytest-$name.log" 2>&1
         echo $? > "$work/pytest-$name.rc"
-        times | tail -1 > "$work/pytest-$name.times")
+        times > "$work/pytest-$name.times")  # not piped: a pipeline's `times` runs in a subshell of its own
     echo $((SECONDS - t0)) > "$work/pytest-$name.secs"
 }
 
-cpu_secs() {  # cpu_secs FILE: user + system seconds from a `times` line ("0m1.5s 0m0.2s")
-    awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, a, /m|s/); s += a[1] * 60 + a[2] } printf "%.0f", s }' "$1"
+cpu_secs() {  # cpu_secs FILE: user + system seconds of the children, from `times` (its 2nd line: "0m1.5s 0m0.2s")
+    awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /m|s/); s += a[1] * 60 + a[2] } printf "%.0f", s }' "$1"
 }
 
 status=0
@@ -155,7 +155,7 @@ if [[ "${PARITY:-1}" == 1 && ${#names[@]} -gt 0 ]]; then
         "$parity_py" bench/parity.py --readers "$readers" --work "$work/parity" \
         --out "$PARITY_OUT" "${strict[@]}" ${PARITY_ARGS:-}
         echo $? > "$work/parity.rc"
-        times | tail -1 > "$work/parity.times")
+        times > "$work/parity.times")
     prc=$(cat "$work/parity.rc")
     log "parity: exit $prc ($((SECONDS - t0)) s wall, $(cpu_secs "$work/parity.times") s CPU${strict:+, strict}); JSON $PARITY_OUT"
     if [[ $prc -ne 0 ]]; then status=1; fi

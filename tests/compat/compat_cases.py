@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from compat_support import (
+    backend_of,
     drop_last_frame,
     iterate_all,
     lerobot_frames,
@@ -56,7 +57,7 @@ def test_iterate_every_sample(corpora, fmt: str, kind: str, backend: str) -> Non
     info = load_info(root)
     shapes = {tuple(info["features"][c]["shape"]) for c in video_keys(info)}
     report(
-        f"compat {fmt} lerobot {lerobot_version()} {name} backend={ds.video_backend}: "
+        f"compat {fmt} lerobot {lerobot_version()} {name} backend={backend_of(ds)}: "
         f"{n} samples x {len(video_keys(info))} cameras read, shapes {sorted(shapes)}, action chunks ok"
     )
 
@@ -79,10 +80,10 @@ def test_frames_identical_to_pyav_decode(corpora, fmt: str, kind: str, backend: 
         worst, worst_mean = max(worst, int(diff.max())), max(worst_mean, float(diff.mean()))
         # A wrong frame (off by one in time) differs by far more than rounding on moving content.
         assert float(diff.mean()) < 1.0, f"{name} {key}: mean |diff| {float(diff.mean()):.2f} vs PyAV decode"
-        if ds.video_backend == "pyav":
+        if backend_of(ds) == "pyav":
             assert int(diff.max()) == 0, f"{name} {key}: pyav backend differs from PyAV decode by {int(diff.max())}"
     report(
-        f"compat {fmt} {name} backend={ds.video_backend}: {len(got)} frames vs PyAV decode: "
+        f"compat {fmt} {name} backend={backend_of(ds)}: {len(got)} frames vs PyAV decode: "
         f"max |diff| {worst}, worst mean |diff| {worst_mean:.3f} (of 255)"
     )
 
@@ -129,7 +130,7 @@ def test_letterbox_matches_openpi(
         bars = max(bars, int(frame[:28].max()), int(frame[196:].max()))
     rgb_psnr, mean_psnr = psnr(total / len(got)), psnr(total_mean / len(got))
     report(
-        f"compat {fmt} {out_name} backend={ds.video_backend}: PSNR vs openpi letterbox of the source "
+        f"compat {fmt} {out_name} backend={backend_of(ds)}: PSNR vs openpi letterbox of the source "
         f"{rgb_psnr:.2f} dB RGB (worst frame {worst:.2f}), {mean_psnr:.2f} dB channel mean, "
         f"{len(got)} frames; bar rows max {bars}"
     )
@@ -171,7 +172,7 @@ def test_negative_control_dropped_frame(corpora, fmt: str, kind: str, backend: s
     text = str(excinfo.value).strip()
     msg = text.splitlines()[0][:160] if text else ""
     report(
-        f"compat {fmt} negative control {name} backend={ds.video_backend}: {path.name} of {cam} "
+        f"compat {fmt} negative control {name} backend={backend_of(ds)}: {path.name} of {cam} "
         f"{before} -> {after} frames: sample {reached} rejected with {type(excinfo.value).__name__}: {msg}"
     )
 

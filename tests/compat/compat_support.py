@@ -55,6 +55,26 @@ def require_lerobot(prefix: str, fmt: str) -> str:
     return version
 
 
+def backend_of(ds: Any) -> str:
+    """The video backend a LeRobotDataset decodes with (0.3/0.4: `video_backend`; 0.6: `_video_backend`)."""
+    return str(getattr(ds, "video_backend", None) or getattr(ds, "_video_backend", None) or "?")
+
+
+def lerobot_convert_v21_to_v30(parent: Path, name: str) -> Path:
+    """The installed lerobot's own v2.1 -> v3.0 converter on the local dataset `parent/name`, offline, in place
+    (the original moves to `<name>_old`). 0.4.x: `lerobot.datasets.v30...convert_dataset(repo_id, root=PARENT)`;
+    0.6.x: `lerobot.scripts...convert_dataset(repo_id, root=DATASET)`."""
+    try:
+        from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
+
+        convert_dataset(repo_id=name, root=parent, push_to_hub=False)
+    except ImportError:  # lerobot 0.6 moved it, and its root is the dataset's own folder
+        from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset as convert_06
+
+        convert_06(repo_id=name, root=parent / name, push_to_hub=False)
+    return parent / name
+
+
 def real_fixture() -> Path | None:
     for candidate in REAL_FIXTURE_CANDIDATES:
         if (candidate / "meta" / "info.json").is_file():

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from compat_support import (
     REPORT_LINES,
+    lerobot_convert_v21_to_v30,
     real_fixture,
     reencode_missing,
     run_reencode,
@@ -65,21 +66,10 @@ class Corpora:
 
 def convert_v21_to_v30(src: Path, workdir: Path) -> Path:
     """Convert a local v2.1 dataset with the installed lerobot's own converter (0.4.x:
-    `lerobot.datasets.v30`, 0.6.x: `lerobot.scripts`), offline.
-
-    `convert_dataset(repo_id, root=PARENT, push_to_hub=False)` works on PARENT/repo_id in
-    place (it moves the original to `<name>_old` and the conversion to `<name>`); with a
-    local root it never contacts the hub.
-    """
-    try:
-        from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
-    except ImportError:  # lerobot 0.6 moved it
-        from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset  # type: ignore[no-redef]
-
+    `lerobot.datasets.v30`, 0.6.x: `lerobot.scripts`), offline; with a local root it never contacts the hub."""
     repo_id = "g1_inspire"
     writable_copy(src, workdir / repo_id)
-    convert_dataset(repo_id=repo_id, root=workdir, push_to_hub=False)
-    return workdir / repo_id
+    return lerobot_convert_v21_to_v30(workdir, repo_id)
 
 
 @pytest.fixture(scope="session")

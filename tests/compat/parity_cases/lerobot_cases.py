@@ -89,12 +89,16 @@ class Api:
         return {"rgb_encoder": RGBEncoderConfig(vcodec=vcodec)}
 
     @classmethod
-    def convert_dataset(cls) -> Any:
-        if cls.line() == "0.4":
+    def convert(cls, parent: Path, name: str) -> None:
+        """The release's v2.1 -> v3.0 converter on `parent/name`, offline, in place (the original -> `<name>_old`)."""
+        if cls.line() == "0.4":  # root = the folder holding the dataset
             from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
-        else:
-            from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset  # type: ignore[no-redef]
-        return convert_dataset
+
+            convert_dataset(repo_id=name, root=parent, push_to_hub=False)
+        else:  # 0.6: root = the dataset itself
+            from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset as convert_06
+
+            convert_06(repo_id=name, root=parent / name, push_to_hub=False)
 
 
 def record(root: Path, version: str, cameras: tuple[str, ...], vcodec: str = "libsvtav1", episodes: int = 2,
@@ -302,9 +306,8 @@ def prep_merge(d: Path, fmt: str) -> Built:
       {"v3.0": Expect(LOADS, "v30/convert_dataset_v21_to_v30.py:convert_dataset", "LeRobot's own conversion")},
       needs_lerobot=True)
 def converted(d: Path, fmt: str) -> Built:
-    convert_dataset = Api.convert_dataset()
     src = write_synthetic(d / "ds", SynthSpec(version="v2.1", episodes=2, frames=N, height=H, width=W,
                                               cameras=(CAM,), gop=10, state_dim=DIM, seed=7))
     v21_truth = truth_from_clean(src, d / "ref")
-    convert_dataset(repo_id="ds", root=d, push_to_hub=False)  # works on d/ds in place; the original -> ds_old
+    Api.convert(d, "ds")  # works on d/ds in place; the original -> ds_old
     return Built(d / "ds", v21_truth)
