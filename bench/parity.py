@@ -158,7 +158,7 @@ def run_reader(reader: str, names: list[str], work: Path, key: str, fresh: bool,
     fwork = work / VENV_OF_READER[reader]
     fwork.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    c0 = os.times()
+    cpu = 0.0  # user + system seconds of the worker and everything it waited for (its own rusage)
     info: dict[str, Any] = {"venv": str(venv), "format": FORMAT_OF_READER[reader], "restarts": 0}
     if not py.is_file():
         info["error"] = f"no venv at {venv} (run .ci/lerobot_envs.sh)"
@@ -195,7 +195,8 @@ def run_reader(reader: str, names: list[str], work: Path, key: str, fresh: bool,
                 if line.startswith("[parity"):
                     log.append(line)
                     print(line, flush=True)
-            rc = proc.wait(timeout=WORKER_TIMEOUT_S)
+            rc, used = wait_rusage(proc)
+            cpu += used
         done = [n for n in todo if (fwork / n / "result.json").is_file()
                 and not (fwork / f"{n}.started").exists()]
         crashed = [n for n in todo if (fwork / f"{n}.started").exists()]
@@ -215,9 +216,16 @@ def run_reader(reader: str, names: list[str], work: Path, key: str, fresh: bool,
             info["restarts"] += 1
         fresh = False
     info["seconds"] = round(time.monotonic() - t0, 1)
-    c1 = os.times()
-    info["cpu_seconds"] = round(c1.children_user + c1.children_system - c0.children_user - c0.children_system, 1)
+    info["cpu_seconds"] = round(cpu, 1)
     return info
+
+
+def wait_rusage(proc: subprocess.Popen[str]) -> tuple[int, float]:
+    """Wait for `proc` (its stdout read to the end); its exit code and the CPU seconds it and the descendants
+    it waited for used (os.wait4: this worker's own, whatever else this process runs at the same time)."""
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
 def expect_json(name: str, reader: str) -> dict[str, str]:
