@@ -94,3 +94,27 @@ def test_user_rules_fail_the_run_not_the_reader(fmt: str, tmp_path: Path) -> Non
     doc = json.loads(out.read_text())
     assert {f["check"]: f["severity_by_reader"] for f in doc["failures"]} == {
         "frames_expected": {r: None for r in doc["lerobot_loads"]}}
+
+
+def test_docs_verdict_table_columns_match_the_code() -> None:
+    """docs/verify.md: one column per reader generation; the checks whose readers differ, and the user's rules,
+    read as the code has them."""
+    import re
+
+    from pipeline.dataset.rules import CHECK_SEVERITY
+    from pipeline.stages.format_checks import READER_SEVERITY
+    from pipeline.verdicts import USER_RULES
+
+    doc = (Path(__file__).resolve().parents[1] / "docs/verify.md").read_text()
+    start = doc.index("| check | 0.3 (v2.1")
+    rows = doc[start:doc.index("\n\n", start)].splitlines()[2:]
+    cells = {}
+    for row in rows:
+        parts = [c.strip() for c in row.strip("|").split(" | ")]
+        for check in re.findall(r"`([a-z_]+)`", parts[0].split(" (")[0] + " " + parts[0]):
+            cells.setdefault(check, parts[1:4])
+    table = {**CHECK_SEVERITY, **READER_SEVERITY}
+    for check in ("depth_codec", "stale_file_index", "display_rotation", "depth_copy"):
+        assert cells[check] == [table[check].get(r) or "-" for r in ("0.3", "0.4", "0.6")], check
+    for check in USER_RULES:
+        assert cells[check] == ["- (your rule)"] * 3, check
