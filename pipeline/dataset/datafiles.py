@@ -8,9 +8,10 @@ new data file with the previous file's `data/file_index`: those rows are in the 
 them bit-exact. `DataFiles.locate` names the file that holds an episode's first row by that rule; every command
 reads the rows from there (a stale `data/file_index` is a warning, `stale_file_index`).
 
-The locator reads one parquet footer per data file (rows per file), not the rows. It is used only when it is
-consistent: the files' rows add up to the last episode's `dataset_to_index` (otherwise positions mean nothing
-and the named files are kept; verify's row checks then say what is wrong).
+The locator reads one parquet footer per data file (rows per file), not the rows (~0.3 ms a file here: 2,000 data
+files add 0.6 s to opening a dataset; a LeRobot corpus of 100 MB data files has one per 100 MB of parquet).
+It is used only when it is consistent: the files' rows add up to the last episode's `dataset_to_index`
+(otherwise positions mean nothing and the named files are kept; verify's row checks then say what is wrong).
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          {"0.3": ERROR, "0.4": ERROR, "0.6": ERROR},
          {"0.3": "utils.py: load_info (LeRobotDatasetMetadata.load_metadata)",
           "0.4": "utils.py: load_info (LeRobotDatasetMetadata.load_metadata)",
-          "0.6": "io_utils.py: load_info (DatasetInfo), dataset_metadata.py: load_metadata"}),
+          "0.6": "io_utils.py: load_info -> utils.py: DatasetInfo.from_dict (__post_init__ refuses fps, "
+                 "chunks_size, data/video_files_size_in_mb <= 0)"}),
     Rule("camera_key", "a video feature key is a plain name (no '/', '\\\\', '.', '..'): prep's own safety rule, every "
          "command refuses (a key names a folder prep resolves and writes)",
          {"0.3": None, "0.4": None, "0.6": None},
