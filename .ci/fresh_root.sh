@@ -198,7 +198,9 @@ overall=0
 for cmd in "${COMMANDS[@]}"; do
     log "\$ $cmd      (in the fresh root, $RHOME/prep)"
     t0=$SECONDS
-    setsid --wait bash -c "$(declare -f inside); SYSPATH='$SYSPATH'; ROOT='$ROOT'; RHOME='$RHOME'; inside \"\$1\"" inside "$cmd" &
+    # each line of its output stamped with the time (this machine's clock): the stages' times in the CI log
+    setsid --wait bash -c "$(declare -f inside); SYSPATH='$SYSPATH'; ROOT='$ROOT'; RHOME='$RHOME'; set -o pipefail
+        inside \"\$1\" 2>&1 | while IFS= read -r line || [[ -n \$line ]]; do printf '%(%H:%M:%S)T %s\n' -1 \"\$line\"; done" inside "$cmd" &
     RUN_PID=$!
     watchdog "$RUN_PID" &
     WATCH_PID=$!
