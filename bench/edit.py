@@ -346,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="drop,split,merge")
     ap.add_argument("--inputs", default="h264,224")
     ap.add_argument("--no-inline", action="store_true", help="skip prep's inline-engine runs")
+    ap.add_argument("--lerobot-from", type=Path, metavar="JSON",
+                    help="take LeRobot's rows from an earlier result of this bench (same corpus) instead of running "
+                         "LeRobot again: re-measures prep alone, e.g. after a change to prep edit")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("bench/results/edit.json"))
     args = ap.parse_args(argv)
@@ -371,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.build_only:
         return 0
     have = prep_edit_features()
+    earlier = json.loads(args.lerobot_from.read_text()) if args.lerobot_from else None
     p = plan(args.episodes, args.merge_episodes)
     rows: list[dict[str, Any]] = []
     for inp in args.inputs.split(","):
@@ -393,9 +397,15 @@ def main(argv: list[str] | None = None) -> int:
                     row["verify"] = run_verify(parts, args.workers)
                 group.append(row)
             out = work / "out" / f"lerobot-{inp}-{op}"
-            theirs = run_lerobot(op, p, srcs, out, work)
+            if earlier is not None:
+                theirs = next(r for r in earlier["results"] if r["input"] == inp and r["op"] == op
+                              and r["tool"].startswith("lerobot"))
+                theirs = {**theirs, "from": f"{args.lerobot_from.name} (commit {earlier.get('prep_commit')})"}
+            else:
+                theirs = run_lerobot(op, p, srcs, out, work)
+                if "error" not in theirs:
+                    theirs["exact"] = bit_exact(mapping(op, p, args.episodes, out, srcs), fps)
             if "error" not in theirs:
-                theirs["exact"] = bit_exact(mapping(op, p, args.episodes, out, srcs), fps)
                 for row in group:
                     if "error" not in row:
                         row["ratio"] = theirs["process_s"] / row["process_s"]
@@ -423,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
                    "frames_per_episode": args.frames, "size": "480x640", "fps": 30,
                    "bytes": {name: du(work / name) for name in ("a", "b", "a_224", "b_224") if (work / name).is_dir()}},
         "plan": p,
+        "lerobot_rows_from": args.lerobot_from.name if args.lerobot_from else None,
         "prep_commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                                       text=True, check=False).stdout.strip() or None,
         "lerobot": subprocess.run([str(LEROBOT_PY), "-c", VERSION_SCRIPT], capture_output=True, text=True,
