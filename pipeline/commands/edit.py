@@ -3,9 +3,11 @@
 source's format, renumbered and verified.
 
 EPISODES is a list of indices and ranges, `0-9,12`. A v3.0 source whose kept episode would need a cut off a
-keyframe is refused (exit 2) naming the file and episode: `prep reencode` (all-intra) first (no smart
-cut: docs/edit.md). The job is `pipeline.jobs.edit`; this module parses, prints and sets the exit code
-(0 complete and verified, 1 files failed or verify failed, 2 refused or bad input).
+keyframe is refused (exit 2) naming the file and episode and the ways forward: `--reencode-partial` (those
+episodes re-encoded with the source's codec settings, each into a file of its own; every other file stream
+copy) or `prep reencode` (all-intra) first (docs/edit.md). The job is `pipeline.jobs.edit`; this module
+parses, prints and sets the exit code (0 complete and verified, 1 files failed or verify failed, 2 refused
+or bad input).
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def add_parser(sub: Any) -> None:
         description="Write a LeRobot dataset (v2.1 or v3.0) without some episodes, by stream copy: no frame is "
         "re-encoded and every kept packet is the source's byte for byte. Episodes, rows and tasks are renumbered, "
         "per-episode stats carried and the global stats aggregated from them; a v3.0 file keeps only its kept "
-        "episodes, with exact offsets. A cut that does not fall on a keyframe is refused (no smart cut). "
+        "episodes, with exact offsets. A cut that does not fall on a keyframe is refused, or with "
+        "--reencode-partial that episode alone is re-encoded with the source's codec settings. "
         "Resumable: a rerun keeps output files that are complete and correct. `prep verify` runs on the result.")
     p.add_argument("src", type=Path, nargs="?", metavar="DATASET", help="source dataset folder (not with --merge)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output dataset folder")
@@ -103,6 +106,10 @@ def add_parser(sub: Any) -> None:
                    help="merge these datasets (same format, fps, robot_type and features) into --out, in order")
     p.add_argument("--to", choices=("v2.1", "v3.0"), help="write the other format: the edit is staged in "
                    "<out>/prep/edited and converted by stream copy (`prep convert`'s rules; not with --split)")
+    p.add_argument("--reencode-partial", action="store_true",
+                   help="v3.0: re-encode the kept episodes whose cut is off a keyframe (decoded, encoded with the "
+                   "source's codec, pix_fmt and info.json's video.g/crf/preset, each into an output file of its "
+                   "own) instead of refusing; every other file stays a stream copy")
     p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
     add_run_options(p, SmallInput(64, "episodes"))
     p.set_defaults(func=run)
@@ -124,7 +131,13 @@ def summary(r: EditReport) -> str:
     if r.dropped_total > len(r.dropped):
         lines.append(f"          ... {r.dropped_total - len(r.dropped):,} more (see {Path(r.out) / REPORT_REL})")
     lines.append(f"files     {r.files:,}: {r.written:,} written, {r.kept:,} kept (already complete), {r.failed:,} "
-                 f"failed ({r.out_bytes / 1e6:,.1f} MB) in {r.seconds:.1f} s, stream copy, engine {r.engine}")
+                 f"failed ({r.out_bytes / 1e6:,.1f} MB) in {r.seconds:.1f} s, "
+                 + (f"stream copy but {r.reencoded_total:,} re-encoded" if r.reencoded_total else "stream copy")
+                 + f", engine {r.engine}")
+    for item in r.reencoded[:20]:
+        lines.append(f"reencoded {item['path']}: {item['note']}")
+    if r.reencoded_total > 20:
+        lines.append(f"reencoded ... and {r.reencoded_total - 20:,} more files (see {Path(r.out) / REPORT_REL})")
     if r.complete:
         lines.append(f"episodes  {r.episodes:,}, {plural(r.frames, 'timestep')}, {plural(r.tasks, 'task')}; "
                      "meta/info.json written")
@@ -179,14 +192,14 @@ def run(args: argparse.Namespace) -> int:
             parts = [SplitPart(name, fraction, episodes) for name, fraction, episodes in args.split]
             split = split_dataset(args.src.absolute(), args.out.absolute(), parts, options, engine,
                                   seed=args.seed, shuffle=not args.no_shuffle, group_by_task=args.group_by_task,
-                                  verify=not args.no_verify)
+                                  verify=not args.no_verify, reencode_partial=args.reencode_partial)
         for name, part in split.parts.items():
             print(f"part      {name}: {plural(part.episodes, 'episode')}")
             print(summary(part))
         return 0 if split.ok else 1
     with open_engine(run_config(args)) as engine:
         report = edit_dataset(args.src.absolute(), args.out.absolute(), options, engine,
-                              verify=not args.no_verify)
+                              verify=not args.no_verify, reencode_partial=args.reencode_partial)
     print(summary(report))
     return 0 if report.ok else 1
 
@@ -215,7 +228,8 @@ def run_to(args: argparse.Namespace) -> int:
     def edit(staged: Path, verify: bool) -> Any:
         if args.merge:
             return merge_datasets(args.merge, staged, engine, verify=verify)
-        return edit_dataset(args.src.absolute(), staged, options, engine, verify=verify)
+        return edit_dataset(args.src.absolute(), staged, options, engine, verify=verify,
+                            reencode_partial=args.reencode_partial)
 
     with open_engine(run_config(args)) as engine:
         result = edit_as(args_to, out, engine, edit, verify=not args.no_verify)

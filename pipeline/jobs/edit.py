@@ -80,9 +80,11 @@ from pipeline.stages.edit import (
     EditDataUnit,
     EditResult,
     EditUnit,
+    ReencodeVideoUnit,
     SpliceCheckUnit,
     SpliceVideoUnit,
     VideoSegment,
+    check_partial,
     check_splice,
     check_splice_failed,
     edit_failed,
@@ -256,6 +258,8 @@ class Source:
     tasks: TaskPlan
     index_offset: int = 0  # the output rows before this source's first kept episode
     layout: dict[str, Any] | None = None  # the output's info.json (paths, chunks_size); None: the source's
+    # --reencode-partial: (camera, source episode) -> why its cut needs a re-encode (each in a file of its own)
+    reencode: dict[tuple[str, int], str] = field(default_factory=dict)
 
     @property
     def out_info(self) -> dict[str, Any]:
@@ -285,6 +289,8 @@ class EditReport:
     complete: bool = False
     failures: list[dict[str, Any]] = field(default_factory=list)
     verify: dict[str, Any] | None = None
+    reencoded_total: int = 0  # --reencode-partial: output files re-encoded (one episode each)
+    reencoded: list[dict[str, Any]] = field(default_factory=list)  # the first FAILURES_LISTED: path, note
 
     @property
     def ok(self) -> bool:
@@ -541,6 +547,11 @@ class _Stream:
         assert self.cur is not None
         return self.cur, self.frames, closed
 
+    def reserve(self) -> tuple[int, int]:
+        """A file of its own (a re-encoded episode), numbered next without closing the open one."""
+        where, self.next = self.next, next_chunk_file(*self.next, self.chunks_size)
+        return where
+
     def add(self, member: Any, frames: int) -> None:
         self.members.append(member)
         self.frames += frames
@@ -631,8 +642,21 @@ def plan_v30(s: Source, out: Path, *, streams: _Streams | None = None,
                 if run is not None:
                     yield from close_video(v.camera, run)
                 run = video_run[v.camera] = _Run(v.rel)
-            run.spans.append(SpliceSpan(ep.index, v.from_timestamp, v.to_timestamp, ep.length, new is not None))
-            if new is not None:
+            why = s.reencode.get((v.camera, ep.index)) if new is not None else None
+            run.spans.append(SpliceSpan(ep.index, v.from_timestamp, v.to_timestamp, ep.length,
+                                        new is not None and why is None))
+            if new is not None and why is not None:
+                chunk, file = streams.video[v.camera].reserve()
+                places.append((v.camera, chunk, file, 0))
+                if not checks:
+                    rel = format_template(str(s.out_info.get("video_path")), info_path,
+                                          {"chunk_index", "file_index", "video_key"}, chunk_index=chunk,
+                                          file_index=file, video_key=v.camera)
+                    feature = (info.get("features") or {}).get(v.camera) or {}
+                    yield ReencodeVideoUnit(str(src), v.rel, str(out), rel, v.camera, float(info["fps"]),
+                                            SpliceSpan(ep.index, v.from_timestamp, v.to_timestamp, ep.length, True),
+                                            new, why, json.dumps(feature.get("info") or {}))
+            elif new is not None:
                 if run.out is None:
                     run.out, run.kept_frames, done = opened(streams.video[v.camera], "video", v.camera, v.rel)
                     yield from done
@@ -788,6 +812,10 @@ class EditReduce:
                 rep.failures.append({"path": r.out_rel, "kind": r.kind, "reason": r.reason})
             return
         rep.out_bytes += r.out_bytes
+        if r.kind == "video-reencode":
+            rep.reencoded_total += 1
+            if len(rep.reencoded) < FAILURES_LISTED:
+                rep.reencoded.append({"path": r.out_rel, "status": r.status, "note": r.note})
         if r.status == "written":
             rep.written += 1
         else:
@@ -952,7 +980,8 @@ def _check_output(out: Path) -> None:
     check_output_tree(out)
 
 
-def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, verify: bool = True) -> EditReport:
+def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, verify: bool = True,
+                 reencode_partial: bool = False) -> EditReport:
     """Write `src` without the episodes `options` leaves out into the dataset `out` (same format) through
     `engine`; resumable; never writes under `src`. Raises `EditRefused` (a cut off a keyframe) and
     `PrepError` for a bad selection, dataset or output, before anything is written."""
@@ -961,22 +990,45 @@ def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, 
     sel, total = select(options, src, info)
     _check_output(out)
     source = Source(src, info, sel, plan_tasks(src, info, sel))
-    return write_edit([source], out, total, engine, verify=verify)
+    return write_edit([source], out, total, engine, verify=verify, reencode_partial=reencode_partial)
 
 
-def check_cuts(sources: Sequence[Source], out: Path, engine: Engine) -> None:
-    """Refuse (`EditRefused`) a v3.0 edit with a cut off a keyframe; nothing is written."""
+def partial_reencodes(s: Source, out: Path, engine: Engine) -> tuple[dict[tuple[str, int], str], list[StartProblem]]:
+    """`--reencode-partial`: (camera, episode) -> why, for the kept episodes to re-encode so that every other
+    one copies exactly (one demux per video file that loses an episode, as Dask tasks); and the files that
+    could not be checked (refused)."""
+    units = (u for u in plan_v30(s, out, checks=True) if isinstance(u, SpliceCheckUnit))
+    found: dict[tuple[str, int], str] = {}
+    unchecked: list[StartProblem] = []
+    for problems in engine.results(check_partial, units, on_error=check_splice_failed, desc="keyframes",
+                                   unit_name="file", cost_s=None):
+        for p in problems:
+            if p.reason.startswith("not checked") or p.episode is None:
+                unchecked.append(p)
+            else:
+                found[(p.camera or "", p.episode)] = p.reason
+    return found, unchecked
+
+
+def check_cuts(sources: Sequence[Source], out: Path, engine: Engine, *, reencode_partial: bool = False) -> None:
+    """Refuse (`EditRefused`) a v3.0 edit with a cut off a keyframe; nothing is written. `reencode_partial`:
+    instead, the episodes whose cut is off a keyframe are set to be re-encoded (`Source.reencode`), and the
+    rest is checked again."""
     problems: list[StartProblem] = []
     for s in sources:
         if s.info["codebase_version"] == "v3.0" and s.sel.dropped_count:
-            problems += splice_refusals(s, out, engine)
+            found = splice_refusals(s, out, engine)
+            if found and reencode_partial:
+                s.reencode, unchecked = partial_reencodes(s, out, engine)
+                found = unchecked or splice_refusals(s, out, engine)
+            problems += found
     if problems:
         raise refusal(problems)
 
 
 def write_edit(sources: Sequence[Source], out: Path, total: int, engine: Engine, *, verify: bool = True,
                settings_extra: dict[str, Any] | None = None, cuts_checked: bool = False,
-               info_out: dict[str, Any] | None = None) -> EditReport:
+               info_out: dict[str, Any] | None = None, reencode_partial: bool = False) -> EditReport:
     """The output `out` holding the episodes each source's selection keeps, in order (the sources and the
     output already checked). `info_out`: the output's info.json before its totals (default: the first
     source's)."""
@@ -991,11 +1043,13 @@ def write_edit(sources: Sequence[Source], out: Path, total: int, engine: Engine,
         settings = {"format": fmt, "kept": "all", "source_episodes": total,
                     "merge": [str(s.src.resolve()) for s in sources]}
     settings.update(settings_extra or {})
+    if reencode_partial:
+        settings["reencode_partial"] = True
     report = EditReport(str(first.src), str(out), fmt, settings, engine.backend, source_episodes=total,
                         dropped_total=sum(s.sel.dropped_count for s in sources), dropped=dropped)
     engine.size_hint(kept)
     if not cuts_checked:
-        check_cuts(sources, out, engine)
+        check_cuts(sources, out, engine, reencode_partial=reencode_partial)
     out.mkdir(parents=True, exist_ok=True)
     with output_lock(out, command_line("edit")):
         claim_output(first.src, out, settings, OPTIONS_REL, "edit_options")
@@ -1143,7 +1197,7 @@ class SplitReport:
 
 def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: EditOptions, engine: Engine, *,
                   seed: int = 0, shuffle: bool = True, group_by_task: bool = False,
-                  verify: bool = True) -> SplitReport:
+                  verify: bool = True, reencode_partial: bool = False) -> SplitReport:
     """One dataset per part under `out/<name>` (each an edit of `src`, the same rules and checks); `options`
     (if any) first leaves episodes out of every part. Every part's selection and output are checked before
     the first is written."""
@@ -1183,7 +1237,7 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
     sources = {name: Source(src, info, sel, plan_tasks(src, info, sel)) for name, sel in selections.items()}
     engine.size_hint(max(sel.kept_count for sel in selections.values()))
     for name, source in sources.items():
-        check_cuts([source], out / name, engine)
+        check_cuts([source], out / name, engine, reencode_partial=reencode_partial)
     if out.exists():
         others = sorted(p.name for p in out.iterdir() if p.name not in chosen)
         if others:
@@ -1194,7 +1248,8 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
     reports = {}
     for name, source in sources.items():
         reports[name] = write_edit([source], out / name, total, engine, verify=verify,
-                                   settings_extra=split_settings, cuts_checked=True)
+                                   settings_extra=split_settings, cuts_checked=True,
+                                   reencode_partial=reencode_partial)
     return SplitReport(reports)
 
 

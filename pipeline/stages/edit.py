@@ -30,7 +30,15 @@ from pipeline.dataset.model import resolve_inside
 from pipeline.errors import EpisodeError
 from pipeline.rates import fps_fraction, frames_to_seconds
 from pipeline.stages.convert import _read_parquet, data_failures, video_failures
-from pipeline.stages.edit_video import SpliceSpan, splice_problems, splice_segments
+from pipeline.stages.edit_video import (
+    EncodeSettings,
+    SpliceSpan,
+    encode_settings,
+    partial_reencode,
+    reencode_span,
+    splice_problems,
+    splice_segments,
+)
 from pipeline.video.checks import Span
 from pipeline.video.remux import StartProblem
 
@@ -129,7 +137,29 @@ class SpliceCheckUnit:
     spans: tuple[SpliceSpan, ...]
 
 
-EditUnit = CopyVideoUnit | SpliceVideoUnit | EditDataUnit
+@dataclass(slots=True, frozen=True)
+class ReencodeVideoUnit:
+    """`--reencode-partial`: one kept episode of a v3.0 source file whose cut is off a keyframe, decoded and
+    encoded with the source's codec settings into an output file of its own. `why`: the cut's problem;
+    `feature_info`: the camera's `info` in info.json (video.g/crf/preset/pix_fmt as JSON text)."""
+
+    src_root: str
+    src_rel: str
+    out_root: str
+    out_rel: str
+    camera: str
+    fps: float
+    span: SpliceSpan
+    new_episode: int
+    why: str
+    feature_info: str
+
+    @property
+    def frames(self) -> int:
+        return self.span.frames
+
+
+EditUnit = CopyVideoUnit | SpliceVideoUnit | EditDataUnit | ReencodeVideoUnit
 
 
 @dataclass(slots=True)
@@ -142,6 +172,7 @@ class EditResult:
     frames: int = 0
     out_bytes: int = 0
     seconds: float = 0.0
+    note: str | None = None  # a re-encoded file: which episode, why, with what settings
 
 
 def _run(kind: str, out_rel: str, episodes: int, frames: int, body: Callable[[], EditResult]) -> EditResult:
@@ -227,6 +258,43 @@ def check_splice_failed(unit: SpliceCheckUnit, exc: BaseException) -> list[Start
             for s in unit.spans if s.keep]
 
 
+def check_partial(unit: SpliceCheckUnit) -> list[StartProblem]:
+    """`--reencode-partial`: the kept episodes of the file to re-encode (one `StartProblem` each, its reason
+    the cut's problem), so that the others are copied exactly."""
+    path = Path(unit.src_root) / unit.src_rel
+    try:
+        path = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.spans[0].episode if unit.spans else None)
+        found = partial_reencode(path, unit.spans)
+    except EpisodeError as exc:
+        return [StartProblem(s.episode, unit.camera, str(path), f"not checked: {exc.message}") for s in unit.spans
+                if s.keep]
+    return [StartProblem(e, unit.camera, str(path), why) for e, why in sorted(found.items())]
+
+
+def reencode_video(unit: ReencodeVideoUnit) -> EditResult:
+    import json
+
+    def body() -> EditResult:
+        dst = Path(unit.out_root) / unit.out_rel
+        n = unit.span.frames
+        spans = [Span(unit.new_episode, 0.0, frames_to_seconds(n, unit.fps), n)]
+        src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.span.episode)
+        settings: EncodeSettings = encode_settings(src, json.loads(unit.feature_info))
+        note = (f"episode {unit.span.episode} -> {unit.new_episode} ({unit.camera}) re-encoded with "
+                f"{settings.describe()}: {unit.why}")
+        if dst.is_file() and not video_failures(dst, unit.fps, spans, n, unit.camera):
+            return EditResult("video-reencode", unit.out_rel, "kept", out_bytes=dst.stat().st_size, note=note)
+        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
+            reencode_span(src, tmp, unit.span, fps_fraction(unit.fps), settings)
+            failures = video_failures(tmp, unit.fps, spans, n, unit.camera)
+            if failures:
+                raise EpisodeError(unit.span.episode, dst, "re-encoded output failed its checks: "
+                                   + _failure_text(failures))
+        return EditResult("video-reencode", unit.out_rel, "written", out_bytes=dst.stat().st_size, note=note)
+
+    return _run("video-reencode", unit.out_rel, 1, unit.frames, body)
+
+
 # ---- data -----------------------------------------------------------------------------------------
 
 
@@ -310,8 +378,10 @@ STAGES: dict[type, Callable[[Any], EditResult]] = {
     CopyVideoUnit: copy_video,
     SpliceVideoUnit: splice_video,
     EditDataUnit: edit_data,
+    ReencodeVideoUnit: reencode_video,
 }
-KINDS: dict[type, str] = {CopyVideoUnit: "video-copy", SpliceVideoUnit: "video-splice", EditDataUnit: "data"}
+KINDS: dict[type, str] = {CopyVideoUnit: "video-copy", SpliceVideoUnit: "video-splice", EditDataUnit: "data",
+                          ReencodeVideoUnit: "video-reencode"}
 
 
 def edit_unit(unit: EditUnit) -> list[EditResult]:
@@ -322,6 +392,6 @@ def edit_unit(unit: EditUnit) -> list[EditResult]:
 def edit_failed(unit: EditUnit, exc: BaseException) -> list[EditResult]:
     """The result of a unit whose task raised or whose worker died beyond the retries."""
     reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
-    episodes = 1 if isinstance(unit, CopyVideoUnit) else len(unit.new_episodes) if isinstance(
+    episodes = 1 if isinstance(unit, CopyVideoUnit | ReencodeVideoUnit) else len(unit.new_episodes) if isinstance(
         unit, SpliceVideoUnit) else len(unit.parts)
     return [EditResult(KINDS[type(unit)], unit.out_rel, "failed", reason, episodes=episodes, frames=unit.frames)]

@@ -35,8 +35,9 @@ from pipeline.video.remux import (
     ticks_per_frame,
 )
 
-WAY_FORWARD = ("re-encode the source all-intra first (`prep reencode`: every frame a keyframe, so every cut is exact) "
-               "(no smart cut: see docs/edit.md)")
+WAY_FORWARD = ("rerun with --reencode-partial (re-encodes only the episodes whose cut is off a keyframe, with the "
+               "source's codec settings, each into a file of its own), or re-encode the source all-intra first "
+               "(`prep reencode`: every frame a keyframe, so every cut is exact)")
 
 
 @dataclass(slots=True, frozen=True)
@@ -229,3 +230,117 @@ def file_signature(path: Path) -> StreamSignature:
     """The codec parameters a file's packets need (what must be equal for two files to share one)."""
     with _open(path, None) as c:
         return signature(_video_stream(c, None, path))
+
+
+# ---- --reencode-partial ---------------------------------------------------------------------------
+
+
+def partial_reencode(path: Path, spans: Sequence[SpliceSpan]) -> dict[int, str]:
+    """The kept episodes of `path` to re-encode so that a stream copy of the others is exact -> why (one
+    demux, no decode). An episode taken out of the splice is a new cut for its neighbours (a kept episode after
+    it must now start on a keyframe), so the check is repeated until nothing more is found."""
+    ordered = sorted(spans, key=lambda s: s.from_timestamp)
+    if all(s.keep for s in ordered):
+        return {}
+    tb = _time_base(path, ordered[0].episode if ordered else None)
+    packets = decode_order_packets(path)
+    owner = _assign(packets, tb, ordered)
+    out: dict[int, str] = {}
+    current = list(ordered)
+    while True:
+        found = _problems(packets, owner, tb, current)
+        if not found:
+            return out
+        for k, reason in found.items():
+            out[current[k].episode] = reason
+            sp = current[k]
+            current[k] = SpliceSpan(sp.episode, sp.from_timestamp, sp.to_timestamp, sp.frames, False)
+
+
+# the encoders prep uses for a source codec (the first one FFmpeg has)
+ENCODERS: dict[str, tuple[str, ...]] = {
+    "h264": ("libx264",), "hevc": ("libx265",), "av1": ("libsvtav1", "libaom-av1"), "vp9": ("libvpx-vp9",),
+    "mpeg4": ("mpeg4",), "mjpeg": ("mjpeg",),
+}
+
+
+@dataclass(slots=True, frozen=True)
+class EncodeSettings:
+    """How a re-encoded episode is encoded: the source's codec and pixel format, and `video.g`, `video.crf` and
+    `video.preset` from info.json where they are given (else the encoder's defaults)."""
+
+    codec: str  # the source's codec name (h264, av1, ...)
+    encoder: str
+    pix_fmt: str
+    options: tuple[tuple[str, str], ...]
+
+    def describe(self) -> str:
+        opts = " ".join(f"{k}={v}" for k, v in self.options)
+        return f"{self.encoder} {self.pix_fmt}" + (f" {opts}" if opts else "")
+
+
+def encode_settings(path: Path, feature_info: dict[str, object] | None) -> EncodeSettings:
+    """The settings to re-encode an episode of `path` with (see `EncodeSettings`)."""
+    info = feature_info or {}
+    with _open(path, None) as c:
+        ist = _video_stream(c, None, path)
+        ctx = ist.codec_context
+        codec = ctx.codec.canonical_name if ctx.codec is not None else ctx.name
+        pix_fmt = ctx.pix_fmt or "yuv420p"
+    declared = info.get("video.pix_fmt")
+    if isinstance(declared, str) and declared:
+        pix_fmt = declared
+    encoder = next((e for e in ENCODERS.get(codec, (codec,)) if e in av.codecs_available), None)
+    if encoder is None:
+        raise EpisodeError(None, path, f"no encoder for the source's codec {codec} in this FFmpeg (tried "
+                                       f"{', '.join(ENCODERS.get(codec, (codec,)))})")
+    options = []
+    for key in ("g", "crf", "preset"):
+        value = info.get(f"video.{key}")
+        if value is not None and not isinstance(value, bool) and isinstance(value, int | float | str) and str(value):
+            options.append((key, str(value)))
+    return EncodeSettings(codec, encoder, pix_fmt, tuple(options))
+
+
+def reencode_span(src: Path, out: Path, span: SpliceSpan, fps_rate: Fraction, settings: EncodeSettings) -> int:
+    """Decode exactly the frames of `span` in `src` (from the keyframe before it) and encode them into `out`
+    (an mp4 of their own, frame i at i / fps) with `settings`; returns the frames written."""
+    from pipeline.video.checks import TIMESTAMP_TOLERANCE_S as TOL
+
+    episode = span.episode
+    try:
+        with _open(src, episode) as ic:
+            ist = _video_stream(ic, episode, src)
+            tb = Fraction(ist.time_base or Fraction(1, 1))
+            out_tb = output_time_base(tb, fps_rate)
+            with av.open(str(out), mode="w", format="mp4", options=mp4_options(out_tb)) as oc:
+                ost = oc.add_stream(settings.encoder, rate=fps_rate)
+                assert isinstance(ost, av.VideoStream)
+                ost.width, ost.height = ist.codec_context.width, ist.codec_context.height
+                ost.pix_fmt = settings.pix_fmt
+                ost.codec_context.time_base = 1 / fps_rate
+                ost.time_base = out_tb
+                ost.options = dict(settings.options)
+                ic.seek(max(0, int(span.from_timestamp / tb) - 1), stream=ist, backward=True, any_frame=False)
+                n = 0
+                for frame in ic.decode(ist):
+                    if frame.pts is None:
+                        continue
+                    t = float(frame.pts * tb)
+                    if t < span.from_timestamp - TOL:
+                        continue
+                    if t >= span.to_timestamp - TOL:
+                        break
+                    img = frame.reformat(format=settings.pix_fmt) if frame.format.name != settings.pix_fmt else frame
+                    img.pts, img.time_base = n, 1 / fps_rate
+                    oc.mux(ost.encode(img))
+                    n += 1
+                oc.mux(ost.encode(None))
+    except EpisodeError:
+        raise
+    except (av.FFmpegError, OSError, ValueError) as exc:
+        raise EpisodeError(episode, src, f"re-encode failed ({type(exc).__name__}: {exc})") from None
+    if n != span.frames:
+        raise EpisodeError(episode, src, f"{n} frames decoded in the episode's span but the metadata length is "
+                                         f"{span.frames}")
+    return n
