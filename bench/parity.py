@@ -40,6 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests" / "compat"), str(REPO)]
 
+from masking import masked  # noqa: E402  (bench/, this script's folder, is on sys.path)
 from parity_cases.model import (  # noqa: E402
     CASES,
     FORMAT_OF_READER,
@@ -373,7 +374,7 @@ def report(selected: list[tuple[str, str]], args: argparse.Namespace, key: str, 
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+    tmp.write_text(json.dumps(masked(json.loads(json.dumps(obj, default=str))), indent=1) + "\n")
     tmp.replace(args.out)
     print(f"results {args.out}")
     strict = args.strict or os.environ.get("PARITY_STRICT") == "1"
