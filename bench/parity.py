@@ -50,7 +50,7 @@ from parity_cases.model import (  # noqa: E402
     VENV_OF_READER,
     reader_line,
 )
-from parity_cases.table import KINDS, counts, render, verdict  # noqa: E402
+from parity_cases.table import KINDS, counts, render, render_by_reader, verdict  # noqa: E402
 
 DEFAULT_WORK = Path("/tmp/prep-parity")
 DEFAULT_OUT = REPO / "bench/results/parity.json"
@@ -345,6 +345,8 @@ def report(selected: list[tuple[str, str]], args: argparse.Namespace, key: str, 
     summary = counts(rows)
     print()
     print(render(rows))
+    print()
+    print(render_by_reader(rows))
     print()
     print(f"rows {summary['rows']} ({summary['cases']} cases): {summary['agree']} agree, {summary['disagree']} "
           f"disagree")

@@ -203,3 +203,28 @@ def per_reader(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
         d["rows"] += 1
         d["agree"] += int(row["verdict"]["agree"])
     return dict(sorted(out.items()))
+
+
+def render_by_reader(rows: list[dict[str, Any]]) -> str:
+    """One line per case, one column per reader line (0.3 / 0.4 / 0.6): what the reader did with the source
+    and whether the row agrees ("loads ok", "refuses ok", "loads NO reencode_refused_loadable"; "-": the
+    reader does not read the case's formats)."""
+    lines = sorted({row.get("line") or row["format"] for row in rows})
+    cases = list(dict.fromkeys(row["case"] for row in rows))
+    by = {(row["case"], row.get("line") or row["format"]): row for row in rows}
+
+    def cell(row: dict[str, Any] | None) -> str:
+        if row is None:
+            return "-"
+        if row.get("error"):
+            return "ERROR"
+        v = row["verdict"]
+        tag = "ok" if v["agree"] else "NO " + ",".join(k for k in v["kinds"] if k not in INFO_ONLY)
+        return f"{reader_text(row['reader'])} {tag}"
+
+    body = [(c, *(cell(by.get((c, ln))) for ln in lines)) for c in cases]
+    head = ("case", *(f"lerobot {ln}" for ln in lines))
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    out = ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip() for r in [head, *body]]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
