@@ -160,7 +160,8 @@ def run_reader(reader: str, names: list[str], work: Path, key: str, fresh: bool,
     fwork.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     cpu = 0.0  # user + system seconds of the worker and everything it waited for (its own rusage)
-    info: dict[str, Any] = {"venv": str(venv), "format": FORMAT_OF_READER[reader], "restarts": 0}
+    # named as found in $PREP_VENVS: a result names no folder of the machine it ran on
+    info: dict[str, Any] = {"venv": f"$PREP_VENVS/{venv.name}", "format": FORMAT_OF_READER[reader], "restarts": 0}
     if not py.is_file():
         info["error"] = f"no venv at {venv} (run .ci/lerobot_envs.sh)"
         log.append(f"[parity {fmt}] {info['error']}")
