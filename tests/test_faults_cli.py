@@ -33,7 +33,7 @@ BAD_VALUES = [
     ("workers-full-width", ["scan", "{src}", "--workers", "\uff12"], "scan",
      "argument --workers: expected a positive integer, got '\uff12'"),
     ("size-full-width", ["verify", "{src}", "--size", "\uff12\uff12\uff14x224"], "verify",
-     "argument --size: expected WIDTHxHEIGHT, e.g. 224x224, got '\uff12\uff12\uff14x224'"),
+     "argument --size: expected WIDTHxHEIGHT or one size, e.g. 224x224 or 224, got '\uff12\uff12\uff14x224'"),
     ("src-empty", ["reencode", "--src", "", "--dst", "224", "--out", "{tmp}/o"], "reencode",
      "argument --src: expected a dataset folder, got '' (use . for the current folder)"),
     ("scan-src-empty", ["scan", ""], "scan", "argument DATASET: expected a dataset folder, got ''"),
