@@ -320,7 +320,7 @@ def _write_v30(root: Path, spec: SynthSpec) -> None:
             for feat, st in stats.items():
                 for name, value in st.items():
                     dtype = np.int64 if name == "count" else np.float64
-                    row[f"stats/{feat}/{name}"] = np.asarray(value, dtype=dtype).ravel().tolist()
+                    row[f"stats/{feat}/{name}"] = np.asarray(value, dtype=dtype).tolist()  # (3, 1, 1) as LeRobot
             ep_rows.append(row)
             index += spec.frames
     ep_table = pa.Table.from_pylist(ep_rows)

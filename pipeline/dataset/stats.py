@@ -97,6 +97,26 @@ class StatsAggregator:
         return out
 
 
+def shaped_like(stats: dict[str, dict[str, Any]], reference: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`stats` with each value reshaped to the shape the same feature's value has in `reference` (a source's
+    meta/stats.json) where the number of elements agrees: aggregated per-episode stats stored flat, (3,), keep
+    the (3, 1, 1) of the source's image stats, which LeRobot's `aggregate_stats` requires."""
+    out: dict[str, dict[str, Any]] = {}
+    for feat, st in stats.items():
+        found = reference.get(feat)
+        ref: dict[str, Any] = found if isinstance(found, dict) else {}
+        fixed = dict(st)
+        for name, value in st.items():
+            try:
+                want, have = np.asarray(ref[name]).shape, np.asarray(value).shape
+            except (KeyError, ValueError):
+                continue
+            if want != have and int(np.prod(want)) == int(np.prod(have)):
+                fixed[name] = np.asarray(value).reshape(want).tolist()
+        out[feat] = fixed
+    return out
+
+
 def aggregate(stats_list: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Aggregate per-episode stats into dataset stats (LeRobot's `aggregate_stats`), features sorted."""
     agg = StatsAggregator()

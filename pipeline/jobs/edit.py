@@ -56,7 +56,7 @@ from pipeline.convert.source import (
 )
 from pipeline.dataset.info import format_template, read_info, video_keys
 from pipeline.dataset.model import resolve_inside
-from pipeline.dataset.stats import StatsAggregator
+from pipeline.dataset.stats import StatsAggregator, shaped_like
 from pipeline.dataset.validate import metadata_refusals
 from pipeline.dataset.write import PREP_DIR
 from pipeline.errors import DatasetError, PrepError
@@ -846,6 +846,16 @@ def _info(info: dict[str, Any], *, episodes: int, frames: int, tasks: int, camer
     return doc
 
 
+def _global_stats(agg: StatsAggregator, src: Path) -> dict[str, Any]:
+    """The aggregate of the kept episodes' stats, each value in the shape the source's meta/stats.json gives
+    it (image stats (3, 1, 1) even where the per-episode rows store them flat)."""
+    try:
+        reference = json.loads((src / "meta/stats.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        reference = {}
+    return shaped_like(agg.result(), reference if isinstance(reference, dict) else {})
+
+
 def _copy_global_stats(src: Path, out: Path) -> None:
     """No per-episode stats to aggregate (an older dataset): the source's meta/stats.json, as `prep convert`
     carries it (the readers need the file; its values are the whole source's)."""
@@ -890,7 +900,7 @@ def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
                     frames += length
                 old_from += length
     if with_stats:
-        atomic.write_lerobot_json(out / "meta/stats.json", agg.result(), root=out)
+        atomic.write_lerobot_json(out / "meta/stats.json", _global_stats(agg, sources[0].src), root=out)
     else:
         _copy_global_stats(sources[0].src, out)
     copy_root_files(sources[0].src, out)
@@ -949,7 +959,7 @@ def publish_v30(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
         writer.abort()
         raise
     if has_stats:
-        atomic.write_lerobot_json(out / "meta/stats.json", agg.result(), root=out)
+        atomic.write_lerobot_json(out / "meta/stats.json", _global_stats(agg, sources[0].src), root=out)
     else:
         _copy_global_stats(sources[0].src, out)
     copy_root_files(sources[0].src, out)
