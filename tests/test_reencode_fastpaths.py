@@ -138,7 +138,15 @@ def test_output_check_catches_bad_files(clip: Path, tmp_path: Path) -> None:
     assert {"frames_from_packets", "frames_total"} <= checks(remux(good, tmp_path / "short.mp4", 129))
     cut = tmp_path / "cut.mp4"
     cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
-    assert checks(cut) == {"readable"}
+    # prep writes faststart mp4s (moov first): a file cut in half keeps its index, so the demuxer opens it
+    # and the packets past the cut are missing (frame counts fail); a file whose index is cut is unreadable
+    assert {"frames_from_packets", "frames_total"} <= checks(cut)
+    tail_cut = tmp_path / "tail_cut.mp4"
+    data = good.read_bytes()
+    moov = data.find(b"moov")
+    assert 0 < moov < data.find(b"mdat"), "prep's mp4s are faststart"
+    tail_cut.write_bytes(data[: moov + 16])
+    assert checks(tail_cut) == {"readable"}
     empty = tmp_path / "empty.mp4"
     empty.write_bytes(b"")
     assert checks(empty) == {"readable"}
