@@ -13,7 +13,10 @@ them too, so a splice never writes an inexact file.
 
 from __future__ import annotations
 
+import os
+import threading
 from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -28,7 +31,6 @@ from pipeline.video.remux import (
     StreamSignature,
     _open,
     _video_stream,
-    decode_order_packets,
     mp4_options,
     output_time_base,
     signature,
@@ -52,14 +54,17 @@ class SpliceSpan:
 
 
 def _assign(packets: Sequence[tuple[int, int, bool]], tb: Fraction, spans: Sequence[SpliceSpan]) -> list[int]:
-    """The span (position in `spans`, sorted by start) of each packet, -1 for a packet outside every span."""
+    """The span (position in `spans`, sorted by start) of each packet, -1 for a packet outside every span.
+    A packet's time is `pts * num / den` in int arithmetic (true division of ints rounds correctly: the same
+    float as `float(pts * tb)`, without a Fraction per packet)."""
     starts = [s.from_timestamp - TIMESTAMP_TOLERANCE_S for s in spans]
+    ranges = [Span(s.episode, s.from_timestamp, s.to_timestamp, s.frames) for s in spans]
+    num, den = tb.numerator, tb.denominator
     out = []
     for pts, _dts, _key in packets:
-        t = float(pts * tb)
+        t = pts * num / den
         k = bisect_right(starts, t) - 1
-        out.append(k if k >= 0 and in_span(t, Span(spans[k].episode, spans[k].from_timestamp,
-                                                    spans[k].to_timestamp, spans[k].frames)) else -1)
+        out.append(k if k >= 0 and in_span(t, ranges[k]) else -1)
     return out
 
 
@@ -96,9 +101,37 @@ def _problems(packets: Sequence[tuple[int, int, bool]], owner: Sequence[int], tb
     return problems
 
 
-def _time_base(path: Path, episode: int | None) -> Fraction:
+_INDEX_MAX_PACKETS = 1_000_000  # ~100 MB of (pts, dts, key) tuples held at most
+_index_cache: OrderedDict[tuple[str, int, int, int], tuple[Fraction, list[tuple[int, int, bool]]]] = OrderedDict()
+_index_lock = threading.Lock()
+
+
+def _packet_index(path: Path, episode: int | None) -> tuple[Fraction, list[tuple[int, int, bool]]]:
+    """A file's time base and (pts, dts, keyframe) of its packets in decode order, from one open and one demux;
+    kept (by path, size, mtime and inode; a few hundred MB of tuples at most) so that the cut check and the
+    splice of the same file in one process demux it once."""
+    st = path.stat()
+    key = (os.fspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    with _index_lock:
+        hit = _index_cache.get(key)
+        if hit is not None:
+            _index_cache.move_to_end(key)
+            return hit
     with _open(path, episode) as c:
-        return Fraction(_video_stream(c, episode, path).time_base or Fraction(1, 1))
+        stream = _video_stream(c, episode, path)
+        tb = Fraction(stream.time_base or Fraction(1, 1))
+        packets = [(int(p.pts), int(p.dts), bool(p.is_keyframe)) for p in c.demux(stream)
+                   if p.dts is not None and p.size and p.pts is not None]
+    with _index_lock:
+        _index_cache[key] = (tb, packets)
+        held = sum(len(v[1]) for v in _index_cache.values())
+        while held > _INDEX_MAX_PACKETS and len(_index_cache) > 1:
+            held -= len(_index_cache.popitem(last=False)[1][1])
+    return tb, packets
+
+
+def _time_base(path: Path, episode: int | None) -> Fraction:
+    return _packet_index(path, episode)[0]
 
 
 def splice_problems(path: Path, spans: Sequence[SpliceSpan], camera: str | None = None) -> list[StartProblem]:
@@ -106,8 +139,7 @@ def splice_problems(path: Path, spans: Sequence[SpliceSpan], camera: str | None 
     ordered = sorted(spans, key=lambda s: s.from_timestamp)
     if all(s.keep for s in ordered):
         return []
-    tb = _time_base(path, ordered[0].episode if ordered else None)
-    packets = decode_order_packets(path)
+    tb, packets = _packet_index(path, ordered[0].episode if ordered else None)
     found = _problems(packets, _assign(packets, tb, ordered), tb, ordered)
     return [StartProblem(ordered[k].episode, camera, str(path), f"{reason}: {WAY_FORWARD}")
             for k, reason in sorted(found.items())]
@@ -126,8 +158,7 @@ def _prepare(src: Path, spans: Sequence[SpliceSpan], before: int, out_tb: Fracti
     (in output ticks) and the frames before the next segment."""
     ordered = sorted(spans, key=lambda s: s.from_timestamp)
     first_ep = ordered[0].episode if ordered else None
-    tb = _time_base(src, first_ep)
-    packets = decode_order_packets(src, first_ep)
+    tb, packets = _packet_index(src, first_ep)
     owner = _assign(packets, tb, ordered)
     problems = _problems(packets, owner, tb, ordered)
     if problems:
@@ -242,8 +273,7 @@ def partial_reencode(path: Path, spans: Sequence[SpliceSpan]) -> dict[int, str]:
     ordered = sorted(spans, key=lambda s: s.from_timestamp)
     if all(s.keep for s in ordered):
         return {}
-    tb = _time_base(path, ordered[0].episode if ordered else None)
-    packets = decode_order_packets(path)
+    tb, packets = _packet_index(path, ordered[0].episode if ordered else None)
     owner = _assign(packets, tb, ordered)
     out: dict[int, str] = {}
     current = list(ordered)
