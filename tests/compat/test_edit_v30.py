@@ -98,9 +98,8 @@ def test_prep_verify_decode_passes(outputs: EditOutputs, reader: str, name: str)
 def test_lerobot_merge_accepts_a_prep_edited_dataset(outputs: EditOutputs, reader: str,
                                                      tmp_path: Path) -> None:
     """LeRobot's own merge_datasets takes prep's drop of a corpus its own writer wrote, beside that corpus
-    itself, and the merged dataset loads, every sample, with as many episodes as both. (Not prep's synthetic
-    v3.0 corpora: pipeline/synth.py writes their per-episode image stats flat, (3,), where LeRobot writes
-    (3, 1, 1), and LeRobot's aggregate_stats refuses that shape.)"""
+    itself, and the merged dataset loads, every sample, with as many episodes as both. (The (3, 1, 1) image
+    stats shape LeRobot's aggregate_stats requires is kept by edit and synth: tests/test_edit_stats_shape.py.)"""
     from lerobot.datasets.dataset_tools import merge_datasets
 
     edited, _ = outputs.get("lerobot-drop")
