@@ -213,3 +213,22 @@ def test_camera_info_carries_the_depth_flag(tmp_path: Path) -> None:
     src = depth_dataset(tmp_path, "v3.0")
     assert {c.key: c.depth for c in open_dataset(src)[0].cameras} == {CAM: False, DEPTH: True}
 
+
+
+def test_reencode_reader_picks_the_generation_that_refuses(tmp_path: Path) -> None:
+    """A png depth camera: 0.6 refuses the source at open, 0.4 loads it. `prep reencode` (default: all readers)
+    refuses it with nothing written; `--reader 0.4` re-encodes it (the depth camera copied) as 0.4 would load it."""
+    import subprocess
+    import sys
+
+    src = depth_dataset(tmp_path, "v3.0", codec="png")
+    cmd = [sys.executable, "-m", "pipeline.cli", "reencode", str(src), "--dst", "224", "--backend", "inline",
+           "--no-progress"]
+    refused = subprocess.run([*cmd, "--out", str(tmp_path / "all")], capture_output=True, text=True)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "depth_codec" in refused.stdout and "REFUSED" in refused.stdout
+    assert not (tmp_path / "all" / "meta" / "info.json").exists()
+    only04 = subprocess.run([*cmd, "--out", str(tmp_path / "r04"), "--reader", "0.4"], capture_output=True, text=True)
+    assert only04.returncode == 0, only04.stdout + only04.stderr
+    assert (tmp_path / "r04" / "meta" / "info.json").is_file()
+    assert "Traceback" not in only04.stdout + only04.stderr

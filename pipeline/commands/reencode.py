@@ -22,6 +22,7 @@ from pipeline.commands.common import SmallInput, add_run_options, plural, run_co
 from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
+from pipeline.verdicts import READER_CHOICES
 
 if TYPE_CHECKING:
     from pipeline.jobs.convert import ReencodeAsReport
@@ -92,6 +93,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--accept-invalid-source", action="store_true",
                    help="re-encode a source that verify finds errors in (LeRobot's reader would refuse it or trip "
                    "over it); the output is marked so in <out>/prep/source_check.json and never called drop-in")
+    p.add_argument("--reader", choices=READER_CHOICES, default="all",
+                   help="the reader generation whose errors refuse the source, as in prep verify --reader: 0.4 or 0.6 "
+                   "(v3.0), 0.3 (v2.1), or all (default: the strictest of the dataset's format line). A source only "
+                   "0.6 refuses (e.g. a depth codec it cannot resolve) is re-encoded with --reader 0.4, and the "
+                   "output is refused by 0.6 as the source is")
     add_run_options(p, SmallInput(4, "camera video files to encode (v2.1: episodes x cameras)"))
     p.set_defaults(func=run)
 
@@ -321,13 +327,14 @@ def run(args: argparse.Namespace) -> int:
                 raise PrepError(str(exc)) from None
             with open_engine(run_config(args)) as engine:
                 result = reencode_as(src, out, options, args.format, engine, limits=limits,
-                                     keep_staged=args.keep_staged)
+                                     keep_staged=args.keep_staged, reader=args.reader)
             print(format_summary(result))
             for w in warnings:
                 print(f"warning   {printable(w)}")
             return 0 if result.ok else 1
         with open_engine(run_config(args)) as engine:
-            report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source)
+            report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source,
+                                      reader=args.reader)
     except SourceRefused as exc:
         from pipeline.commands.verify import failures_table
 

@@ -439,7 +439,7 @@ CARRIED = ("reencode_report.json", "comparison.json", "provenance.json", "source
 
 
 def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engine, *,
-                limits: Limits = DEFAULT_LIMITS, keep_staged: bool = False) -> ReencodeAsReport:
+                limits: Limits = DEFAULT_LIMITS, keep_staged: bool = False, reader: str = "all") -> ReencodeAsReport:
     """`prep reencode --format TO`. Same format as the source (or None): the re-encode job into `out`.
     The other format: re-encode `src` in its own layout into `<out>/prep/reencoded`, then convert that into
     `out` by stream copy (exact: every frame is a keyframe; the layout is `pipeline/convert/`'s), verify it
@@ -451,7 +451,8 @@ def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engi
     src, out = Path(src).absolute(), Path(out).absolute()
     source_format = read_info(src)["codebase_version"]
     if to is None or to == source_format:
-        return ReencodeAsReport(source_format, reencode_dataset(src, out, options, engine), converted=False)
+        return ReencodeAsReport(source_format, reencode_dataset(src, out, options, engine, reader=reader),
+                                converted=False)
     conv = ConvertOptions(to, limits)
     check_options(conv)
     check_reencode_options(options)
@@ -460,11 +461,11 @@ def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engi
     refuse_foreign(out, OPTIONS_REL, "convert")
     check_output_tree(out)
     with output_lock(out, command_line("reencode")):  # held through both steps: no other command comes in between
-        return _reencode_as(src, out, options, to, conv, engine, keep_staged)
+        return _reencode_as(src, out, options, to, conv, engine, keep_staged, reader)
 
 
 def _reencode_as(src: Path, out: Path, options: Any, to: str, conv: ConvertOptions, engine: Engine,
-                 keep_staged: bool) -> ReencodeAsReport:
+                 keep_staged: bool, reader: str = "all") -> ReencodeAsReport:
     from pipeline.jobs.reencode import reencode_dataset
 
     staged = out / STAGED_REL
@@ -477,7 +478,7 @@ def _reencode_as(src: Path, out: Path, options: Any, to: str, conv: ConvertOptio
         report.verify = verify_output(out, engine, all_intra=True)
         carried = [f"{PREP_DIR}/{name}" for name in CARRIED if (out / PREP_DIR / name).is_file()]
         return ReencodeAsReport(to, None, report, staged_removed=True, carried=carried)
-    first = reencode_dataset(src, staged, options, engine)
+    first = reencode_dataset(src, staged, options, engine, reader=reader)
     result = ReencodeAsReport(to, first)
     if not first.ok:
         return result

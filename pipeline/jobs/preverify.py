@@ -100,13 +100,15 @@ def check_repairs(repairs: Iterable[str], codebase_version: str) -> None:
                             f"{codebase_version} one: {REPAIR_NOT_APPLICABLE.get(r, 'nothing to repair')}")
 
 
-def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_invalid: bool) -> SourceCheck:
+def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_invalid: bool,
+                 reader: str = "all") -> SourceCheck:
     """Run verify (no decode) on the source; raise SourceRefused when errors remain after the repairs (checked
-    by `check_repairs` first) and the invalid source is not accepted."""
+    by `check_repairs` first) and the invalid source is not accepted. `reader` (0.4, 0.6, 0.3 or all) names the
+    reader generations whose errors refuse it, as `prep verify --reader` does."""
     from pipeline.jobs.verify import verify_dataset
     from pipeline.stages.verify import WORKER_LOST, VerifyOptions
 
-    report = verify_dataset(src, VerifyOptions(), engine)
+    report = verify_dataset(src, VerifyOptions(reader=reader), engine)
     lost = next((f for f in report.failures if f.check == WORKER_LOST), None)
     if lost is not None:  # a resource problem of the cluster, never a source error: stop, name it, keep nothing
         raise ClusterError(f"the check of the source could not finish: {lost.found}; nothing was encoded", kept=False)

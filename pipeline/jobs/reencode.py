@@ -409,11 +409,12 @@ def comparison(native: Dataset, source_bytes: dict[str, int], prep_bytes: int, p
 
 
 def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Engine, *,
-                     accept_invalid_source: bool = False) -> ReencodeReport:
+                     accept_invalid_source: bool = False, reader: str = "all") -> ReencodeReport:
     """Re-encode `src` into the dataset `out` through `engine`; resumable; never writes under `src`.
 
     The source is verified first (no decode): errors that `options.repairs` do not fix refuse it
-    (`SourceRefused`, nothing written) unless `accept_invalid_source`."""
+    (`SourceRefused`, nothing written) unless `accept_invalid_source`; `reader` names the reader generations
+    whose errors count (`prep verify --reader`; default all: the strictest of the format's line)."""
     src, out = src.absolute(), out.absolute()
     check_options(options)
     check_paths(src, out)
@@ -425,7 +426,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     files = sum(len(ds.file_groups(cam)) for cam in ds.camera_keys)
     # the session is up (scheduler reached, cluster started unless the encode map is small) before anything is written
     engine.start(local=not engine.runs_inline(files))
-    source = check_source(src, engine, options.repairs, accept_invalid_source)  # verify without decode
+    source = check_source(src, engine, options.repairs, accept_invalid_source, reader)  # verify without decode
     atomic.check_writable(out / PREP_DIR, root=out)  # read-only, full or blocked outputs are refused before any work
     report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine,
                             source_errors=source.errors_total, source_warnings=source.warnings_total,

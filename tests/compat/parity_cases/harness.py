@@ -51,7 +51,7 @@ def run_case(name: str, reader: str, work: Path, prep_python: str, scheduler: st
     row["reencode"] = []
     for k, variant in enumerate(c.variants(fmt)):
         out = d / f"out{k}"
-        r = prep_cli.reencode(prep_python, built.root, out, variant, scheduler=scheduler)
+        r = prep_cli.reencode(prep_python, built.root, out, variant, scheduler=scheduler, reader=reader)
         if r["wrote_info"]:
             t2 = time.monotonic()
             r["output_reader"] = read_dataset(out, built, size=OUTPUT_SIZE)

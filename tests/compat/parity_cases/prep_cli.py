@@ -53,6 +53,13 @@ def verify_help(python: str) -> str:
     return r.stdout
 
 
+def reencode_has_reader_option(python: str) -> bool:
+    """Whether `prep reencode` takes `--reader` (the reader line whose errors refuse the source)."""
+    r = subprocess.run([python, "-m", "pipeline.cli", "reencode", "--help"], capture_output=True, text=True,
+                       timeout=120, cwd=REPO, env=_env())
+    return "--reader" in r.stdout
+
+
 def verify_report_flag(python: str) -> str:
     """`--out` since the CLI renamed it (`--json` before)."""
     return "--out" if "--out PATH" in verify_help(python) else "--json"
@@ -155,9 +162,11 @@ def _last_line(text: str) -> str:
 
 
 def reencode(python: str, src: Path, out: Path, extra: tuple[str, ...] = (),
-             scheduler: str | None = None) -> dict[str, Any]:
+             scheduler: str | None = None, reader: str | None = None) -> dict[str, Any]:
     args = ["reencode", "--src", str(src), "--dst", DST, "--out", str(out), *execution(scheduler), "--no-progress",
             *extra]
+    if reader and reencode_has_reader_option(python):
+        args += ["--reader", reader]  # refused only for what this reader line refuses
     res = run_prep(python, args)
     res["variant"] = " ".join(extra) or "default"
     res["wrote_info"] = (out / "meta/info.json").is_file()
