@@ -473,8 +473,10 @@ def depth(d: Path, fmt: str) -> Built:
             t = pq.read_table(p)
             e = t["episode_index"].to_numpy()
             for stat in ("min", "max", "mean", "std", "count"):
-                vals = [np.asarray(stats[int(i)][stat]).ravel().tolist() for i in e]
-                t = t.append_column(f"stats/{DEPTH}/{stat}", pa.array(vals, type=t[f"stats/{CAM}/{stat}"].type))
+                typ = t[f"stats/{CAM}/{stat}"].type  # the RGB camera's: (3,1,1) as LeRobot writes, or flat
+                nested = pa.types.is_list(typ) and pa.types.is_list(typ.value_type)
+                vals = [stats[int(i)][stat] if nested else np.asarray(stats[int(i)][stat]).ravel().tolist() for i in e]
+                t = t.append_column(f"stats/{DEPTH}/{stat}", pa.array(vals, type=typ))
             pq.write_table(t, p)
         glob = read_json(root / "meta/stats.json")
         glob[DEPTH] = stats[0]
