@@ -15,6 +15,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipeline.commands.argtypes import (
     dashboard_address,
@@ -125,3 +126,22 @@ def rerun_command(argv: list[str]) -> str:
     else:
         head = f"{Path(sys.executable).name} -m pipeline.cli"
     return f"{head} {shlex.join(argv)}".rstrip()
+
+
+def outcome_lines(failures: list[dict[str, Any]], verify: dict[str, Any] | None, report: Path,
+                  advice: str) -> list[str]:
+    """The end of a stream-copy summary (convert, edit): the failed files (first 20), the metadata line when
+    any failed (`advice`: how to finish), the output's verify verdict and the report's path."""
+    lines = [f"FAILED    {f['path']}: {f['reason']}" for f in failures[:20]]
+    if len(failures) > 20:
+        lines.append(f"FAILED    ... and {len(failures) - 20} more (see {report})")
+    if failures:
+        lines.append(f"metadata  not written (meta/info.json): the output is incomplete; {advice} "
+                     "(done files are kept)")
+    if verify is not None:
+        verdict = "PASSED" if verify["passed"] else "FAILED"
+        lines.append(f"verify    {verdict}: {verify['episodes_passed']:,} of {verify['episodes_checked']:,} episodes "
+                     f"pass ({verify['failures_total']:,} failures)")
+        lines += [f"          {line}" for line in verify["failures"][:10]]
+    lines.append(f"report    {report}")
+    return lines

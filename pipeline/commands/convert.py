@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
-from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
+from pipeline.commands.common import SmallInput, add_run_options, outcome_lines, plural, run_config
 from pipeline.errors import PrepError
 from pipeline.text import printable_lines
 
@@ -93,21 +93,10 @@ def summary(r: ConvertReport) -> str:
     if r.complete:
         lines.append(f"episodes  {r.episodes:,}, {plural(r.frames, 'timestep')}, "
                      f"{plural(r.tasks, 'task')} ({rate:,.0f} timesteps/s); meta/info.json written")
-    for f in r.failures[:20]:
-        lines.append(f"FAILED    {f['path']}: {f['reason']}")
-    if len(r.failures) > 20:
-        lines.append(f"FAILED    ... and {len(r.failures) - 20} more (see {Path(r.out) / REPORT_REL})")
-    if r.failures:
-        lines.append("metadata  not written (meta/info.json): the output is incomplete; fix or remove the failed "
-                     "input and rerun the same command to finish (done files are kept)")
-    if r.verify is not None:
-        v = r.verify
-        verdict = "PASSED" if v["passed"] else "FAILED"
-        lines.append(f"verify    {verdict}: {v['episodes_passed']:,} of {v['episodes_checked']:,} episodes pass "
-                     f"({v['failures_total']:,} failures)")
-        lines += [f"          {line}" for line in v["failures"][:10]]
-    lines.append(f"report    {Path(r.out) / REPORT_REL}")
+    lines += outcome_lines(r.failures, r.verify, Path(r.out) / REPORT_REL,
+                           "fix or remove the failed input and rerun the same command to finish")
     return printable_lines(lines)
+
 
 
 def resume_note(args: argparse.Namespace) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.commands import help_of
-from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
+from pipeline.commands.common import SmallInput, add_run_options, outcome_lines, plural, run_config
 from pipeline.errors import PrepError
 from pipeline.text import printable_lines
 
@@ -141,20 +141,8 @@ def summary(r: EditReport) -> str:
     if r.complete:
         lines.append(f"episodes  {r.episodes:,}, {plural(r.frames, 'timestep')}, {plural(r.tasks, 'task')}; "
                      "meta/info.json written")
-    for f in r.failures[:20]:
-        lines.append(f"FAILED    {f['path']}: {f['reason']}")
-    if len(r.failures) > 20:
-        lines.append(f"FAILED    ... and {len(r.failures) - 20} more (see {Path(r.out) / REPORT_REL})")
-    if r.failures:
-        lines.append("metadata  not written (meta/info.json): the output is incomplete; fix the failed input, or "
-                     "drop its episode too, and rerun (done files are kept)")
-    if r.verify is not None:
-        v = r.verify
-        verdict = "PASSED" if v["passed"] else "FAILED"
-        lines.append(f"verify    {verdict}: {v['episodes_passed']:,} of {v['episodes_checked']:,} episodes pass "
-                     f"({v['failures_total']:,} failures)")
-        lines += [f"          {line}" for line in v["failures"][:10]]
-    lines.append(f"report    {Path(r.out) / REPORT_REL}")
+    lines += outcome_lines(r.failures, r.verify, Path(r.out) / REPORT_REL,
+                           "fix the failed input, or drop its episode too, and rerun")
     return printable_lines(lines)
 
 
