@@ -142,6 +142,7 @@ build_env() {
 ensure_debian_root() {  # a trixie root with Debian's python3.13, venv, FFmpeg; and its prep-chroot tool
     if [[ -x "$DEBIAN_ROOT/usr/bin/python3.13" && "$(cat "$DEBIAN_ROOT/.prep-root" 2>/dev/null)" == "$DEBIAN_PKGS" ]]; then
         write_chroot_tool
+        sync_ca_certs
         return 0
     fi
     [[ $(id -u) -eq 0 ]] || { log "the Debian 13 root needs root (debootstrap, chroot)"; exit 1; }
@@ -156,7 +157,28 @@ ensure_debian_root() {  # a trixie root with Debian's python3.13, venv, FFmpeg; 
     rm -f "$DEBIAN_ROOT/var/cache/apt/archives/"*.deb
     echo "$DEBIAN_PKGS" > "$DEBIAN_ROOT/.prep-root"
     write_chroot_tool
+    sync_ca_certs
     log "Debian 13 root ready in $((SECONDS - t0)) s: $(cd "$REPO" && "$DEBIAN_ROOT/prep-chroot" python3.13 -V 2>&1)"
+}
+
+sync_ca_certs() {  # the CA certificates this machine adds to Debian's (/usr/local/share/ca-certificates)
+    # hold inside the root too: where the egress intercepts TLS, pip inside the root trusts what pip here
+    # trusts (pip's `cert` setting, copied below, names the root's own bundle). Idempotent.
+    local crt dst changed=0
+    for crt in /usr/local/share/ca-certificates/*.crt; do
+        [[ -f $crt ]] || continue
+        dst="$DEBIAN_ROOT/usr/local/share/ca-certificates/$(basename "$crt")"
+        if ! cmp -s "$crt" "$dst"; then
+            mkdir -p "$(dirname "$dst")"
+            cp -f "$crt" "$dst"
+            changed=1
+        fi
+    done
+    if [[ $changed == 1 || ! -s $DEBIAN_ROOT/etc/ssl/certs/ca-certificates.crt ]]; then
+        chroot "$DEBIAN_ROOT" /usr/sbin/update-ca-certificates >/dev/null 2>&1 \
+            || { log "update-ca-certificates failed in $DEBIAN_ROOT"; exit 1; }
+        log "Debian 13 root trusts this machine's CA certificates: $(cd /usr/local/share/ca-certificates && ls -- *.crt 2>/dev/null | paste -sd' ' -)"
+    fi
 }
 
 write_chroot_tool() {  # $DEBIAN_ROOT/prep-chroot CMD...: CMD inside the root, this machine's folders bound
