@@ -13,7 +13,8 @@ with its own interpreter (prep is installed there) and an embedded cluster; the 
 cluster. Results are cached per case under --work, keyed by the sources of prep, the cases and this
 script: a rerun redoes only what changed (--fresh redoes all), and a worker that dies is restarted after
 the case it died on. Prints the table and the counts, writes JSON. Exit 0; with --strict (or
-PARITY_STRICT=1) exit 1 when any row disagrees or could not be run.
+PARITY_STRICT=1) exit 1 when a row disagrees that its case does not declare unavoidable (`cannot_agree`,
+printed with its reason) or could not be run.
 
     python bench/parity.py --worker --reader 0.6 ...   (internal: one venv's cases)
 """
@@ -232,7 +233,7 @@ def wait_rusage(proc: subprocess.Popen[str]) -> tuple[int, float]:
 
 def expect_json(name: str, reader: str) -> dict[str, str]:
     e = CASES[name].expect_for(reader)
-    return {"outcome": e.outcome, "where": e.where, "why": e.why}
+    return {"outcome": e.outcome, "where": e.where, "why": e.why, "cannot_agree": e.cannot_agree}
 
 
 def collect(selected: list[tuple[str, str]], work: Path) -> list[dict[str, Any]]:
@@ -276,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="folder(s) holding lerobot-v21/-v30/-v06, colon-separated (default $PREP_VENVS or "
                         "/opt/prep-venvs)")
     p.add_argument("--fresh", action="store_true", help="ignore cached rows")
-    p.add_argument("--strict", action="store_true", help="exit 1 when any row disagrees (also PARITY_STRICT=1)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when a row disagrees that no case declares unavoidable, or cannot be run "
+                   "(also PARITY_STRICT=1)")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--reader", help=argparse.SUPPRESS)
@@ -350,7 +353,9 @@ def report(selected: list[tuple[str, str]], args: argparse.Namespace, key: str, 
     print(render_by_reader(rows))
     print()
     print(f"rows {summary['rows']} ({summary['cases']} cases): {summary['agree']} agree, {summary['disagree']} "
-          f"disagree")
+          f"disagree ({len(summary['known'])} known, {summary['unexplained']} unexplained)")
+    for line in summary["known"]:
+        print(f"  known: {line}")
     for line, n in summary["per_reader"].items():
         print(f"  lerobot {line}: {n['agree']} of {n['rows']} rows agree")
     for k, n in summary["disagree_by_kind"].items():
@@ -381,8 +386,8 @@ def report(selected: list[tuple[str, str]], args: argparse.Namespace, key: str, 
     tmp.replace(args.out)
     print(f"results {args.out}")
     strict = args.strict or os.environ.get("PARITY_STRICT") == "1"
-    if strict and (summary["disagree"] or any(t.get("error") for t in timing.values())):
-        print("parity: disagreements (PARITY_STRICT=1)", file=sys.stderr)
+    if strict and (summary["unexplained"] or any(t.get("error") for t in timing.values())):
+        print(f"parity: {summary['unexplained']} disagreement(s) no case explains (--strict)", file=sys.stderr)
         return 1
     return 0
 

@@ -118,6 +118,18 @@ def test_verdict_rule(request: pytest.FixtureRequest, fmt: str) -> None:
     for r in rows:
         r["verdict"] = verdict(r)
     assert counts(rows)["per_reader"] == {"0.4": {"rows": 1, "agree": 1}, "0.6": {"rows": 1, "agree": 0}}
+    assert counts(rows)["unexplained"] == 1 and counts(rows)["known"] == []
+    # A declared reason makes a disagreement known (counted apart, --strict passes); it never makes a row agree,
+    # and a row that agrees is never listed as known.
+    rows[1]["expect"] = {"outcome": LOADS, "cannot_agree": "why"}
+    rows[0]["expect"] = {"outcome": LOADS, "cannot_agree": "why"}
+    for r in rows:
+        r["verdict"] = verdict(r)
+    assert not rows[1]["verdict"]["agree"] and rows[1]["verdict"]["known"] == "why"
+    assert rows[0]["verdict"]["agree"] and "known" not in rows[0]["verdict"]
+    assert counts(rows)["unexplained"] == 0 and counts(rows)["known"] == ["c 0.6 v3.0: why"]
+    flipped = CASES["flipped-bytes"]
+    assert flipped.expect_for("0.3").cannot_agree and not flipped.expect_for("0.4").cannot_agree
 
 
 def skip_other_venvs(request: pytest.FixtureRequest) -> None:

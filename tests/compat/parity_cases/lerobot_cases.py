@@ -89,16 +89,17 @@ class Api:
         return {"rgb_encoder": RGBEncoderConfig(vcodec=vcodec)}
 
     @classmethod
-    def convert(cls, parent: Path, name: str) -> None:
-        """The release's v2.1 -> v3.0 converter on `parent/name`, offline, in place (the original -> `<name>_old`)."""
+    def convert(cls, parent: Path, name: str, data_file_size_in_mb: float | None = None) -> None:
+        """The release's v2.1 -> v3.0 converter on `parent/name`, offline, in place (the original -> `<name>_old`);
+        `data_file_size_in_mb` is its own option (default 100 MB of parquet per data file)."""
         if cls.line() == "0.4":  # root = the folder holding the dataset
             from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
 
-            convert_dataset(repo_id=name, root=parent, push_to_hub=False)
+            convert_dataset(repo_id=name, root=parent, push_to_hub=False, data_file_size_in_mb=data_file_size_in_mb)
         else:  # 0.6: root = the dataset itself
             from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset as convert_06
 
-            convert_06(repo_id=name, root=parent / name, push_to_hub=False)
+            convert_06(repo_id=name, root=parent / name, push_to_hub=False, data_file_size_in_mb=data_file_size_in_mb)
 
 
 def record(root: Path, version: str, cameras: tuple[str, ...], vcodec: str = "libsvtav1", episodes: int = 2,
@@ -311,3 +312,41 @@ def converted(d: Path, fmt: str) -> Built:
     v21_truth = truth_from_clean(src, d / "ref")
     Api.convert(d, "ds")  # works on d/ds in place; the original -> ds_old
     return Built(d / "ds", v21_truth)
+
+
+@case("lerobot-converted-many-files", V30, "a 4-episode v2.1 dataset converted by the release's "
+      "convert_dataset_v21_to_v30 with data files of ~1.5 episodes (its data_file_size_in_mb), so every episode "
+      "starts a new data file: 0.4.4's converter then names the previous file in data/file_index for episodes "
+      "1-3 (a stale index; 0.6.1's names the right one)", "lerobot-converted",
+      {"v3.0": Expect(LOADS, "datasets/utils.py:load_nested_dataset (0.4) / datasets/io_utils.py (0.6), "
+                      "lerobot_dataset.py:_get_query_indices (dataset_from_index)",
+                      "the reader concatenates every data file in path order and finds rows by "
+                      "dataset_from_index; it never reads data/file_index to load")},
+      needs_lerobot=True)
+def converted_many_files(d: Path, fmt: str) -> Built:
+    import pyarrow.parquet as pq
+
+    src = write_synthetic(d / "ds", SynthSpec(version="v2.1", episodes=4, frames=N, height=H, width=W,
+                                              cameras=(CAM,), gop=10, state_dim=DIM, seed=7))
+    v21_truth = truth_from_clean(src, d / "ref")
+    def size_mb(p: Path) -> float:  # as the converter measures a file (get_parquet_file_size_in_mb)
+        md = pq.read_metadata(p)
+        return sum(md.row_group(g).column(c).total_uncompressed_size
+                   for g in range(md.num_row_groups) for c in range(md.num_columns)) / 1024**2
+
+    largest = max(size_mb(p) for p in (src / "data").glob("*/*.parquet"))
+    Api.convert(d, "ds", data_file_size_in_mb=1.5 * largest)
+    ds = d / "ds"
+    files = sorted((ds / "data").glob("*/*.parquet"))
+    ends = np.cumsum([pq.read_metadata(p).num_rows for p in files])
+    meta = pq.read_table(sorted((ds / "meta/episodes").glob("*/*.parquet"))[0],
+                         columns=["episode_index", "data/file_index", "dataset_from_index"]).to_pylist()
+    stale = [m["episode_index"] for m in meta  # the file really holding the rows, by position (as the reader)
+             if files[int(np.searchsorted(ends, m["dataset_from_index"], side="right"))].name
+             != f"file-{m['data/file_index']:03d}.parquet"]
+    if len(files) < 4:
+        raise RuntimeError(f"the converter wrote {len(files)} data files, not one per episode: the case tests nothing")
+    if Api.line() == "0.4" and not stale:
+        raise RuntimeError("lerobot 0.4.4's converter wrote no stale data/file_index: the case tests nothing")
+    return Built(ds, v21_truth, notes=[f"{len(files)} data files; episodes with a stale data/file_index: "
+                                       f"{stale or 'none'}"])

@@ -7,6 +7,9 @@ A row agrees when
   frame the row's frame (and a depth camera's levels kept), and
 - a source the reader loads is re-encoded (not refused), and
 - verify's own `lerobot_loads` prediction, once it has one, is what the reader did.
+
+A case may declare, per reader, why prep cannot agree (`Expect.cannot_agree`): such a row that disagrees is a
+*known* disagreement, printed with its reason and counted apart; `--strict` fails on the others only.
 """
 
 from __future__ import annotations
@@ -71,7 +74,11 @@ def verdict(row: dict[str, Any]) -> dict[str, Any]:
             kinds.append("reencode_refused_loadable")
             why.append(f"reencode{tag} exit {r['rc']}: {r.get('summary', '')}")
     counted = [k for k in kinds if k not in INFO_ONLY]
-    return {"agree": not counted, "kinds": list(dict.fromkeys(kinds)), "why": why}
+    out: dict[str, Any] = {"agree": not counted, "kinds": list(dict.fromkeys(kinds)), "why": why}
+    reason = (row.get("expect") or {}).get("cannot_agree") or ""
+    if counted and reason:
+        out["known"] = reason
+    return out
 
 
 # ---------------------------------------------------------------- text
@@ -160,6 +167,8 @@ def table_rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
         got = row["reader"]["outcome"]
         expect_cell = "=" if exp == got else f"!{exp}"
         agree = "yes" if v["agree"] else "NO " + ",".join(k for k in v["kinds"] if k not in INFO_ONLY)
+        if v.get("known"):
+            agree += " (known: see below)"
         re = row["reencode"]
         out.append((row["case"], line_text(row), reader_text(row["reader"]), expect_cell,
                     findings_text(row["verify"]), findings_text(row["verify_decode"]),
@@ -187,6 +196,10 @@ def counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "cases": len({row["case"] for row in rows}),
         "agree": sum(1 for row in rows if row["verdict"]["agree"]),
         "disagree": sum(1 for row in rows if not row["verdict"]["agree"]),
+        # disagreements a case declares prep cannot avoid, with the reason; `unexplained` are all the others
+        "known": [f"{row['case']} {line_text(row)}: {row['verdict']['known']}" for row in rows
+                  if not row["verdict"]["agree"] and row["verdict"].get("known")],
+        "unexplained": sum(1 for row in rows if not row["verdict"]["agree"] and not row["verdict"].get("known")),
         "disagree_by_kind": dict(sorted(kinds.items())),
         "reader_outcomes": dict(sorted(reader.items())),
         "per_reader": per_reader(rows),
