@@ -11,7 +11,9 @@
 #   COMPAT_PYTEST_ARGS=...       extra pytest arguments (e.g. "-x")
 #   COMPAT_SETUP=1               run .ci/lerobot_envs.sh first (create/verify the venvs)
 #   PARITY=0                     skip the LeRobot parity table (bench/parity.py; default 1: run it after the suites)
-#   PARITY_STRICT=1              fail when any parity row disagrees (default 0: print the table, keep the JSON)
+#   PARITY_STRICT=1              fail when a parity row disagrees that its case does not declare unavoidable
+#                                (Expect.cannot_agree, printed with its reason), or cannot be run (default 1;
+#                                0: print the table, keep the JSON, pass)
 #   PARITY_OUT=PATH              where the parity JSON goes (default $TMPDIR/prep-compat-parity.json; the
 #                                committed bench/results/parity.json is written by an explicit bench run)
 #   PARITY_ARGS=...              extra bench/parity.py arguments (e.g. "--cases clean-synth,flipped-bytes")
@@ -22,8 +24,8 @@
 # frame comparisons, negative control), per-corpus counts and "compat v3.0 (lerobot X): N passed, N failed"
 # with each suite's wall and CPU seconds,
 # then the parity table (real reader vs prep verify / reencode on the tests/compat/parity_cases).
-# Exits non-zero when a venv is missing, any test fails, or the parity harness breaks (or, with
-# PARITY_STRICT=1, any parity row disagrees).
+# Exits non-zero when a venv is missing, any test fails, the parity harness breaks, or (PARITY_STRICT=1, the
+# default) a parity row disagrees that its case does not declare unavoidable.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -136,15 +138,15 @@ for name in "${names[@]}"; do
 done
 for msg in "${summary[@]}"; do log "$msg"; done
 
-# The parity table: every parity case through the real readers, prep verify and prep reencode. It
-# reports disagreements; only PARITY_STRICT=1 (issue 12, part 2) makes them fail the stage.
+# The parity table: every parity case through the real readers, prep verify and prep reencode. A row that
+# disagrees fails the stage (issue 25) unless its case declares why prep cannot agree (PARITY_STRICT=0: report only).
 if [[ "${PARITY:-1}" == 1 && ${#names[@]} -gt 0 ]]; then
     readers=""
     for name in "${names[@]}"; do readers+="${readers:+,}$(reader_of "$name")"; done
     log "---- parity table (bench/parity.py, readers $readers) ----"
     t0=$SECONDS
     strict=()
-    [[ "${PARITY_STRICT:-0}" == 1 ]] && strict=(--strict)
+    [[ "${PARITY_STRICT:-1}" == 1 ]] && strict=(--strict)
     parity_py="${PARITY_PYTHON:-}"
     if [[ -z "$parity_py" ]]; then
         parity_py=python3
