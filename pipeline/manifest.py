@@ -168,7 +168,7 @@ def build_manifest(ds: Dataset, totals: ScanTotals, rejected: list[EpisodeError]
             "root": str(ds.root),
             "codebase_version": ds.codebase_version,
             "fps": ds.fps,
-            "robot_type": ds.info.get("robot_type"),
+            "robot_type": rt if isinstance(rt := ds.info.get("robot_type"), str) else None,  # a warning if not
             "cameras": cams,
             "declared_total_episodes": ds.info.get("total_episodes"),
             "declared_total_frames": ds.info.get("total_frames"),

@@ -106,3 +106,28 @@ def test_docs_table_names_every_rule() -> None:
         assert f"| `{name}` |" in doc, name
         for where in rule.where.values():
             assert where in doc, (name, where)
+
+
+def test_info_keys_no_reader_reads_are_warnings_everywhere(tmp_path: Path) -> None:
+    """robot_type, splits, total_videos, total_chunks of the wrong type: every reader loads it (parity case
+    info-unread-fields), so scan, verify and reencode warn and go on; a wrong fps is still refused."""
+    for fmt in ("v2.1", "v3.0"):
+        root = write_synthetic(tmp_path / fmt / "ds", spec(fmt))
+        info = json.loads((root / "meta/info.json").read_text())
+        info.update(robot_type=5, splits=["train"], total_videos="two", total_chunks=-1)
+        (root / "meta/info.json").write_text(json.dumps(info))
+        probs = validate_metadata(root)
+        assert set(probs.counts) == {"info_json_unread"} and probs.total == 4, probs.lines
+        assert decide("info_json_unread", fmt, "reencode") == "warn"
+        out = tmp_path / fmt / "m.json"
+        r = prep("scan", str(root), "--out", str(out))
+        assert r.returncode == 0 and "robot_type" in r.stdout, r.stdout + r.stderr
+        assert json.loads(out.read_text())["dataset"]["robot_type"] is None
+        report = verify_in_process(root, VerifyOptions())
+        assert report.passed and {f.check for f in report.failures} == {"metadata_rule"}
+        with open_engine(RunConfig(backend="inline", progress=False)) as engine:
+            result = reencode_dataset(root, tmp_path / fmt / "out", ReencodeOptions(size=(32, 32)), engine)
+        assert result.ok
+        info["total_episodes"] = "2"  # read by every reader (range, len): still refused
+        (root / "meta/info.json").write_text(json.dumps(info))
+        assert set(validate_metadata(root).counts) == {"info_json"}

@@ -36,12 +36,21 @@ class Rule:
 
 
 RULES: dict[str, Rule] = {r.name: r for r in (
-    Rule("info_json", "meta/info.json against lerobot_info.schema.json (fps, features, paths, totals)",
+    Rule("info_json", "meta/info.json against lerobot_info.schema.json (fps, features, paths, totals, file sizes; "
+         "the keys of info_json_unread apart)",
          {"0.3": ERROR, "0.4": ERROR, "0.6": ERROR},
          {"0.3": "utils.py: load_info (LeRobotDatasetMetadata.load_metadata)",
           "0.4": "utils.py: load_info (LeRobotDatasetMetadata.load_metadata)",
           "0.6": "io_utils.py: load_info -> utils.py: DatasetInfo.from_dict (__post_init__ refuses fps, "
                  "chunks_size, data/video_files_size_in_mb <= 0)"}),
+    Rule("info_json_unread", "meta/info.json keys no reader reads when loading: robot_type (string or null), splits "
+         "(object), total_videos, total_chunks (integers >= 0); a wrong type is a warning",
+         {"0.3": WARNING, "0.4": WARNING, "0.6": WARNING},
+         {"0.3": "lerobot_dataset.py: LeRobotDatasetMetadata.robot_type / total_chunks (properties, used by the "
+                 "writer and the hub card only)",
+          "0.4": "lerobot_dataset.py: LeRobotDatasetMetadata.robot_type (property; the writer sets splits)",
+          "0.6": "utils.py: DatasetInfo (typed fields, not checked: __post_init__ checks fps, chunks_size, file "
+                 "sizes only; total_videos/total_chunks are unknown keys, logged and ignored)"}, scan_needs=False),
     Rule("camera_key", "a video feature key is a plain name (no '/', '\\\\', '.', '..'): prep's own safety rule, every "
          "command refuses (a key names a folder prep resolves and writes)",
          {"0.3": None, "0.4": None, "0.6": None},

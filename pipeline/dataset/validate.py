@@ -40,6 +40,9 @@ SHAPE_CACHE = 4096  # distinct line shapes whose verdict is remembered
 V21_JSONL = (("meta/episodes.jsonl", "lerobot_episode", True), ("meta/tasks.jsonl", "lerobot_task", False),
              ("meta/episodes_stats.jsonl", "lerobot_episode_stats", False))  # (file, schema, required)
 STATS_REL = "meta/stats.json"
+# info.json keys no reader generation reads when loading (only their writers and the hub card do): a value of
+# the wrong type there is rule `info_json_unread` (a warning), not `info_json`.
+INFO_UNREAD = frozenset({"robot_type", "splits", "total_videos", "total_chunks"})
 V30_TASKS_REL = "meta/tasks.parquet"
 V30_EPISODES_DIR = "meta/episodes"
 
@@ -342,10 +345,17 @@ def validate_metadata(root: Path | str, limit: int = MAX_LISTED) -> Problems:
     root = Path(root).absolute()
     info = read_info(root)  # not a dataset / unsupported version / no fps: one line, as before
     problems = Problems(root, limit, codebase_version=info["codebase_version"])
+    unread = []
     for p in schema_problems(info, "lerobot_info", limit=limit):
-        problems.add(f"{root / INFO_REL}: {p}")
+        if p.partition("/")[0].partition(":")[0] in INFO_UNREAD:
+            unread.append(p)
+        else:
+            problems.add(f"{root / INFO_REL}: {p}")
     if problems.total:  # the other files are read by what info.json says
         return problems
+    problems.rule = "info_json_unread"  # keys no reader reads when loading (pipeline.dataset.rules)
+    for p in unread:
+        problems.add(f"{root / INFO_REL}: {p}")
     problems.rule = "camera_key"
     for p in camera_key_problems(info):
         problems.add(f"{root / INFO_REL}: {p}")

@@ -249,6 +249,17 @@ def wrong_total_episodes(d: Path, fmt: str) -> Built:
     return b
 
 
+@case("info-unread-fields", BOTH, "info.json robot_type 5, splits [\"train\"], total_videos \"two\", total_chunks -1 "
+      "(keys of the wrong type that no reader reads when loading)", "clean-synth",
+      both(LOADS, "lerobot_dataset.py:LeRobotDatasetMetadata (robot_type, total_chunks: properties for the writer and "
+           "the hub card)", "utils.py:DatasetInfo (0.6: typed, unchecked; unknown keys ignored) / "
+           "lerobot_dataset.py:LeRobotDatasetMetadata (0.4)", "nothing on the read path uses these keys"))
+def info_unread(d: Path, fmt: str) -> Built:
+    b = synth(d, fmt)
+    edit_info(b.root, lambda i: i.update(robot_type=5, splits=["train"], total_videos="two", total_chunks=-1))
+    return b
+
+
 @case("frames-outside-episodes", V30, "v3.0 video with 5 frames between episode 0's and episode 1's spans",
       "clean-synth",
       {"v3.0": Expect(LOADS, V30_QUERY, "frames no row queries are never decoded for a sample")})
