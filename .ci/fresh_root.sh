@@ -17,7 +17,7 @@
 #   PREP_CI_WORK=/var/tmp          where the root is made (needs PREP_CI_NEED_GB free)
 #   PREP_CI_CACHE=/var/cache/prep-ci   the pristine root's cache; "none": debootstrap every run
 #   PREP_CI_CACHE_DAYS=7           a cached root older than this is made again (Debian's archive moves on)
-#   PREP_CI_NEED_GB=40             free disk required to start (the full test run's venvs, pip's cache, tests)
+#   PREP_CI_NEED_GB=35             free disk required to start (the full test run's venvs and tests: ~30 GB)
 #   PREP_CI_MIN_FREE_GB=3          the run is stopped when free disk falls below this (a shared machine is
 #                                  never filled up)
 #   PREP_DEBIAN_MIRROR=http://deb.debian.org/debian
@@ -52,7 +52,7 @@ MIRROR="${PREP_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 WORK="${PREP_CI_WORK:-/var/tmp}"
 CACHE="${PREP_CI_CACHE:-/var/cache/prep-ci}"
 CACHE_DAYS="${PREP_CI_CACHE_DAYS:-7}"
-NEED_GB="${PREP_CI_NEED_GB:-40}"
+NEED_GB="${PREP_CI_NEED_GB:-35}"
 MIN_FREE_GB="${PREP_CI_MIN_FREE_GB:-3}"
 RHOME=/root  # root's home inside the fresh root; the clone is $RHOME/prep
 SYSPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -76,7 +76,7 @@ git -C "$REPO" rev-parse --verify -q HEAD >/dev/null || die "$REPO is not a git 
 free_gb() { df -Pk "$1" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }'; }
 mkdir -p "$WORK"
 awk -v f="$(free_gb "$WORK")" -v n="$NEED_GB" 'BEGIN { exit !(f >= n) }' \
-    || die "needs ~$NEED_GB GB free in $WORK for the full run (project venv with the package index's torch ~5.4 GB, three LeRobot reader venvs ~21 GB, pip's cache, the tests); $(free_gb "$WORK") GB free there (PREP_CI_WORK=another disk, or PREP_CI_NEED_GB)"
+    || die "needs ~$NEED_GB GB free in $WORK for the full run (project venv with the package index's torch ~5.4 GB, three LeRobot reader venvs and the Debian 13 root ~22 GB, the tests); $(free_gb "$WORK") GB free there (PREP_CI_WORK=another disk, or PREP_CI_NEED_GB)"
 
 W="$(mktemp -d "$WORK/prep-ci.XXXXXX")"
 ROOT="$W/root"

@@ -16,7 +16,9 @@
 #                            needed), with /tmp, the current folder and $PREP_CHROOT_BIND bound at the same paths.
 #
 # Each also gets this repository installed editable (with its test extras), so the
-# tests can import `pipeline` and run `prep`. One pip cache ($PREP_VENVS/.pip-cache) serves them all.
+# tests can import `pipeline` and run `prep`. pip keeps no cache by default: the three pin three different
+# torch builds (~3 GB of downloads each), so a shared cache would hold ~10 GB that no other venv reuses; set
+# PIP_CACHE_DIR to keep one (it is then shared by the three, and bound into the Debian 13 root).
 #
 # Usage: bash .ci/lerobot_envs.sh [REPO_PATH]      (default: the repo holding this script)
 #   PREP_VENVS=/opt/prep-venvs   where the venvs live; in a colon-separated list each env is kept where it
@@ -35,7 +37,7 @@ REPO="$(cd "${1:-$HERE/..}" && pwd)"
 VENVS_PATH="${PREP_VENVS:-/opt/prep-venvs}"
 VENVS="${VENVS_PATH%%:*}"  # a missing env is built in the first folder of the list
 WANT="${LEROBOT_ENVS:-v21 v30 v06}"
-export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$VENVS/.pip-cache}"  # one cache for every reader venv
+if [[ -z ${PIP_CACHE_DIR:-} ]]; then export PIP_NO_CACHE_DIR=1; fi  # see above
 # The interpreter: the same rule as scripts/setup.sh ($PYTHON, else python3 on PATH; >= 3.11; venv works).
 PREP_LOG_TAG=lerobot-envs
 # shellcheck source=scripts/python.sh
@@ -90,6 +92,7 @@ pip_q() {  # pip in venv $1, its chatter kept in $1/.prep-pip.log and shown only
     if ! "$v/bin/python" -m pip "$@" >"$v/.prep-pip.log" 2>&1; then
         grep -v 'is ignored' "$v/.prep-pip.log" | tail -40 >&2
         log "pip $* failed in $v"
+        prep_pip_cause "$v/.prep-pip.log" "$*"  # one line: the package and the likely cause
         return 1
     fi
 }
@@ -113,6 +116,9 @@ build_env() {
         log "lerobot ${!ver_var} installed (already) in $v"
         return 0
     fi
+    local need=10  # the venv with its torch (CUDA build: ~7-9 GB installed) and pip's temporary files
+    [[ $CHROOT_ENVS == *" $name "* && ! -x $DEBIAN_ROOT/usr/bin/python3.13 ]] && need=11  # + the Debian 13 root
+    prep_need_space "$need" "$VENVS" "the lerobot ${!ver_var} reader venv ($(basename "$v"), a CUDA torch build)"
     log "building $v: ${!spec_var} + prep[test] (this downloads torch; minutes)"
     local t0=$SECONDS
     rm -rf "$v"
@@ -261,9 +267,9 @@ pip_binds() {  # folders pip's configuration names (a local index, wheel folder,
 
 ensure_system_deps
 prep_python
-# pip and prep's editable install inside the root see the checkout, the shared pip cache and pip's local sources.
-mkdir -p "$PIP_CACHE_DIR"
-export PREP_CHROOT_BIND="$REPO:$PIP_CACHE_DIR:$(pip_binds)${PREP_CHROOT_BIND:+:$PREP_CHROOT_BIND}"
+# pip and prep's editable install inside the root see the checkout, pip's cache (when kept) and local sources.
+[[ -n ${PIP_CACHE_DIR:-} ]] && mkdir -p "$PIP_CACHE_DIR"
+export PREP_CHROOT_BIND="$REPO${PIP_CACHE_DIR:+:$PIP_CACHE_DIR}:$(pip_binds)${PREP_CHROOT_BIND:+:$PREP_CHROOT_BIND}"
 cd "$REPO"  # the launchers bind the current folder
 log "interpreter: $PY ($("$PY" -V 2>&1))"
 venvs_of() {  # venvs_of NAME: the first folder of the list holding lerobot-NAME, else the first folder

@@ -58,7 +58,7 @@ prep_need_space() {
     need_kb=$(awk -v g="$gb" -v s="${PREP_NEED_SPACE_SCALE:-1}" 'BEGIN { printf "%d", g * s * 1048576 }')
     avail_kb=$(df -Pk "$d" | awk 'NR == 2 { print $4 }')
     if ((avail_kb < need_kb)); then
-        prep_die "not enough free disk for $what: it needs ~$gb GB in $(cd "$d" && pwd -P), which has $(awk -v k="$avail_kb" 'BEGIN { printf "%.1f", k / 1048576 }') GB free (a full bash scripts/test.sh needs ~25 GB; docs/install.md says what takes it)"
+        prep_die "not enough free disk for $what: it needs ~$gb GB in $(cd "$d" && pwd -P), which has $(awk -v k="$avail_kb" 'BEGIN { printf "%.1f", k / 1048576 }') GB free (a full bash scripts/test.sh needs ~30 GB; docs/install.md says what takes it)"
     fi
 }
 
@@ -70,7 +70,7 @@ prep_pip_cause() {
     pkg="$({ grep -oE "(Failed to build|Failed building wheel for|No matching distribution found for|satisfies the requirement|Getting requirements to build wheel for) [A-Za-z0-9_.-]+" "$log" | grep -v ' installable$' \
         || grep -oE "(Collecting|Downloading) [A-Za-z0-9_.+-]+" "$log"; } 2>/dev/null | tail -1 | awk '{ print $NF }')" || true
     if grep -qiE 'No space left on device|Errno 28|Disk quota exceeded' "$log"; then
-        cause="the disk is full (No space left on device): free space (a full test run needs ~25 GB) or set TMPDIR/PIP_CACHE_DIR to a larger disk"
+        cause="the disk is full (No space left on device): free space (a full test run needs ~30 GB) or set TMPDIR/PIP_CACHE_DIR to a larger disk"
     elif grep -qiE 'CERTIFICATE_VERIFY_FAILED|SSLError|certificate verify failed' "$log"; then
         cause="network: TLS certificates not trusted (a proxy that intercepts TLS needs its CA in /usr/local/share/ca-certificates, then update-ca-certificates)"
     elif grep -qiE 'Failed to establish a new connection|Temporary failure in name resolution|Name or service not known|Network is unreachable|Connection (refused|reset)|Read timed out|ConnectTimeout|ProxyError|RemoteDisconnected|IncompleteRead|Max retries exceeded' "$log"; then
