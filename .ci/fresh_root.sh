@@ -88,6 +88,7 @@ mounts_under() {  # mount points at or below $1 in this mount namespace, deepest
 }
 cleanup() {
     local rc=$?
+    trap '' PIPE  # the log's reader may be gone (a signal to the whole group): a failed write must not stop the clean-up
     [[ -n $WATCH_PID ]] && kill "$WATCH_PID" 2>/dev/null
     [[ -n $RUN_PID ]] && kill -TERM -- "-$RUN_PID" 2>/dev/null
     local m
