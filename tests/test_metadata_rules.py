@@ -131,3 +131,29 @@ def test_info_keys_no_reader_reads_are_warnings_everywhere(tmp_path: Path) -> No
         info["total_episodes"] = "2"  # read by every reader (range, len): still refused
         (root / "meta/info.json").write_text(json.dumps(info))
         assert set(validate_metadata(root).counts) == {"info_json"}
+
+
+def test_reader_choice_decides_metadata_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--reader` targets reader lines for metadata rules too: a rule only 0.6 refuses (none does today; the
+    table is patched) refuses the dataset for `--reader all` and 0.6, and is a warning for `--reader 0.4`, in
+    verify and reencode alike."""
+    from dataclasses import replace
+
+    from pipeline.dataset import rules
+    from pipeline.jobs.preverify import SourceRefused
+    from pipeline.verdicts import ERROR, WARNING
+
+    patched = replace(rules.RULES["stats_json"], readers={"0.3": None, "0.4": WARNING, "0.6": ERROR})
+    monkeypatch.setitem(rules.RULES, "stats_json", patched)
+    assert decide("stats_json", "v3.0", "verify") == "refuse"
+    assert decide("stats_json", "v3.0", "verify", "0.6") == "refuse"
+    assert decide("stats_json", "v3.0", "verify", "0.4") == "warn"
+    src = without_count_v30(tmp_path)
+    with pytest.raises(MetadataError):
+        verify_in_process(src, VerifyOptions())
+    report = verify_in_process(src, VerifyOptions(reader="0.4"))
+    assert report.passed and "metadata_rule" in {f.check for f in report.failures}
+    with open_engine(RunConfig(backend="inline", progress=False)) as engine:
+        with pytest.raises((MetadataError, SourceRefused)):
+            reencode_dataset(src, tmp_path / "all", ReencodeOptions(size=(32, 32)), engine)
+        assert reencode_dataset(src, tmp_path / "r04", ReencodeOptions(size=(32, 32)), engine, reader="0.4").ok

@@ -7,10 +7,11 @@ openpi for v2.1; "0.4" and "0.6" = lerobot 0.4.x and 0.6.x for v3.0) the reader'
 nothing that loads), None (never read). Where each reader reads the file is named beside it (module: function,
 in `lerobot/datasets/`, as installed by .ci/lerobot_envs.sh: 0.3.3, 0.4.4, 0.6.1).
 
-What a command does with a rule that fails (`decide`):
-- a rule some reader of the dataset's format line treats as an error: every command refuses the dataset (exit 2),
+What a command does with a rule that fails (`decide`), for the reader lines the user targets (`--reader` of
+verify and reencode; default and every other command: all readers of the dataset's format line):
+- a rule some targeted reader treats as an error: every command refuses the dataset (exit 2),
   except `scan` for a file it does not need to count storage and hours (`scan_needs` False): it warns;
-- a rule no reader treats as an error: every command warns (`verify` lists it as a warning finding,
+- a rule no targeted reader treats as an error: every command warns (`verify` lists it as a warning finding,
   `metadata_rule`) and goes on;
 - `camera_key` is prep's own safety rule (a key names a folder: of the output, and of the source paths prep
   resolves): every command refuses.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.verdicts import ERROR, WARNING, reader_lines
+from pipeline.verdicts import ERROR, WARNING, targeted
 
 
 @dataclass(frozen=True)
@@ -92,14 +93,15 @@ CHECK_SEVERITY: dict[str, dict[str, str | None]] = {
     "stale_file_index": {"0.4": WARNING, "0.6": WARNING},
 }
 
-def decide(rule: str, codebase_version: str, command: str) -> str:
-    """"refuse" or "warn": what `command` does with a failed `rule` on a dataset of this format."""
+def decide(rule: str, codebase_version: str, command: str, reader: str = "all") -> str:
+    """"refuse" or "warn": what `command` does with a failed `rule` on a dataset of this format, for the reader
+    lines the user targets (`--reader`; default all: the strictest reader of the format's line)."""
     r = RULES.get(rule)
     if r is None:
         return "refuse"
     if r.prep_safety:
         return "refuse"
-    errs = any(r.readers.get(line) == ERROR for line in reader_lines(codebase_version))
+    errs = any(r.readers.get(line) == ERROR for line in targeted(codebase_version, reader))
     if command == "scan" and not r.scan_needs:
         return "warn"
     return "refuse" if errs else "warn"

@@ -74,14 +74,14 @@ class Problems:
         if self.total:
             raise MetadataError(self.root, self.lines, self.total)
 
-    def split(self, command: str) -> tuple[Problems, Problems]:
-        """(the problems `command` refuses the dataset for, the ones it only warns about), by what each reader
-        of the format line does with the rule (`pipeline.dataset.rules.decide`)."""
+    def split(self, command: str, reader: str = "all") -> tuple[Problems, Problems]:
+        """(the problems `command` refuses the dataset for, the ones it only warns about), by what each targeted
+        reader of the format line does with the rule (`pipeline.dataset.rules.decide`)."""
         from pipeline.dataset.rules import decide
 
         refuse, warn = (Problems(self.root, self.limit, codebase_version=self.codebase_version) for _ in range(2))
         for rule, kept in self.by_rule.items():
-            target = refuse if decide(rule, self.codebase_version, command) == "refuse" else warn
+            target = refuse if decide(rule, self.codebase_version, command, reader) == "refuse" else warn
             target.rule = rule
             for line in kept:
                 target.add(line)
@@ -404,20 +404,20 @@ def check_stats(path: Path, problems: Problems) -> None:
         problems.add(f"{path}: {p}")
 
 
-def metadata_refusals(root: Path | str, command: str) -> tuple[Problems, Problems]:
+def metadata_refusals(root: Path | str, command: str, reader: str = "all") -> tuple[Problems, Problems]:
     """`validate_metadata`, split into what `command` refuses the dataset for and what it only warns about
     (`pipeline.dataset.rules`: a rule no reader of the format line refuses is a warning; scan refuses only for
     the files it needs to count storage and hours)."""
-    return validate_metadata(root).split(command)
+    return validate_metadata(root).split(command, reader)
 
 
-def open_validated(root: Path | str, command: str = "verify") -> tuple[Dataset, Rejected]:
+def open_validated(root: Path | str, command: str = "verify", reader: str = "all") -> tuple[Dataset, Rejected]:
     """`open_dataset` after `validate_metadata`: raises `MetadataError` (one line per problem) when a metadata
     file breaks a rule that `command` refuses for (`metadata_refusals`), before any unit is planned; the rules
     it only warns about are in `ds.rule_warnings` (and `ds.warnings`)."""
     from pipeline.dataset import open_dataset
 
-    refuse, warn = metadata_refusals(root, command)
+    refuse, warn = metadata_refusals(root, command, reader)
     refuse.raise_if_any()
     ds, rejected = open_dataset(root, strict_tasks=not any(r in warn.counts for r in TASK_RULES))
     if warn.total:

@@ -418,7 +418,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     src, out = src.absolute(), out.absolute()
     check_options(options)
     check_paths(src, out)
-    ds, rejected = open_validated(src, "reencode")  # metadata checked before any unit
+    ds, rejected = open_validated(src, "reencode", reader)  # metadata checked before any unit
     check_repairs(options.repairs, ds.codebase_version)
     refuse_busy(out)  # a busy output (any command's) is refused at once, naming the holder, before the session
     refuse_foreign(out, OPTIONS_REL, "reencode")  # a folder that is not this command's: refused before any walk

@@ -429,7 +429,7 @@ def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_pa
     per-episode table beside it) and resume from `<json_path>.parts/`. Raises PrepError when the
     dataset's metadata as a whole is unreadable."""
     t0 = time.monotonic()
-    ds, rejected = open_validated(src)  # metadata checked before any unit
+    ds, rejected = open_validated(src, "verify", options.reader)  # metadata checked before any unit
     if json_path is not None:  # in the source, or a link in its place: refused before anything is written
         json_path = Path(json_path).absolute()
         parts.check_report_place([src], json_path, table_path_for(json_path))
