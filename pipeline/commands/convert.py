@@ -98,7 +98,6 @@ def summary(r: ConvertReport) -> str:
     return printable_lines(lines)
 
 
-
 def resume_note(args: argparse.Namespace) -> str | None:
     out = args.out.absolute() if args.out else default_out(args.src.absolute(), args.to)
     return f"finished files are kept in {out}"
