@@ -82,3 +82,20 @@ def test_a_folder_where_a_metadata_file_belongs(tmp_path: Path) -> None:
     (root / "meta/tasks.jsonl").mkdir()
     assert validate_metadata(root).lines == [f"{root}/meta/tasks.jsonl: not a regular file"]
     shutil.rmtree(root / "meta/tasks.jsonl")
+
+
+def test_schema_errors_name_the_top_level_key(tmp_path: Path) -> None:
+    """validate_metadata classifies info.json's problems by the error's own path, not by re-parsing its text:
+    a nested bad value (features/<name>/dtype) and top-level ones (robot_type, splits) carry their key; a missing
+    required key carries None (a problem of the object itself)."""
+    from pipeline.dataset.validate import schema_errors
+
+    root = write_synthetic(tmp_path / "ds", SynthSpec(episodes=1, frames=4, height=32, width=32))
+    info = json.loads((root / "meta/info.json").read_text())
+    info.update(robot_type=5, splits=["train"])
+    next(iter(info["features"].values()))["dtype"] = 5
+    del info["fps"]
+    keys = {key for key, _text in schema_errors(info, "lerobot_info", limit=None)}
+    assert keys == {"robot_type", "splits", "features", None}
+    assert all(": " in text for _key, text in schema_errors(info, "lerobot_info", limit=None))
+    assert len(schema_errors(info, "lerobot_info", limit=1)) == 1

@@ -107,15 +107,23 @@ def _field(error: Any) -> str:
     return path or "(line)"
 
 
-def schema_problems(obj: Any, name: str, limit: int = 3) -> list[str]:
-    """'field: message' for the first violations of schemas/<name>.schema.json (the message holds the value)."""
+def schema_errors(obj: Any, name: str, limit: int | None = 3) -> list[tuple[str | None, str]]:
+    """(top-level key, 'field: message') for the first violations of schemas/<name>.schema.json (the message
+    holds the value); the key is the first element of the error's path, None for the object itself (e.g. a
+    required key missing); `limit` None: every violation."""
     errors = sorted(_validator(name).iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path])
-    out = []
+    out: list[tuple[str | None, str]] = []
     for err in errors[:limit]:
+        top = str(err.absolute_path[0]) if err.absolute_path else None
         if err.validator in ("anyOf", "oneOf") and err.context:  # the most specific reason
             err = min(err.context, key=lambda e: len(list(e.absolute_path)) * -1)
-        out.append(f"{_field(err)}: {err.message}")
+        out.append((top, f"{_field(err)}: {err.message}"))
     return out
+
+
+def schema_problems(obj: Any, name: str, limit: int = 3) -> list[str]:
+    """'field: message' for the first violations of schemas/<name>.schema.json (the message holds the value)."""
+    return [text for _key, text in schema_errors(obj, name, limit)]
 
 
 def shape(x: Any) -> Any:
@@ -346,8 +354,9 @@ def validate_metadata(root: Path | str, limit: int = MAX_LISTED) -> Problems:
     info = read_info(root)  # not a dataset / unsupported version / no fps: one line, as before
     problems = Problems(root, limit, codebase_version=info["codebase_version"])
     unread = []
-    for p in schema_problems(info, "lerobot_info", limit=limit):
-        if p.partition("/")[0].partition(":")[0] in INFO_UNREAD:
+    # every violation classified by its top-level key (Problems keeps the first `limit` lines, counts the rest)
+    for key, p in schema_errors(info, "lerobot_info", limit=None):
+        if key in INFO_UNREAD:
             unread.append(p)
         else:
             problems.add(f"{root / INFO_REL}: {p}")
