@@ -183,13 +183,16 @@ def v30_episode_files(root: Path) -> list[Path]:
     return files
 
 
-def iter_v30_rows(root: Path) -> Iterator[tuple[Path, int, dict[str, Any]]]:
-    """(file, row number, row with every column) of the episode metadata, a batch at a time."""
+def iter_v30_rows(root: Path, *, stats: bool = True) -> Iterator[tuple[Path, int, dict[str, Any]]]:
+    """(file, row number, row with every column) of the episode metadata, a batch at a time; `stats` False
+    leaves out the per-episode `stats/...` columns (most of a row's values: a pass that only plans reads
+    the rest, not them)."""
     for path in v30_episode_files(root):
         try:
             pf = pq.ParquetFile(path)
+            columns = None if stats else [n for n in pf.schema_arrow.names if not n.startswith("stats/")]
             row = 0
-            for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
                 for rec in batch.to_pylist():
                     yield path, row, rec
                     row += 1
@@ -237,13 +240,14 @@ def parse_v30_row(info_path: Path, path: Path, rowno: int, row: dict[str, Any], 
     return V30Episode(idx, length, tasks, data_rel, start, tuple(videos))
 
 
-def iter_v30_episodes(root: Path, info: dict[str, Any], cameras: tuple[str, ...]) -> Iterator[
+def iter_v30_episodes(root: Path, info: dict[str, Any], cameras: tuple[str, ...], *, stats: bool = True) -> Iterator[
         tuple[V30Episode, dict[str, Any]]]:
-    """Each v3.0 episode and its full metadata row (stats columns included), checked to be 0, 1, 2, ..."""
+    """Each v3.0 episode and its metadata row (with its stats columns unless `stats` is False), checked to be
+    0, 1, 2, ..."""
     if cameras and not isinstance(info.get("video_path"), str):
         raise DatasetError(root / "meta/info.json", "video features declared but 'video_path' is missing")
     files = locator(root)  # rows where LeRobot finds them, whatever a stale data/file_index says
-    for expected, (path, rowno, row) in enumerate(iter_v30_rows(root)):
+    for expected, (path, rowno, row) in enumerate(iter_v30_rows(root, stats=stats)):
         ep = parse_v30_row(root / "meta/info.json", path, rowno, row, info, cameras, expected)
         if files is not None:
             real = files.locate(ep.data_rel, ep.dataset_from_index)

@@ -191,7 +191,7 @@ def plan_to_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOpti
 def units_to_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions) -> Iterator[ConvertUnit]:
     """The v3.0 -> v2.1 units: each episode mp4 as soon as planned, the episode parquets grouped by their
     v3.0 data file (at most `SPLIT_GROUP_MAX` per group)."""
-    source = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json")))
+    source = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json"), stats=False))
     group: list[DataSplitUnit] = []
     for unit in plan_v30_to_v21(source, float(info["fps"]), str(src), str(out), options.limits.chunks_size):
         if isinstance(unit, DataSplitUnit):
@@ -213,7 +213,7 @@ def _episodes(info: dict[str, Any]) -> int:
 
 def keyframe_problems(src: Path, info: dict[str, Any], engine: Engine) -> list[StartProblem]:
     """Every episode (per camera) of a v3.0 dataset that does not start on a keyframe (one demux per file)."""
-    episodes = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json")))
+    episodes = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json"), stats=False))
     problems: list[StartProblem] = []
     for found in engine.results(check_keyframes, plan_keyframe_checks(episodes, str(src)),
                                 on_error=keyframes_failed, desc="keyframes", unit_name="file",

@@ -424,7 +424,7 @@ def episode_tasks(src: Path, info: dict[str, Any]) -> Iterator[tuple[int, tuple[
     if info["codebase_version"] == "v2.1":
         yield from iter_v21_episode_lines(src)
     else:
-        for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json")):
+        for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json"), stats=False):
             yield ep.index, ep.tasks, ep.length
 
 
@@ -629,7 +629,7 @@ def plan_v30(s: Source, out: Path, *, streams: _Streams | None = None,
         where, frames, closed = stream.open_run(key, size)
         return where, frames, _units(s.out_info, src, out, kind, cam, closed, float(info["fps"]), checks)
 
-    for ep, _row in iter_v30_episodes(src, info, cameras):
+    for ep, _row in iter_v30_episodes(src, info, cameras, stats=False):
         new = sel.new_of(ep.index)
         if data_run is None or data_run.rel != ep.data_rel:
             if data_run is not None:
