@@ -60,6 +60,20 @@ def test_strace_budget_writes_only_its_folder(tmp_path: Path) -> None:
                                                    "--no-plots"], [out], src, tmp_path, 0)
 
 
+def test_strace_edit_drop_v30_and_split_v21(tmp_path: Path) -> None:
+    """prep edit writes only under its --out: a v3.0 drop (stream copy of shared files, parquet rewrite,
+    metadata publish) and a v2.1 split (one dataset per part below --out)."""
+    src30 = copy(corpus("v30"), tmp_path / "src30")
+    out30 = tmp_path / "edited30"
+    _case("edit v30 --drop 1", ["edit", str(src30), "--drop", "1", "--out", str(out30), "--backend", "inline",
+                                "--no-progress"], [out30], src30, tmp_path, 0)
+    src21 = copy(corpus("v21"), tmp_path / "src21")
+    out21 = tmp_path / "split21"
+    _case("edit v21 --split train=0.5 val=0.5", ["edit", str(src21), "--split", "train=0.5", "val=0.5", "--out",
+                                                 str(out21), "--backend", "inline", "--no-progress"],
+          [out21], src21, tmp_path, 0)
+
+
 def test_strace_refused_symlinked_lock_writes_nothing(tmp_path: Path) -> None:
     src = copy(corpus("v21"), tmp_path / "src")
     out = tmp_path / "out"
