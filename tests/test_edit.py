@@ -459,3 +459,27 @@ def test_without_episode_stats_the_global_stats_are_carried(v21: Path, tmp_path:
     report = edit_inline(src, tmp_path / "out", drop=(2,))
     assert report.complete and not (tmp_path / "out/meta/episodes_stats.jsonl").exists()
     assert json.loads((tmp_path / "out/meta/stats.json").read_text()) == stats
+
+
+def test_default_engine_runs_an_edit_of_up_to_512_kept_episodes_in_process(tmp_path: Path) -> None:
+    """Without --workers/--backend/--scheduler, an edit keeping 70 episodes (above convert's 64) starts no
+    LocalCluster (no `[engine]` line, as test_runner checks for scan); --workers 1 still starts one. Both outputs
+    hold the same files."""
+    import subprocess
+    import sys
+
+    src = write_synthetic(tmp_path / "src", SynthSpec(version="v2.1", episodes=72, frames=4, height=32, width=32,
+                                                      gop=4, cameras=CAMS[:1], reuse_video=True))
+
+    def run(out: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([sys.executable, "-m", "pipeline.cli", "edit", str(src), "--drop", "0,71", "--out",
+                            str(tmp_path / out), "--no-verify", "--no-progress", *extra],
+                           capture_output=True, text=True, timeout=300, check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r
+
+    small = run("inline")
+    assert "[engine]" not in small.stderr, small.stderr
+    cluster = run("cluster", "--workers", "1")
+    assert "[engine] local: LocalCluster, 1 worker" in cluster.stderr, cluster.stderr
+    assert sorted(tree(tmp_path / "inline")) == sorted(tree(tmp_path / "cluster"))

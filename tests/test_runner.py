@@ -255,7 +255,8 @@ def test_small_input_starts_no_cluster_unless_asked(tmp_path: Any) -> None:
     assert "[engine] local: LocalCluster" in forced.stderr
     assert a["totals"] == b["totals"] and a["dataset"] == b["dataset"]
     for command, text in [("scan", "at most 256 file sets"), ("verify", "at most 128 file sets"),
-                          ("reencode", "at most 4 camera video files"), ("convert", "at most 64 episodes")]:
+                          ("reencode", "at most 4 camera video files"), ("convert", "at most 64 episodes"),
+                          ("edit", "at most 512 kept episodes")]:
         h = subprocess.run([sys.executable, "-m", "pipeline.cli", command, "--help"], capture_output=True,
                            text=True, timeout=120, check=False, env={"COLUMNS": "400", "PATH": ""})
         assert text in " ".join(h.stdout.split()), (command, h.stdout)
