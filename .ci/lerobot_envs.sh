@@ -181,7 +181,8 @@ sync_ca_certs() {  # the CA certificates this machine adds to Debian's (/usr/loc
         fi
     done
     if [[ $changed == 1 || ! -s $DEBIAN_ROOT/etc/ssl/certs/ca-certificates.crt ]]; then
-        chroot "$DEBIAN_ROOT" /usr/sbin/update-ca-certificates >/dev/null 2>&1 \
+        # TMPDIR as the root sees it: a TMPDIR of this machine (/tmp/x) is not there, and its mktemp fails
+        TMPDIR=/tmp chroot "$DEBIAN_ROOT" /usr/sbin/update-ca-certificates >/dev/null 2>&1 \
             || { log "update-ca-certificates failed in $DEBIAN_ROOT"; exit 1; }
         log "Debian 13 root trusts this machine's CA certificates: $(cd /usr/local/share/ca-certificates && ls -- *.crt 2>/dev/null | paste -sd' ' -)"
     fi
