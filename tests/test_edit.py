@@ -336,6 +336,13 @@ def test_split_lists_cli(v21: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["edit", str(v21), "--out", str(tmp_path / "x"), "--split", "a=0-3", "b=3-4", "--backend",
                  "inline", "--no-progress"]) == 2
     assert "in both" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    for name, why in [("prep", "is reserved"), ("..", "must be a folder name"), ("a/b", "must be a folder name"),
+                      ("\x1b[2J", "must be a folder name")]:
+        assert main(["edit", str(v21), "--out", str(tmp_path / "y"), "--split", f"{name}=0.5", "ok=0.5",
+                     "--backend", "inline", "--no-progress"]) == 2, name
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1 and "\x1b" not in err, (name, err)
+        assert not (tmp_path / "y").exists()
 
 
 def test_merge_v30_packs_files_with_the_same_codec_parameters(v30: Path, tmp_path: Path) -> None:

@@ -1192,7 +1192,10 @@ SPLIT_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123
 
 
 def check_part_name(name: str) -> None:
-    if not name or name in (".", "..", PREP_DIR) or not set(name) <= SPLIT_NAME_CHARS:
+    if name == PREP_DIR:
+        raise PrepError(f"--split: part name {name!r} is reserved: <out>/{PREP_DIR} holds prep's lock and records; "
+                        "choose another name")
+    if not name or name in (".", "..") or not set(name) <= SPLIT_NAME_CHARS:
         raise PrepError(f"--split: part name {name!r} must be a folder name of letters, digits, '_', '.', '-'"[:300])
 
 
