@@ -25,6 +25,7 @@ from pipeline.dataset.datafiles import locator
 from pipeline.dataset.info import format_template
 from pipeline.dataset.model import resolve_inside
 from pipeline.dataset.v21 import iter_lines
+from pipeline.dataset.v30 import without_stats
 from pipeline.errors import DatasetError, EpisodeError
 
 V21_EPISODES = "meta/episodes.jsonl"
@@ -190,7 +191,7 @@ def iter_v30_rows(root: Path, *, stats: bool = True) -> Iterator[tuple[Path, int
     for path in v30_episode_files(root):
         try:
             pf = pq.ParquetFile(path)
-            columns = None if stats else [n for n in pf.schema_arrow.names if not n.startswith("stats/")]
+            columns = None if stats else without_stats(pf.schema_arrow.names)
             row = 0
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
                 for rec in batch.to_pylist():

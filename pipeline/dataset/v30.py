@@ -150,9 +150,15 @@ def _tasks(table: pa.Table) -> tuple[pa.Array | None, np.ndarray]:
     return arr, np.ones(n, dtype=bool)
 
 
+def without_stats(names: list[str]) -> list[str]:
+    """The columns of a v3.0 episode metadata parquet other than its per-episode `stats/...` ones (most of a
+    row's values; a pass that only plans or checks reads the rest)."""
+    return [n for n in names if not n.startswith("stats/")]
+
+
 def _read_file(path: Path, file_no: int, cameras: list[str], rows: RowBuilder, where_of: Any) -> None:
     try:
-        names = [n for n in pq.read_schema(path).names if not n.startswith("stats/")]
+        names = without_stats(pq.read_schema(path).names)
         table = pq.read_table(path, columns=names)
     except (pa.ArrowException, OSError) as exc:
         raise DatasetError(path, f"cannot read episode metadata parquet: {exc}") from None
