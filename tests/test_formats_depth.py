@@ -17,12 +17,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.checks import found_severity
 from pipeline.dataset import open_dataset
 from pipeline.dataset.features import is_depth_feature, is_depth_flagged, lerobot06_depth_codec_problem
 from pipeline.jobs.reencode import reencode_dataset
 from pipeline.jobs.verify import verify_in_process
 from pipeline.runner import RunConfig, open_engine
-from pipeline.stages.format_checks import severity_for
 from pipeline.stages.reencode import ReencodeOptions
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import write_synthetic
@@ -204,9 +204,9 @@ def test_depth_codec_names_mirror_lerobot06() -> None:
     assert lerobot06_depth_codec_problem({"info": {}}) is None  # 0.6's default: hevc
     for bad in ("png", "ffv1", "libx265", 7):
         assert lerobot06_depth_codec_problem({"info": {"video.codec": bad}}) is not None, bad
-    assert severity_for("depth_codec", "v3.0") == "error"
-    assert severity_for("depth_codec", "v3.0", ("0.4",)) is None
-    assert severity_for("depth_codec", "v2.1") is None
+    assert found_severity("depth_codec", "v3.0") == "error"
+    assert found_severity("depth_codec", "v3.0", ("0.4",)) is None
+    assert found_severity("depth_codec", "v2.1") is None
 
 
 def test_camera_info_carries_the_depth_flag(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Metadata rules classified against the readers (issue 25, `pipeline.dataset.rules`): a rule no reader of the
+"""Metadata rules classified against the readers (issue 25, `pipeline.checks`): a rule no reader of the
 format line refuses is a warning in every command, and scan never refuses a dataset for a file it does not need
 to count storage and hours. The custom-writer case: a v3.0 dataset whose meta/stats.json has no 'count' (lerobot
 0.4.x/0.6.x `load_stats` requires no key) scans, verifies with warnings and re-encodes. The v2.1 counterpart
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.dataset.rules import RULES, decide
+from pipeline.checks import decide, metadata_rules
 from pipeline.dataset.validate import validate_metadata
 from pipeline.errors import MetadataError
 from pipeline.jobs.reencode import reencode_dataset
@@ -55,7 +55,7 @@ def without_count_v21(d: Path) -> Path:
 
 
 def test_every_rule_the_validator_tags_is_classified(tmp_path: Path) -> None:
-    for name, rule in RULES.items():
+    for name, rule in metadata_rules().items():
         assert rule.where, name
     probs = validate_metadata(without_count_v30(tmp_path / "a"))
     assert set(probs.counts) == {"stats_json"} and probs.total >= 1
@@ -102,7 +102,7 @@ def test_v21_episodes_stats_without_count_is_refused_by_verify_but_scanned(tmp_p
 
 def test_docs_table_names_every_rule() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs/verify.md").read_text()
-    for name, rule in RULES.items():
+    for name, rule in metadata_rules().items():
         assert f"| `{name}` |" in doc, name
         for where in rule.where.values():
             assert where in doc, (name, where)
@@ -139,12 +139,13 @@ def test_reader_choice_decides_metadata_refusals(tmp_path: Path, monkeypatch: py
     verify and reencode alike."""
     from dataclasses import replace
 
-    from pipeline.dataset import rules
+    from pipeline import checks
+    from pipeline.checks import Reader, Severity
     from pipeline.jobs.preverify import SourceRefused
-    from pipeline.verdicts import ERROR, WARNING
 
-    patched = replace(rules.RULES["stats_json"], readers={"0.3": None, "0.4": WARNING, "0.6": ERROR})
-    monkeypatch.setitem(rules.RULES, "stats_json", patched)
+    patched = replace(checks.CHECKS["stats_json"],
+                      severity={Reader.V03: None, Reader.V04: Severity.WARNING, Reader.V06: Severity.ERROR})
+    monkeypatch.setitem(checks.CHECKS, "stats_json", patched)
     assert decide("stats_json", "v3.0", "verify") == "refuse"
     assert decide("stats_json", "v3.0", "verify", "0.6") == "refuse"
     assert decide("stats_json", "v3.0", "verify", "0.4") == "warn"

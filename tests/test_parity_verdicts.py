@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.checks import READER_LINES
 from pipeline.errors import PrepError
 from pipeline.jobs.preverify import SourceRefused
 from pipeline.jobs.reencode import ReencodeReport, reencode_dataset
@@ -23,7 +24,6 @@ from pipeline.jobs.verify import VerifyReport, verify_in_process
 from pipeline.runner import RunConfig, open_engine
 from pipeline.stages.reencode import ReencodeOptions
 from pipeline.stages.verify import VerifyOptions
-from pipeline.verdicts import READER_LINES
 from pipeline.video.checks import decode_scan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compat"))

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.checks import severity_by_reader, target_severity
 from pipeline.jobs.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import write_synthetic
-from pipeline.verdicts import severity_by_reader, target_severity
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compat"))
@@ -101,9 +101,7 @@ def test_docs_verdict_table_columns_match_the_code() -> None:
     read as the code has them."""
     import re
 
-    from pipeline.dataset.rules import CHECK_SEVERITY
-    from pipeline.stages.format_checks import READER_SEVERITY
-    from pipeline.verdicts import USER_RULES
+    from pipeline.checks import CHECKS
 
     doc = (Path(__file__).resolve().parents[1] / "docs/verify.md").read_text()
     start = doc.index("| check | 0.3 (v2.1")
@@ -113,8 +111,8 @@ def test_docs_verdict_table_columns_match_the_code() -> None:
         parts = [c.strip() for c in row.strip("|").split(" | ")]
         for check in re.findall(r"`([a-z_]+)`", parts[0].split(" (")[0] + " " + parts[0]):
             cells.setdefault(check, parts[1:4])
-    table = {**CHECK_SEVERITY, **READER_SEVERITY}
+    table = {name: c.severity for name, c in CHECKS.items()}
     for check in ("depth_codec", "stale_file_index", "display_rotation", "depth_copy"):
         assert cells[check] == [table[check].get(r) or "-" for r in ("0.3", "0.4", "0.6")], check
-    for check in USER_RULES:
+    for check in [name for name, c in CHECKS.items() if c.user_option]:
         assert cells[check] == ["- (your rule)"] * 3, check

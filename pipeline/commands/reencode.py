@@ -16,20 +16,19 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.checks import READER_CHOICES, REPAIR_NAMES
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import LazyChoices, LazyHelp, dataset_path
 from pipeline.commands.common import SmallInput, add_run_options, plural, run_config, warn
 from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
-from pipeline.verdicts import READER_CHOICES
 
 if TYPE_CHECKING:
     from pipeline.jobs.convert import ReencodeAsReport
     from pipeline.jobs.reencode import ReencodeReport
 
 ENCODE = "pipeline.video.encode"  # PROFILES and ENGINES live there (it imports PyAV: read only when needed)
-PREVERIFY = "pipeline.jobs.preverify"  # REPAIRS (no heavy imports at module level)
 
 
 def _encode_help(text: str) -> LazyHelp:
@@ -77,7 +76,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--keep-staged", action="store_true", help="with --format: keep the re-encode in the source's "
                    "layout (<out>/prep/reencoded) after the conversion")
     add_limit_options(p)
-    p.add_argument("--repair", action="append", default=[], choices=LazyChoices(PREVERIFY, "REPAIRS"),
+    p.add_argument("--repair", action="append", default=[], choices=REPAIR_NAMES,
                    metavar="WHAT", help="fix the source's errors in the output: timestamps = the parquet "
                    "`timestamp` column rewritten as frame_index/fps (v3.0 spans exact) where the video frames are on "
                    "the 1/fps grid but the parquet is not; the parquet files are then no longer byte-identical "

@@ -13,11 +13,11 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.checks import READER_CHOICES
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import dataset_path, positive_int
 from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
 from pipeline.text import printable, printable_lines
-from pipeline.verdicts import READER_CHOICES
 
 if TYPE_CHECKING:
     from pipeline.jobs.verify import VerifyReport

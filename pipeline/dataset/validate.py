@@ -77,7 +77,7 @@ class Problems:
     def split(self, command: str, reader: str = "all") -> tuple[Problems, Problems]:
         """(the problems `command` refuses the dataset for, the ones it only warns about), by what each targeted
         reader of the format line does with the rule (`pipeline.dataset.rules.decide`)."""
-        from pipeline.dataset.rules import decide
+        from pipeline.checks import decide
 
         refuse, warn = (Problems(self.root, self.limit, codebase_version=self.codebase_version) for _ in range(2))
         for rule, kept in self.by_rule.items():

@@ -5,7 +5,8 @@ unless a named repair fixes them (`--repair timestamps`) or `--accept-invalid-so
 case the output is marked as made from an invalid source (`<out>/prep/source_check.json`, the summary)
 and never called drop-in.
 
-Repairs by name (`REPAIRS`): the checks each one makes right in the output.
+Repairs by name (`pipeline.checks.REPAIR_NAMES`): each check declares the repairs that make it right in the
+output (`pipeline.checks.repaired_by`).
 """
 
 from __future__ import annotations
@@ -15,34 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.checks import REPAIR_NAMES, Severity, repair, repaired_by
 from pipeline.errors import ClusterError, PrepError
-from pipeline.verdicts import ERROR
 
 if TYPE_CHECKING:
     from pipeline.runner import Engine
     from pipeline.video.checks import CheckFailure
 
 SOURCE_CHECK_REL = "prep/source_check.json"
-
-# --repair NAME -> the verify checks whose errors the repaired output no longer has.
-REPAIRS: dict[str, frozenset[str]] = {
-    # parquet timestamp = frame_index / fps; video restamped onto the grid (as always), which the stage
-    # allows only where each frame is on the grid up to the stream's time base (never a variable rate)
-    # (and a median frame interval off the rate only by that rounding: the stage checks the mean rate)
-    "timestamps": frozenset({"timestamp_start", "timestamp_step", "parquet_columns", "pts_grid", "fps"}),
-    # v2.1 meta/episodes_stats.jsonl (missing or unreadable) written anew: every numeric column's stats from
-    # the parquet rows, every camera's from the frames being encoded
-    "stats": frozenset({"metadata_files"}),
-}
-# The formats a repair applies to. v3.0 keeps per-episode stats as optional columns of meta/episodes/*.parquet
-# (LeRobot 0.4 loads without them); the re-encode keeps them as the source has them (a re-encoded camera's
-# columns, where present, are written anew from its new frames), so `stats` has nothing to make right there.
-REPAIR_FORMATS: dict[str, tuple[str, ...]] = {"timestamps": ("v2.1", "v3.0"), "stats": ("v2.1",)}
-REPAIR_NOT_APPLICABLE: dict[str, str] = {
-    "stats": "it writes meta/episodes_stats.jsonl, without which LeRobot 0.3 cannot open a v2.1 dataset; "
-             "v3.0's per-episode stats are optional columns of meta/episodes/*.parquet (LeRobot 0.4 loads "
-             "without them), kept as the source has them; drop --repair stats",
-}
 
 
 @dataclass(slots=True)
@@ -79,7 +60,7 @@ class SourceRefused(PrepError):
 
 
 def _advice(checks: Iterable[str]) -> str:
-    names = [name for name, covered in REPAIRS.items() if set(checks) & covered]
+    names = [name for name in REPAIR_NAMES if set(checks) & repaired_by(name)]
     repair = " or ".join(f"--repair {n}" for n in names)
     return (repair + " (what it fixes), or " if repair else "") + \
         "--accept-invalid-source (the output is then marked invalid, never drop-in)"
@@ -93,11 +74,12 @@ def _finding(f: CheckFailure) -> dict[str, Any]:
 def check_repairs(repairs: Iterable[str], codebase_version: str) -> None:
     """Refuse a repair that is unknown, or that has nothing to make right in a dataset of this format."""
     for r in repairs:
-        if r not in REPAIRS:
-            raise PrepError(f"unknown --repair {r!r} (choose from {', '.join(REPAIRS)})")
-        if codebase_version not in REPAIR_FORMATS[r]:
-            raise PrepError(f"--repair {r} applies to {', '.join(REPAIR_FORMATS[r])} datasets, not this "
-                            f"{codebase_version} one: {REPAIR_NOT_APPLICABLE.get(r, 'nothing to repair')}")
+        declared = repair(r)
+        if declared is None:
+            raise PrepError(f"unknown --repair {r!r} (choose from {', '.join(REPAIR_NAMES)})")
+        if codebase_version not in declared.formats:
+            raise PrepError(f"--repair {r} applies to {', '.join(declared.formats)} datasets, not this "
+                            f"{codebase_version} one: {declared.not_applicable}")
 
 
 def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_invalid: bool,
@@ -112,7 +94,7 @@ def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_inv
     lost = next((f for f in report.failures if f.check == WORKER_LOST), None)
     if lost is not None:  # a resource problem of the cluster, never a source error: stop, name it, keep nothing
         raise ClusterError(f"the check of the source could not finish: {lost.found}; nothing was encoded", kept=False)
-    covered = frozenset().union(*(REPAIRS[r] for r in repairs)) if repairs else frozenset()
+    covered = frozenset().union(*(repaired_by(r) for r in repairs)) if repairs else frozenset()
 
     def fixed(f: CheckFailure) -> bool:
         if f.check == "parquet_columns":  # only a missing timestamp column is made from frame_index
@@ -122,7 +104,7 @@ def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_inv
         return f.check in covered
 
     # NaN/inf (trains_wrong) loads in every reader: the output is as loadable as the source, not refused here
-    errors = [f for f in report.failures if f.severity == ERROR]
+    errors = [f for f in report.failures if f.severity == Severity.ERROR]
     out = SourceCheck(errors=errors, errors_total=report.errors_total - report.trains_wrong_total,
                       warnings_total=report.warnings_total + report.trains_wrong_total)
     out.repaired_checks = sorted({f.check for f in errors if fixed(f)})

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import __version__, atomic
+from pipeline.checks import ReaderTally, Severity, is_file_check, lerobot_loads, severity_by_reader
 from pipeline.clock import utc_now
 from pipeline.dataset import Dataset
 from pipeline.dataset.validate import open_validated
@@ -40,7 +41,6 @@ from pipeline.schemas import validate
 from pipeline.stages.dataset_checks import dataset_findings
 from pipeline.stages.format_checks import depth_codec_findings, depth_copy_findings
 from pipeline.stages.verify import (
-    FILE_CHECKS,
     NON_FINITE,
     CameraCounts,
     EpisodeVerify,
@@ -52,7 +52,6 @@ from pipeline.stages.verify import (
     verify_units,
 )
 from pipeline.tables import RowGroupWriter
-from pipeline.verdicts import TRAINS_WRONG, ReaderTally, lerobot_loads, severity_by_reader
 from pipeline.video.checks import CheckFailure
 
 VERIFY_SCHEMA = "verify"
@@ -202,7 +201,7 @@ class VerifyReduce:
         self.kept: list[CheckFailure] = first[:FAILURES_KEPT]
         self.failures = len(first)
         self.errors = sum(1 for f in first if f.is_error)
-        self.warnings = sum(1 for f in first if f.severity == "warning")
+        self.warnings = sum(1 for f in first if f.severity == Severity.WARNING)
         self.by_check: dict[str, int] = {}
         for f in first:
             self.by_check[f.check] = self.by_check.get(f.check, 0) + 1
@@ -213,7 +212,7 @@ class VerifyReduce:
 
     def _new(self, f: CheckFailure) -> bool:
         """False for a whole-file failure already listed (under an earlier episode)."""
-        if f.check not in FILE_CHECKS:
+        if not is_file_check(f.check):
             return True
         key = (f.check, f.camera, f.path, f.expected, f.found)
         if key in self._seen:
@@ -242,10 +241,10 @@ class VerifyReduce:
             listed.add(i)
             self.failures += 1
             self.errors += f.is_error
-            self.warnings += f.severity == "warning"
+            self.warnings += f.severity == Severity.WARNING
             self.by_check[f.check] = self.by_check.get(f.check, 0) + 1
             self.tally.add(f.check, f.severity)
-            self.trains_wrong += f.severity == TRAINS_WRONG
+            self.trains_wrong += f.severity == Severity.TRAINS_WRONG
             if f.check == NON_FINITE and f.camera is not None:
                 per = self.non_finite.setdefault(f.camera, {"episodes": 0, "rows": 0})
                 per["episodes"] += 1

@@ -93,7 +93,8 @@ def _failure_text(failures: list[CheckFailure]) -> str:
 
 
 def video_failures(path: Path, fps: float, spans: list[Span], total: int, camera: str | None) -> list[CheckFailure]:
-    """checks.py on a written file, plus: the file holds exactly `total` frames, the first at pts 0."""
+    """checks.py on a written file, plus: the file holds exactly `total` frames, the first at pts 0. Only the
+    findings that refuse a file (errors, never a warning or info finding: `pipeline.video.checks.failing`)."""
     probe, failures = check_video(path, VideoExpect(fps=fps), spans, camera=camera)
     if probe is None:
         return failures
@@ -103,7 +104,7 @@ def video_failures(path: Path, fps: float, spans: list[Span], total: int, camera
                                      None, camera, str(path)))
     if probe.pts_s and abs(min(probe.pts_s)) > TIMESTAMP_TOLERANCE_S:
         failures.append(CheckFailure("first_pts", "0", f"{min(probe.pts_s):.6f}", None, camera, str(path)))
-    return failures
+    return [f for f in failures if f.is_error]
 
 
 def concat_spans(unit: VideoConcatUnit) -> list[Span]:

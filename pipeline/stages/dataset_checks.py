@@ -1,6 +1,6 @@
 """Dataset-level findings of `prep verify` (and of reencode's check of its source): the metadata files
 each reader version opens unconditionally, info.json totals and episode numbering, each with the
-severity of what LeRobot's reader does with it (the per-reader prediction is `pipeline.verdicts`).
+severity of what LeRobot's reader does with it (every check's severity per reader: `pipeline.checks`).
 
 Plain functions over the opened dataset (array operations on the episode columns; no video, no Dask).
 The reader behaviour each check mirrors is named beside it (README, "Verdicts").
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.checks import Severity, found_severity, rule_what
 from pipeline.dataset import Dataset
-from pipeline.dataset.rules import RULES
 from pipeline.errors import EpisodeError
-from pipeline.video.checks import ERROR, WARNING, CheckFailure
+from pipeline.video.checks import CheckFailure
 
 # Files each reader opens whatever the dataset holds; a missing one makes it fall back to the hub
 # (`get_safe_version` -> `get_repo_versions`), which fails offline. meta/stats.json is optional in both
@@ -26,10 +26,6 @@ REQUIRED_FILES: dict[str, tuple[str, ...]] = {
     "v3.0": ("meta/info.json", "meta/tasks.parquet", "meta/episodes"),
 }
 READERS = {"v2.1": "lerobot 0.3.x", "v3.0": "lerobot 0.4.x and 0.6.x"}
-
-# info.json total_frames: lerobot 0.3.3 takes its length from the parquet rows (`num_frames` =
-# len(hf_dataset)) and loads; 0.4.4 takes `meta.total_frames` as its length and raises past the rows.
-TOTAL_FRAMES_SEVERITY = {"v2.1": WARNING, "v3.0": ERROR}
 
 
 def missing_files(ds: Dataset) -> list[CheckFailure]:
@@ -58,22 +54,22 @@ def dataset_findings(ds: Dataset, rejected: list[EpisodeError], rejected_total: 
     if declared_frames is not None and not rejected_total and declared_frames != ds.total_frames_expected:
         out.append(CheckFailure("total_frames", f"{declared_frames} (info.json)",
                                 f"{ds.total_frames_expected} (sum of episode lengths)", None, None, info_path,
-                                TOTAL_FRAMES_SEVERITY.get(ds.codebase_version, ERROR)))
+                                found_severity("total_frames", ds.codebase_version) or Severity.ERROR))
     for rule, line in ds.rule_warnings:  # metadata rules no reader of the format line refuses
-        what = RULES[rule].what if rule in RULES else rule
-        out.append(CheckFailure("metadata_rule", what, line, None, None, str(ds.root / "meta"), WARNING))
+        out.append(CheckFailure("metadata_rule", rule_what(rule), line, None, None, str(ds.root / "meta"),
+                                Severity.WARNING))
     if ds.rule_warnings_total > len(ds.rule_warnings):
         more = ds.rule_warnings_total - len(ds.rule_warnings)
         out.append(CheckFailure("metadata_rule", "the metadata rules", f"{more} more problems no reader refuses",
-                                None, None, str(ds.root / "meta"), WARNING))
+                                None, None, str(ds.root / "meta"), Severity.WARNING))
     for st in ds.stale_data_files:  # rows found where LeRobot finds them (pipeline.dataset.datafiles)
         out.append(CheckFailure("stale_file_index", f"{st.real} (the file holding index {st.from_index}..."
                                 f"{st.to_index - 1}, where LeRobot reads the rows)", f"{st.named} (data/file_index)",
-                                st.episode, None, str(ds.root / st.real), WARNING))
+                                st.episode, None, str(ds.root / st.real), Severity.WARNING))
     if ds.stale_data_files_total > len(ds.stale_data_files):
         out.append(CheckFailure("stale_file_index", "each episode's data/file_index naming its rows' file",
                                 f"{ds.stale_data_files_total - len(ds.stale_data_files)} more episodes name "
-                                "another file", None, None, str(ds.root / "meta/episodes"), WARNING))
+                                "another file", None, None, str(ds.root / "meta/episodes"), Severity.WARNING))
     indices = ds.episodes.episode_index
     off = np.flatnonzero(indices != np.arange(len(indices)))
     if not rejected_total and len(off):

@@ -34,6 +34,7 @@ from pipeline.video.checks import (
     VideoExpect,
     check_probe,
     episode_slice,
+    failing,
 )
 from pipeline.video.encode import (
     DEFAULT_ENGINE,
@@ -75,7 +76,7 @@ class ReencodeOptions:
     profile: str = DEFAULT_PROFILE
     crf: int | None = None  # None: the profile's default
     engine: str = DEFAULT_ENGINE
-    repairs: tuple[str, ...] = ()  # `--repair NAME` (pipeline.jobs.preverify.REPAIRS): they change the output
+    repairs: tuple[str, ...] = ()  # `--repair NAME` (pipeline.checks.REPAIR_NAMES): they change the output
     fingerprint: str = DEFAULT_FINGERPRINT  # how a rerun tells a kept output's source is unchanged (FINGERPRINTS)
 
     @property
@@ -393,7 +394,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         # fingerprint, settings and spans) and it still passes its checks; its stats come from the sidecar.
         kept_stats = load_stats(sidecar, key, src, unit.options.fingerprint) if dst.is_file() else None
         out_probe, out_failures = inspect_output(dst, unit, spans, total) if kept_stats is not None else (None, [])
-        if out_probe is not None and not out_failures:
+        if out_probe is not None and not failing(out_failures):
             result.status = "kept"
         else:
             kept_stats = None
@@ -458,7 +459,8 @@ def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry
     with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
         job = EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality, hook, rotate)
         ENGINES[opts.engine](job)
-        probe, failures = inspect_output(tmp, unit, spans, total)
+        probe, found = inspect_output(tmp, unit, spans, total)
+        failures = failing(found)  # a warning or info finding does not refuse the file
         if failures or probe is None:  # atomic_path removes the temp file
             raise EpisodeError(None, src, "output failed its checks: " + "; ".join(
                 f"{f.check}: expected {f.expected}, found {f.found}" for f in failures[:3]))

@@ -16,16 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.checks import Severity, found_severity, is_file_check, target_severity
 from pipeline.dataset.features import is_high_bit_gray
 from pipeline.dataset.model import CameraInfo, Dataset, Episode, require_file, resolve_inside
 from pipeline.errors import EpisodeError, WorkerLost
-from pipeline.stages.format_checks import severity_for
-from pipeline.verdicts import target_severity
 from pipeline.video.checks import (
-    INFO,
     TIMESTAMP_TOLERANCE_S,
-    TRAINS_WRONG,
-    WARNING,
     CheckFailure,
     Span,
     VideoCheck,
@@ -37,9 +33,7 @@ from pipeline.video.probe import VideoProbe, probe_video
 from pipeline.video.rotation import describe, display_matrix, swaps_sides
 
 PARQUET_COLUMNS = ("timestamp", "frame_index", "episode_index", "index")
-# Failures about a whole file (not one span of it): in v3.0 they fail every episode in the file.
-FILE_CHECKS = frozenset({"readable", "frames_from_header", "fps", "size", "declared_size", "declared_codec",
-                         "parquet_columns", "parquet_readable", "depth_copy", "display_rotation"})
+# Failures about a whole file (not one span of it: `pipeline.checks`, scope "file") fail every episode in the file.
 
 
 @dataclass(slots=True, frozen=True)
@@ -50,7 +44,7 @@ class VerifyOptions:
     size: tuple[int, int] | None = None  # (width, height)
     all_intra: bool = False
     decode: bool = False
-    reader: str = "all"  # the reader lines the severity follows (`pipeline.verdicts.targeted`)
+    reader: str = "all"  # the reader lines the severity follows (`pipeline.checks.targeted`)
 
 
 @dataclass(slots=True)
@@ -196,7 +190,7 @@ def verify_unit(unit: VerifyUnit) -> list[EpisodeVerify]:
 
 
 def retarget(failures: list[CheckFailure], codebase_version: str, reader: str) -> list[CheckFailure]:
-    """Each finding's severity for the readers the user targets (`pipeline.verdicts.target_severity`)."""
+    """Each finding's severity for the readers the user targets (`pipeline.checks.target_severity`)."""
     out = []
     for f in failures:
         sev = target_severity(f.check, f.severity, codebase_version, reader)
@@ -284,7 +278,7 @@ def _non_finite(episode: int, rows: np.ndarray, frame_index: np.ndarray, bad_row
             k = int(hit[0])
             out.append(CheckFailure(NON_FINITE, "finite values (NaN/inf load, but poison training)",
                                     f"{hit.size} rows with NaN/inf ({int(mine.sum())} values), first at frame_index "
-                                    f"{int(frame_index[rows[k]])}", episode, feature, path, TRAINS_WRONG))
+                                    f"{int(frame_index[rows[k]])}", episode, feature, path, Severity.TRAINS_WRONG))
     return out
 
 
@@ -358,7 +352,7 @@ def _inspect_camera(path: Path | str, expect: VideoExpect, spans: list[Span], ca
         if not known:
             checked.failures.append(CheckFailure("depth_copy", "--size / --all-intra", f"a depth map "
                                                  f"({probe.pix_fmt}) prep copies unchanged: checked as a copy, not "
-                                                 "against these rules", episode, cam, str(path), INFO))
+                                                 "against these rules", episode, cam, str(path), Severity.INFO))
     rotation = rotation_finding(probe, codebase_version, cam, episode)
     if rotation is not None:
         checked.failures.append(rotation)
@@ -370,7 +364,7 @@ def rotation_finding(probe: VideoProbe, codebase_version: str, camera: str | Non
     """A display matrix: every reader loads the file, but not all hand back the same orientation (lerobot
     0.3.x/0.4.x and 0.6.x's pyav backend: the coded frames; 0.6.x's torchcodec 0.11: rotated)."""
     m = display_matrix(probe.path)
-    severity = severity_for("display_rotation", codebase_version)
+    severity = found_severity("display_rotation", codebase_version)
     if m is None or severity is None:
         return None
     coded = f"{probe.width}x{probe.height}"
@@ -407,7 +401,7 @@ def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
             checked = _inspect_camera(path, expect, spans, cam, declared.get(cam), unit.codebase_version)
             failures = list(checked.failures)
         for f in failures:
-            if f.check in FILE_CHECKS or f.episode is None:
+            if is_file_check(f.check) or f.episode is None:
                 file_failures.append((f, everyone))
             else:
                 results[f.episode if f.episode in results else first.index].failures.append(f)
@@ -422,7 +416,7 @@ def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
                                   everyone))
         if info is not None and info.codec and info.codec != probe.codec:  # LeRobot decodes what the stream is
             file_failures.append((CheckFailure("declared_codec", f"{info.codec} (info.json)", probe.codec, first.index,
-                                               cam, str(path), WARNING), everyone))
+                                               cam, str(path), Severity.WARNING), everyone))
         if ref0.rel in all_spans:
             for f in check_coverage(probe, list(all_spans[ref0.rel]), camera=cam):
                 if f.episode in results:  # reported by the unit that holds the blamed episode

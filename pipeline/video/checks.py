@@ -15,21 +15,17 @@ from pathlib import Path
 import av
 import numpy as np
 
+from pipeline.checks import FAILING, Severity
 from pipeline.errors import EpisodeError
-from pipeline.verdicts import ERROR as ERROR
-from pipeline.verdicts import FAILING
-from pipeline.verdicts import INFO as INFO
-from pipeline.verdicts import SEVERITIES as SEVERITIES
-from pipeline.verdicts import TRAINS_WRONG as TRAINS_WRONG
-from pipeline.verdicts import WARNING as WARNING
 from pipeline.video.probe import VideoProbe, probe_video
 
 TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s
 
-# Severity of a finding, by what LeRobot's reader does with it (docs/verify.md, "Verdicts"; `pipeline.verdicts`):
-# error: the reader refuses the dataset, raises at some sample, or hands a frame that is not the row's;
-# trains_wrong: it loads, but the values poison training; warning: metadata inconsistent, loading unaffected
-# (LeRobot's own edit tools may trip over it); info: worth knowing, nothing wrong.
+# Severity of a finding, by what LeRobot's reader does with it (docs/verify.md, "Verdicts"; every check and its
+# severity per reader is declared in `pipeline.checks`): error: the reader refuses the dataset, raises at some
+# sample, or hands a frame that is not the row's; trains_wrong: it loads, but the values poison training;
+# warning: metadata inconsistent, loading unaffected (LeRobot's own edit tools may trip over it); info: worth
+# knowing, nothing wrong.
 
 
 @dataclass(slots=True, frozen=True)
@@ -58,11 +54,11 @@ class CheckFailure:
     episode: int | None = None
     camera: str | None = None
     path: str | None = None
-    severity: str = ERROR
+    severity: Severity = Severity.ERROR
 
     @property
     def is_error(self) -> bool:
-        """An error or trains_wrong: it fails the episode and the run (exit 1)."""
+        """An error or trains_wrong: it fails the episode and the run (exit 1), and a file prep writes."""
         return self.severity in FAILING
 
     def line(self) -> str:
@@ -70,6 +66,12 @@ class CheckFailure:
         cam = f" {self.camera}" if self.camera else ""
         tag = "" if self.is_error else f" [{self.severity}]"
         return f"{ep}{cam}: {self.check}{tag}: expected {self.expected}, found {self.found} ({self.path})"
+
+
+def failing(failures: list[CheckFailure]) -> list[CheckFailure]:
+    """The findings that refuse a file prep writes (reencode, convert, edit): errors (and trains_wrong), never a
+    warning or an info finding, as in `prep verify`."""
+    return [f for f in failures if f.is_error]
 
 
 @dataclass(slots=True)
@@ -207,7 +209,7 @@ def inspect_probe(
     elif probe.frames_discarded:
         out.append(CheckFailure("edit_list", f"{probe.frames_from_packets} frames presented",
                                 f"{probe.frames_discarded} more packets hidden by the edit list (pre-roll; the "
-                                "decoders skip them)", first_ep, camera, probe.path, INFO))
+                                "decoders skip them)", first_ep, camera, probe.path, Severity.INFO))
     rate = nominal_fps(probe)
     if not len(probe.pts):
         pass  # no frame, no rate (the header's would be 1/time_base): the frame counts name the problem
@@ -239,7 +241,7 @@ def inspect_probe(
                 # LeRobot 0.4.4 loads every frame (it never reads to_timestamp), but its delete/split/merge
                 # (dataset_tools.py) cut episodes by it and would drop or add a frame.
                 out.append(CheckFailure("to_timestamp", f"{want:.6f} s (from_timestamp + length/fps)",
-                                        f"{t1:.6f} s", span.episode, camera, probe.path, WARNING))
+                                        f"{t1:.6f} s", span.episode, camera, probe.path, Severity.WARNING))
         keys = 0 if hi <= lo else \
             int(np.searchsorted(probe.keyframe_pts, probe.pts[hi - 1] + 1e-9, side="right")
                 - np.searchsorted(probe.keyframe_pts, probe.pts[lo] - 1e-9, side="left"))
@@ -336,7 +338,7 @@ def check_coverage(
     episode = (ordered[k] if k >= 0 else ordered[0]).episode if ordered else None
     # LeRobot never reads a frame no episode claims: loading is unaffected (a warning).
     out.append(CheckFailure("frames_outside_spans", "0 (every frame in an episode's span)",
-                            f"{len(orphans)} (first at {first:.6f} s)", episode, camera, probe.path, WARNING))
+                            f"{len(orphans)} (first at {first:.6f} s)", episode, camera, probe.path, Severity.WARNING))
     return out
 
 
