@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import __version__, atomic
-from pipeline.checks import ReaderTally, Severity, is_file_check, lerobot_loads, severity_by_reader
+from pipeline.checks import ReaderTally, Severity, Status, is_file_check, lerobot_loads, severity_by_reader
 from pipeline.clock import utc_now
 from pipeline.dataset import Dataset
 from pipeline.dataset.validate import open_validated
@@ -110,12 +110,19 @@ def encode(results: list[EpisodeVerify]) -> list[Any]:
 
 def decode(obj: list[Any]) -> list[EpisodeVerify]:
     return [EpisodeVerify(episode, n, p, {cam: CameraCounts(*v) for cam, v in cams.items()},
-                          [CheckFailure(*f) for f in fails]) for episode, n, p, cams, fails in obj]
+                          [_stored_failure(dict(zip(FAILURE_FIELDS, f, strict=True))) for f in fails])
+            for episode, n, p, cams, fails in obj]
+
+
+def _stored_failure(f: dict[str, Any]) -> CheckFailure:
+    """A finding read back from a completion record or the per-episode table (its severity a `Severity` again)."""
+    return CheckFailure(**{k: f[k] for k in FAILURE_FIELDS if k != "severity"}, severity=Severity(f["severity"]))
 
 
 def _row(e: EpisodeVerify, listed: set[int]) -> dict[str, Any]:
     return {
-        "episode": e.episode, "status": "passed" if e.passed else "failed", "frames_expected": e.frames_expected,
+        "episode": e.episode, "status": Status.PASSED if e.passed else Status.FAILED,
+        "frames_expected": e.frames_expected,
         "frames_in_parquet": e.frames_in_parquet, "checks_failed": sorted({f.check for f in e.failures
                                                                            if f.is_error}),
         "cameras": [{"camera": cam, **asdict(c)} for cam, c in e.cameras.items()],
@@ -125,7 +132,7 @@ def _row(e: EpisodeVerify, listed: set[int]) -> dict[str, Any]:
 
 def _from_row(row: dict[str, Any]) -> EpisodeVerify:
     cams = {c["camera"]: CameraCounts(**{k: c[k] for k in CAMERA_FIELDS}) for c in row["cameras"]}
-    fails = [CheckFailure(**{k: f[k] for k in FAILURE_FIELDS}) for f in row["failures"]]
+    fails = [_stored_failure(f) for f in row["failures"]]
     return EpisodeVerify(row["episode"], row["frames_expected"], row["frames_in_parquet"], cams, fails)
 
 
@@ -355,7 +362,7 @@ class VerifyReport:
         for row in self.episodes.rows():
             for f in row["failures"]:
                 if f["listed"]:
-                    yield _failure_json(CheckFailure(**{k: f[k] for k in FAILURE_FIELDS}), version)
+                    yield _failure_json(_stored_failure(f), version)
 
     def iter_episodes_json(self) -> Iterator[dict[str, Any]]:
         for row in self.episodes.rows():
