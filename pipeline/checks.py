@@ -16,7 +16,7 @@ commit 0cf8648, reads like 0.3.3), v3.0 by lerobot 0.4.x and 0.6.x. Each `Check`
 `severity_by_reader` gives the per-reader view of one finding; a finding's own `severity` is the strictest among
 the readers the user targets (`--reader 0.4|0.6|all`, default all: `target_severity`). `decide` says what a
 command does with a failed metadata rule. docs/verify.md's tables are rendered from this registry
-(`python -m pipeline.checks docs/verify.md` rewrites them; tests/test_verdicts.py compares).
+(`python -m pipeline.checks docs/verify.md` rewrites them; tests/test_checks.py compares).
 
 Light module (the standard library only): the CLI, the stages and the jobs all use it.
 """
@@ -346,11 +346,6 @@ if len(CHECKS) != len(DECLARED):
 def metadata_rules() -> dict[str, Check]:
     """The metadata rules, by name (the registry's scope `metadata`)."""
     return {n: c for n, c in CHECKS.items() if c.scope is Scope.METADATA}
-
-
-def scope_of(check: str) -> Scope | None:
-    c = CHECKS.get(check)
-    return None if c is None else c.scope
 
 
 def is_file_check(check: str) -> bool:
