@@ -20,7 +20,7 @@ import time
 import weakref
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, overload
@@ -114,7 +114,7 @@ def decode(obj: list[Any]) -> list[EpisodeVerify]:
             for episode, n, p, cams, fails in obj]
 
 
-def _stored_failure(f: dict[str, Any]) -> CheckFailure:
+def _stored_failure(f: Mapping[str, Any]) -> CheckFailure:
     """A finding read back from a completion record or the per-episode table (its severity a `Severity` again)."""
     return CheckFailure(**{k: f[k] for k in FAILURE_FIELDS if k != "severity"}, severity=Severity(f["severity"]))
 
