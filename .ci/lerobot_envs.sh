@@ -119,7 +119,7 @@ build_env() {
     local need=10  # the venv with its torch (CUDA build: ~7-9 GB installed) and pip's temporary files
     [[ $CHROOT_ENVS == *" $name "* && ! -x $DEBIAN_ROOT/usr/bin/python3.13 ]] && need=11  # + the Debian 13 root
     prep_need_space "$need" "$VENVS" "the lerobot ${!ver_var} reader venv ($(basename "$v"), a CUDA torch build)"
-    log "building $v: ${!spec_var} + prep[test] (this downloads torch; minutes)"
+    log "building $v: ${!spec_var} + lerobot-prep[test] (this downloads torch; minutes)"
     local t0=$SECONDS
     rm -rf "$v"
     mkdir -p "$VENVS"

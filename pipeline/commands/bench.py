@@ -113,7 +113,9 @@ def add_parser(sub: Any) -> None:
 
 def _require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
-        raise PrepError("`prep bench dataloader` needs PyTorch: pip install 'prep[bench]' "
+        from pipeline import DISTRIBUTION
+
+        raise PrepError(f"`prep bench dataloader` needs PyTorch: pip install '{DISTRIBUTION}[bench]' "
                         "(or pip install torch psutil)")
 
 
