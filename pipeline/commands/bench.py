@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.commands import help_of
-from pipeline.commands.argtypes import positive_int
+from pipeline.commands.argtypes import PrepParser, positive_int
 from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
 
@@ -264,7 +264,7 @@ def _run_stress(args: argparse.Namespace, host: dict[str, Any], argv: list[str])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.commands.bench")
+    parser = PrepParser(prog="python -m pipeline.commands.bench")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
     args = parser.parse_args(argv)
