@@ -196,6 +196,12 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.output import check_outside
 
     check_outside([args.dataset, args.compare], args.out, default=default)  # the datasets are read-only
+    if default:
+        from pipeline.commands.defaults import check_default_output, prep_json
+
+        stem = args.name or ("dataloader-stress" if args.stress is not None else "dataloader")
+        mine = prep_json(args.out / f"{stem}.json", "bench")
+        check_default_output([(args.out / f"{stem}.json", mine), (args.out / f"{stem}.png", mine)])
     host = report.host_info(args.device)
     argv = list(sys.argv)
     plots: list[str] = []

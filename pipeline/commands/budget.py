@@ -120,6 +120,12 @@ def run(args: argparse.Namespace) -> int:
     check_each_once(native, prepared)
     out: Path = (args.out or default_in_cwd(DEFAULT_OUT)).absolute()
     check_read_only(args, native, prepared, out)
+    if args.out is None:
+        from pipeline.budget.render import PLOT_TITLES
+        from pipeline.commands.defaults import check_default_output, prep_json
+
+        mine = prep_json(out / "report.json", "budget")
+        check_default_output([(out / name, mine) for name in (*WRITTEN, *PLOT_TITLES)])  # all prep's if report.json is
     if out.exists() and not out.is_dir():
         raise PrepError(f"--out {out}: exists and is not a folder")
     from pipeline.atomic import check_writable
