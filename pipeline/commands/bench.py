@@ -151,6 +151,16 @@ def _check_device(device: str) -> None:
             raise PrepError("--device cuda: this torch sees no CUDA device (torch.cuda.is_available() is False)")
 
 
+def _can_plot() -> bool:
+    """matplotlib is there (a plain lerobot venv may lack it): without it the plot is skipped, said in one note,
+    and the result is written all the same."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return True
+    print("note: matplotlib is not installed here: no plot (pip install matplotlib); the result is written to the "
+          "JSON", file=sys.stderr)
+    return False
+
+
 def _write(doc: dict[str, Any], out: Path, name: str) -> Path:
     from pipeline import atomic
 
@@ -213,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
               f"step={spec.step_s:.2f}s", file=sys.stderr, flush=True)
         runs.append(measure(spec))
     name = args.name or "dataloader"
-    if not args.no_plot:
+    if not args.no_plot and _can_plot():
         from pipeline.loader.plot import plot_runs
 
         plots.append(plot_runs(runs, args.out / f"{name}.png", args.threshold).name)
@@ -256,7 +266,7 @@ def _run_stress(args: argparse.Namespace, host: dict[str, Any], argv: list[str])
     stress = run_stress(spec, args.stress, window_s=args.stress_window)
     name = args.name or "dataloader-stress"
     plots: list[str] = []
-    if not args.no_plot:
+    if not args.no_plot and _can_plot():
         from pipeline.loader.plot import plot_stress
 
         plots.append(plot_stress(stress, args.out / f"{name}.png").name)
