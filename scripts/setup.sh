@@ -16,7 +16,7 @@
 # compatibility stage, pulls evdev, which the package index has only as source.
 #
 # Disk: free space is checked before each large download (one line naming what it needs, then exit 1);
-# a full `bash scripts/test.sh` needs ~20-25 GB (docs/install.md). When pip fails, the last line names
+# a full `bash scripts/test.sh` needs ~30 GB (docs/install.md). When pip fails, the last line names
 # the package and the likely cause (network, disk, compiler).
 #
 # Idempotent: does nothing but check a stamp (pyproject.toml's hash, the interpreter, the mode) when

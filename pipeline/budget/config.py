@@ -47,12 +47,13 @@ class FieldSpec:
 FIELDS: dict[str, FieldSpec] = {
     "pi0_steps": FieldSpec("target", "int", "steps", "pi0 pre-training steps (pi0 paper, Fig. 7)"),
     "pi0_batch": FieldSpec("target", "ints", "samples", "pi0 global batch, unpublished: one target per value"),
-    "frames_per_episode": FieldSpec("corpus", "float", "frames", "frames per episode (document: 3 s at 30 fps)"),
+    "frames_per_episode": FieldSpec("corpus", "float", "frames", "frames per episode (default: 3 s at 30 fps)"),
     "fps": FieldSpec("corpus", "float", "frames/s", "recording rate of the corpus"),
-    "gb_per_hour_native": FieldSpec("corpus", "float", "GB/hr", "native storage rate (doc: 480x640, 3 cams, h264)"),
-    "gb_per_hour_prepared": FieldSpec("corpus", "float", "GB/hr", "prepared storage rate (doc: 224x224 all-intra)"),
+    "gb_per_hour_native": FieldSpec("corpus", "float", "GB/hr",
+                                    "native storage rate (default: 480x640, 3 cameras, h264)"),
+    "gb_per_hour_prepared": FieldSpec("corpus", "float", "GB/hr", "prepared storage rate (default: 224x224 all-intra)"),
     "prepared_ratio": FieldSpec("corpus", "float", "x", "native GB/hr / prepared GB/hr: estimates the rate no "
-                                "manifest measures from the one that is (doc: 6.15 / 2.13)"),
+                                "manifest measures from the one that is (default: 6.15 / 2.13)"),
     "step_a_s": FieldSpec("throughput", "float", "s/sample", "step time slope a in wall_s(B) = a*B + c"),
     "step_c_s": FieldSpec("throughput", "float", "s/step", "fixed step overhead c in wall_s(B) = a*B + c"),
     "anchors": FieldSpec("throughput", "anchors", "B, s", "measured (global batch, wall s/step) points refitting a, c"),

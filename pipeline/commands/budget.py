@@ -27,7 +27,9 @@ def add_parser(sub: Any) -> None:
         description="Size a pi0-equivalent pre-training run (timesteps, episodes, hours, storage, days on N "
         "nodes) and, given a manifest, how much of it your corpus covers; write report.md, report.json and "
         "PNG plots. Parameters: CLI flag > --config file > measured manifest > estimated from the other "
-        "measured rate > the sizing document's defaults.")
+        "measured rate > the built-in defaults, each shown below with its option: pi0's published steps, an "
+        "8x H200 node's step-time and memory model, and a 480x640 3-camera h264 corpus (report.md's inputs "
+        "table gives every value with its source; 'document default' marks these).")
     p.add_argument("dataset", type=Path, nargs="?", metavar="DATASET",
                    help=f"a dataset written by `prep reencode`: its manifest ({PREPARED_MANIFEST}) is the prepared "
                    "one (same as --prepared DATASET/prep/manifest.json); optional")
