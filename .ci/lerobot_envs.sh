@@ -103,6 +103,10 @@ sync_repo() {  # (re)install our package editable + its deps when the checkout o
     local v=$1 spec=$2
     if [[ "$(cat "$v/.prep-repo" 2>/dev/null)" != "$(repo_stamp)" ]]; then
         log "$(basename "$v"): installing $REPO editable with its dependencies (lerobot pins kept)"
+        # the distribution's former name, prep (an unrelated project on the package index), owns bin/prep too
+        if "$v/bin/python" -c "import importlib.metadata as m, sys; sys.exit('pipeline' not in (m.distribution('prep').read_text('top_level.txt') or '').split())" 2>/dev/null; then
+            pip_q "$v" uninstall -y prep
+        fi
         # shellcheck disable=SC2086
         pip_q "$v" install -q $spec -e "$REPO[test]"
         repo_stamp > "$v/.prep-repo"
