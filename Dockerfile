@@ -20,7 +20,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ffmpeg tini \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=wheel /dist /tmp/dist
-RUN pip install --no-cache-dir /tmp/dist/prep-*.whl \
+RUN pip install --no-cache-dir /tmp/dist/lerobot_prep-*.whl \
  && rm -rf /tmp/dist \
  && cd / && prep --version \
  && python -c "from pipeline.schemas import load_schema; from pipeline.budget.landscape import load_landscape; load_schema('manifest'); load_landscape()"

@@ -103,6 +103,10 @@ sync_repo() {  # (re)install our package editable + its deps when the checkout o
     local v=$1 spec=$2
     if [[ "$(cat "$v/.prep-repo" 2>/dev/null)" != "$(repo_stamp)" ]]; then
         log "$(basename "$v"): installing $REPO editable with its dependencies (lerobot pins kept)"
+        # the distribution's former name, prep (an unrelated project on the package index), owns bin/prep too
+        if "$v/bin/python" -c "import importlib.metadata as m, sys; sys.exit('pipeline' not in (m.distribution('prep').read_text('top_level.txt') or '').split())" 2>/dev/null; then
+            pip_q "$v" uninstall -y prep
+        fi
         # shellcheck disable=SC2086
         pip_q "$v" install -q $spec -e "$REPO[test]"
         repo_stamp > "$v/.prep-repo"
@@ -119,7 +123,7 @@ build_env() {
     local need=10  # the venv with its torch (CUDA build: ~7-9 GB installed) and pip's temporary files
     [[ $CHROOT_ENVS == *" $name "* && ! -x $DEBIAN_ROOT/usr/bin/python3.13 ]] && need=11  # + the Debian 13 root
     prep_need_space "$need" "$VENVS" "the lerobot ${!ver_var} reader venv ($(basename "$v"), a CUDA torch build)"
-    log "building $v: ${!spec_var} + prep[test] (this downloads torch; minutes)"
+    log "building $v: ${!spec_var} + lerobot-prep[test] (this downloads torch; minutes)"
     local t0=$SECONDS
     rm -rf "$v"
     mkdir -p "$VENVS"

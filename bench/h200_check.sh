@@ -8,7 +8,7 @@
 #                                 matplotlib, psutil, ... (made on a networked machine with
 #                                 `pip wheel --no-deps -w wheels .` in this repository, then
 #                                 `pip download --only-binary=:all: --python-version 3.12 -d wheels
-#                                 wheels/prep-*.whl psutil`). Installed into OUT_DIR/venv, a venv that
+#                                 wheels/lerobot_prep-*.whl psutil`). Installed into OUT_DIR/venv, a venv that
 #                                 sees the node's packages; torch is never installed: the node's own is used.
 #   DEMO_CORPUS=PATH   a prepared (224 all-intra) corpus to use instead of a synthetic one
 #   PYTHON=python3     the interpreter;  WORKERS=4  workers of the main run;  SWEEP=1,2,4,8,15
@@ -60,8 +60,8 @@ if [[ -n "$WHEELS" ]]; then
     # A venv of our own that sees the node's Python packages (its torch), so that the node's Python is left
     # alone (and PEP 668 does not apply); prep is the wheel file itself (a plain install: its schemas
     # ship inside it), its dependencies come from WHEELS or are already on the node; never torch.
-    PREP_WHL=("$WHEELS"/prep-*.whl)
-    [[ -f "${PREP_WHL[0]}" ]] || { log "no prep-*.whl in $WHEELS (pip wheel --no-deps -w $WHEELS REPO)"; exit 1; }
+    PREP_WHL=("$WHEELS"/lerobot_prep-*.whl)
+    [[ -f "${PREP_WHL[0]}" ]] || { log "no lerobot_prep-*.whl in $WHEELS (pip wheel --no-deps -w $WHEELS REPO)"; exit 1; }
     step "venv" 60 "$PY" -m venv --system-site-packages "$OUT/venv" || exit 1
     PY="$OUT/venv/bin/python"
     step "install wheels" 120 "$PY" -m pip install -q --no-index --find-links "$WHEELS" "${PREP_WHL[0]}" psutil || exit 1

@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.commands import COMMANDS
+from pipeline.commands.argtypes import PrepParser, check_option_names, innermost_parser, subparsers
 from pipeline.errors import ClusterError, PrepError
 from pipeline.text import one_line, printable
 
@@ -35,7 +36,7 @@ def chosen_command(argv: list[str]) -> str | None:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser, with the full sub-parser of `command` (imported now) and a one-line entry for every
     other command. `command=None` gives the listing only; `build_parser(name)` for each name, everything."""
-    parser = argparse.ArgumentParser(prog="prep", description="Prepare, verify and size LeRobot datasets.")
+    parser = PrepParser(prog="prep", description="Prepare, verify and size LeRobot datasets.")
     parser.add_argument("--version", action="version", version=f"prep {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, cmd in COMMANDS.items():
@@ -91,8 +92,13 @@ def cluster_failed(command: str, argv: list[str], args: argparse.Namespace, exc:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(chosen_command(argv))
-    args = parser.parse_args(argv)
+    command = chosen_command(argv)
+    parser = build_parser(command)
+    if command is not None:  # an unknown --option: one line with the command's closest own option
+        check_option_names(subparsers(parser)[command], argv[argv.index(command) + 1:])
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # words no option takes: said by the command's own parser (its help), in one line
+        innermost_parser(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:

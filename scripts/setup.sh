@@ -16,7 +16,7 @@
 # compatibility stage, pulls evdev, which the package index has only as source.
 #
 # Disk: free space is checked before each large download (one line naming what it needs, then exit 1);
-# a full `bash scripts/test.sh` needs ~20-25 GB (docs/install.md). When pip fails, the last line names
+# a full `bash scripts/test.sh` needs ~30 GB (docs/install.md). When pip fails, the last line names
 # the package and the likely cause (network, disk, compiler).
 #
 # Idempotent: does nothing but check a stamp (pyproject.toml's hash, the interpreter, the mode) when
@@ -106,6 +106,13 @@ build_tools() {  # gcc and Python's headers (lerobot 0.3.3 pulls evdev: source o
     fi
 }
 
+# The distribution was named `prep` before (on the package index that name is an unrelated project): an install
+# of it by an earlier set-up (its top-level package is `pipeline`) also owns bin/prep, so it goes first.
+if "$VPY" -c "import importlib.metadata as m, sys; sys.exit('pipeline' not in (m.distribution('prep').read_text('top_level.txt') or '').split())" 2>/dev/null; then
+    prep_log "removing the distribution installed under the former name prep (now lerobot-prep)"
+    pip_q "the former prep distribution" uninstall -y prep
+fi
+
 if [[ $MODE == test ]]; then
     command -v ffmpeg >/dev/null 2>&1 || prep_apt ffmpeg
     prep_log "$(ffmpeg -version | head -1)"
@@ -113,17 +120,17 @@ if [[ $MODE == test ]]; then
     torch_cpu
     prep_need_space 2 "$VENV" "prep's test dependencies (~1 GB installed)"
     prep_log "installing prep (editable) with its test and bench extras into $VENV"
-    pip_q "prep[test,bench]" install -e '.[test,bench]'
+    pip_q "lerobot-prep[test,bench]" install -e '.[test,bench]'
 else
     prep_need_space 2 "$VENV" "prep's dependencies (~0.8 GB installed)"
     prep_log "installing prep (editable) into $VENV"
-    pip_q prep install -e .
+    pip_q lerobot-prep install -e .
     command -v ffmpeg >/dev/null 2>&1 \
         || prep_log "note: no ffmpeg program: only \`prep reencode --engine ffmpeg\` needs it (apt-get install ffmpeg)"
 fi
 "$VPY" -c "
 import importlib.metadata as md
-names = ['prep', 'av', 'dask', 'pyarrow', 'datasets'] + (['torch', 'pytest'] if '$MODE' == 'test' else [])
+names = ['lerobot-prep', 'av', 'dask', 'pyarrow', 'datasets'] + (['torch', 'pytest'] if '$MODE' == 'test' else [])
 print('[setup] ' + ', '.join(f'{n} {md.version(n)}' for n in names))"
 echo "$INSTALL_KEY" > "$VENV/.prep-setup-$MODE"
 prep_log "ready: $VENV/bin/prep --help (or: source $VENV/bin/activate, then prep --help)"

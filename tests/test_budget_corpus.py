@@ -26,7 +26,7 @@ from tests.test_budget_cli import scan_to
 
 REPO = Path(__file__).resolve().parent.parent
 # relative to the repository, where the command runs: the report names them as given
-G1 = Path("manifests/g1_inspire_v21.manifest.json")
+G1 = Path("manifests/reference/g1_inspire_v21.manifest.json")
 DEMO_NATIVE = Path("manifests/demo/native.manifest.json")
 DEMO_PREPARED = Path("manifests/demo/prepared.manifest.json")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

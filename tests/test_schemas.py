@@ -26,7 +26,7 @@ def test_shipped_manifests_validate() -> None:
 
 
 def test_validation_names_the_bad_field() -> None:
-    doc = json.loads((REPO / "manifests/g1_inspire_v21.manifest.json").read_text())
+    doc = json.loads((REPO / "manifests/reference/g1_inspire_v21.manifest.json").read_text())
     doc["totals"]["video_share"] = 1.5
     with pytest.raises(PrepError, match=r"totals/video_share"):
         validate(doc, "manifest", source="x")

@@ -48,7 +48,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp / "src"
     shutil.copytree(REPO, src, symlinks=True, ignore=IGNORE)
     ok(run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist", src], cwd=tmp))
-    (whl,) = (tmp / "dist").glob("prep-*.whl")
+    (whl,) = (tmp / "dist").glob("lerobot_prep-*.whl")
     return whl
 
 

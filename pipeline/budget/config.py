@@ -47,12 +47,13 @@ class FieldSpec:
 FIELDS: dict[str, FieldSpec] = {
     "pi0_steps": FieldSpec("target", "int", "steps", "pi0 pre-training steps (pi0 paper, Fig. 7)"),
     "pi0_batch": FieldSpec("target", "ints", "samples", "pi0 global batch, unpublished: one target per value"),
-    "frames_per_episode": FieldSpec("corpus", "float", "frames", "frames per episode (document: 3 s at 30 fps)"),
+    "frames_per_episode": FieldSpec("corpus", "float", "frames", "frames per episode (default: 3 s at 30 fps)"),
     "fps": FieldSpec("corpus", "float", "frames/s", "recording rate of the corpus"),
-    "gb_per_hour_native": FieldSpec("corpus", "float", "GB/hr", "native storage rate (doc: 480x640, 3 cams, h264)"),
-    "gb_per_hour_prepared": FieldSpec("corpus", "float", "GB/hr", "prepared storage rate (doc: 224x224 all-intra)"),
+    "gb_per_hour_native": FieldSpec("corpus", "float", "GB/hr",
+                                    "native storage rate (default: 480x640, 3 cameras, h264)"),
+    "gb_per_hour_prepared": FieldSpec("corpus", "float", "GB/hr", "prepared storage rate (default: 224x224 all-intra)"),
     "prepared_ratio": FieldSpec("corpus", "float", "x", "native GB/hr / prepared GB/hr: estimates the rate no "
-                                "manifest measures from the one that is (doc: 6.15 / 2.13)"),
+                                "manifest measures from the one that is (default: 6.15 / 2.13)"),
     "step_a_s": FieldSpec("throughput", "float", "s/sample", "step time slope a in wall_s(B) = a*B + c"),
     "step_c_s": FieldSpec("throughput", "float", "s/step", "fixed step overhead c in wall_s(B) = a*B + c"),
     "anchors": FieldSpec("throughput", "anchors", "B, s", "measured (global batch, wall s/step) points refitting a, c"),
@@ -70,6 +71,19 @@ FIELDS: dict[str, FieldSpec] = {
     "headline_nodes": FieldSpec("scaling", "int", "nodes", "multi-node count shown in the headline"),
 }
 SECTIONS = frozenset(s.section for s in FIELDS.values())
+
+# The range of each parameter that describes a real run (inclusive): far beyond any published one, and narrow
+# enough that every figure of the report stays a readable number (an fps of 1e300 made hours of 1e-300 and
+# 300-digit cells in 692-column lines). A value outside is refused in one line naming its source and value.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "pi0_steps": (1, 1e10), "pi0_batch": (1, 1e7), "frames_per_episode": (1, 1e9), "fps": (0.1, 1e4),
+    "gb_per_hour_native": (1e-6, 1e6), "gb_per_hour_prepared": (1e-6, 1e6), "prepared_ratio": (1e-3, 1e3),
+    "step_a_s": (1e-6, 1e3), "step_c_s": (0, 1e5), "anchors": (1e-6, 1e9), "gpus_per_node": (1, 1e4),
+    "train_batch": (1, 1e9), "report_batches": (1, 1e9), "mem_fixed_gb": (0, 1e6), "mem_per_sample_gb": (1e-9, 1e6),
+    "mem_usable_gb": (1e-3, 1e6), "gpu_memory_gb": (1e-3, 1e6), "nodes": (1, 1e6), "efficiency": (0.01, 1),
+    "efficiency_low": (0.01, 1), "efficiency_high": (0.01, 1), "headline_nodes": (1, 1e6),
+}
+assert set(BOUNDS) == set(FIELDS), "every parameter has its bounds"
 
 
 @dataclass(slots=True, frozen=True)
@@ -297,6 +311,31 @@ def _finite(value: Any) -> bool:
         return math.isfinite(value) and not (isinstance(value, int) and abs(value) > MAX_INT)
     except OverflowError:  # an int too large for a float
         return False
+
+
+def check_bounds(cfg: BudgetConfig) -> None:
+    """Refuse a parameter outside `BOUNDS` (one line: the parameter, where it came from, its value, the range).
+    Runs after `validate_config` and the model's own overflow check, whose messages come first."""
+    problem = out_of_bounds(cfg)
+    if problem is not None:
+        raise PrepError(problem)
+
+
+def out_of_bounds(cfg: BudgetConfig) -> str | None:
+    """The first parameter outside `BOUNDS`, said as `check_bounds` refuses it; None when all are inside."""
+    for name, spec in FIELDS.items():
+        if cfg.origin(name) == "estimated":  # derived from bounded inputs (a ratio of two given rates)
+            continue
+        lo, hi = BOUNDS[name]
+        value = getattr(cfg, name)
+        items = [x for a in value for x in (a.batch, a.wall_s)] if spec.kind == "anchors" else (
+            list(value) if isinstance(value, tuple) else [value])
+        bad = next((x for x in items if not lo <= x <= hi), None)
+        if bad is not None:
+            unit = "" if spec.unit in ("x", "fraction") else f" {spec.unit}"
+            return (f"{name} = {bad:.6g} (from {cfg.source(name)}): outside the range a run can have, "
+                    f"{lo:,.6g} to {hi:,.6g}{unit}")
+    return None
 
 
 def validate_config(cfg: BudgetConfig) -> StepFit:

@@ -14,15 +14,17 @@ ROUNDING = (
 
 
 def billions(x: float) -> str:
-    return f"{x / 1e9:.3f} B"
+    return f"{x / 1e9:,.3f} B"
 
 
 def millions(x: float) -> str:
     m = x / 1e6
     if m == 0:
         return "0 M"
+    if abs(m) < 1e-3:  # fewer than 1,000 episodes: 3 significant figures, not a run of zeros
+        return f"{m:.3g} M"
     decimals = max(0, 2 - math.floor(math.log10(abs(m))))
-    return f"{m:.{decimals}f} M"
+    return f"{m:,.{decimals}f} M"
 
 
 def count(x: float) -> str:
@@ -30,15 +32,16 @@ def count(x: float) -> str:
 
 
 def tb(x: float) -> str:
-    return f"{x:.1f} TB"
+    return f"{x:,.1f} TB"
 
 
 def days(x: float) -> str:
-    return f"{x:.1f}"
+    return f"{x:,.1f}"
 
 
 def rate(x: float) -> str:
-    return f"{x:.1f}"
+    """Frames/s to 1 decimal; below 0.05, 3 significant figures (a slow model is not 0.0 frames/s)."""
+    return f"{x:,.1f}" if x == 0 or abs(x) >= 0.05 else sig(x)
 
 
 def seconds(x: float) -> str:

@@ -12,6 +12,7 @@ measured 0.1 GB/hr native corpus is never paired with the document's 2.13 GB/hr 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ class ManifestFigures:
     fps: float
     video_bytes: int = 0
     cameras: int = 0
+    parts: tuple[ManifestFigures, ...] = ()  # the manifests added up (`--native A --native B`), when several
 
     @property
     def has_video(self) -> bool:
@@ -54,6 +56,7 @@ class ManifestFigures:
             "path": self.path, "dataset_root": self.root, "episodes": self.episodes, "frames": self.frames,
             "hours": self.hours, "total_bytes": self.total_bytes, "gb_per_hour": self.gb_per_hour,
             "frames_per_episode": self.frames_per_episode, "fps": self.fps,
+            **({"parts": [p.as_json() for p in self.parts]} if self.parts else {}),
         }
 
 
@@ -78,6 +81,28 @@ def read_figures(path: Path, role: str) -> ManifestFigures:
         frames_per_episode=float(fpe), fps=float(m["dataset"]["fps"]),
         video_bytes=int(t["bytes"].get("video") or 0), cameras=len(m["dataset"].get("cameras") or []),
     )
+
+
+def read_all(paths: Sequence[Path], role: str) -> ManifestFigures | None:
+    """The manifests of one role (`--native A --native B`), added up: every one counts, never the last only.
+    Episodes, timesteps, hours and bytes are summed; GB/hr = bytes / hours, frames per episode = timesteps /
+    episodes and fps = timesteps / seconds of the whole. None without a manifest."""
+    figs = [read_figures(p, role) for p in paths]
+    seen: dict[tuple[str, int, int, int], ManifestFigures] = {}
+    for f in figs:
+        twin = seen.setdefault((f.root, f.episodes, f.frames, f.total_bytes), f)
+        if twin is not f:
+            raise PrepError(f"{f.path} and {twin.path} describe the same dataset ({f.root}: the same episodes, "
+                            f"timesteps and bytes): added up it would count twice; give one")
+    if len(figs) < 2:
+        return figs[0] if figs else None
+    episodes, frames = sum(f.episodes for f in figs), sum(f.frames for f in figs)
+    hours, total = sum(f.hours for f in figs), sum(f.total_bytes for f in figs)
+    return ManifestFigures(
+        role=role, path=" + ".join(f.path for f in figs), root=" + ".join(f.root for f in figs), episodes=episodes,
+        frames=frames, hours=hours, total_bytes=total, gb_per_hour=total / 1e9 / hours,
+        frames_per_episode=frames / episodes, fps=frames / (hours * 3600),
+        video_bytes=sum(f.video_bytes for f in figs), cameras=max(f.cameras for f in figs), parts=tuple(figs))
 
 
 def measured_values(native: ManifestFigures | None, prepared: ManifestFigures | None) -> dict[str, tuple[Any, str]]:

@@ -54,7 +54,7 @@ def headline_text(report: dict[str, Any]) -> str:
         f"throughput  frames/s per node: {tp}; ceiling 1/a = {fmt.rate(report['step_model']['ceiling_frames_per_s'])}",
         f"memory      {fmt.gb(m['train_gb_per_gpu'])} GB per GPU at {t['per_gpu_batch']:g} samples/GPU "
         f"(usable {fmt.value(m['usable_gb'])} GB){'' if m['train_fits'] else ' DOES NOT FIT'}; "
-        f"largest per-GPU batch {m['max_per_gpu_batch']} (global {m['max_global_batch']:,})",
+        f"largest per-GPU batch {m['max_per_gpu_batch']:,} (global {m['max_global_batch']:,})",
     ]
     if report["corpus"] is not None:
         c = report["corpus"]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
-from pipeline.budget.config import DEFAULT_OUT, BudgetConfig, validate_config
+from pipeline.budget.config import DEFAULT_OUT, BudgetConfig, check_bounds, out_of_bounds, validate_config
 from pipeline.budget.coverage import coverage, coverage_notes, holdings
 from pipeline.budget.estimate import check_finite, estimate
 from pipeline.budget.landscape import DEFAULT_LANDSCAPE, load_landscape
@@ -18,7 +19,7 @@ from pipeline.budget.measured import (
     estimate_rates,
     measured_values,
     rate_warnings,
-    read_figures,
+    read_all,
 )
 from pipeline.budget.model import first_non_finite
 from pipeline.budget.render import PLOT_TITLES, render_markdown
@@ -33,8 +34,8 @@ __all__ = ["DEFAULT_OUT", "write_report"]
 
 def write_report(
     out_dir: Path,
-    native: Path | None = None,
-    prepared: Path | None = None,
+    native: Path | Sequence[Path] | None = None,
+    prepared: Path | Sequence[Path] | None = None,
     config: BudgetConfig | None = None,
     *,
     landscape: Path = DEFAULT_LANDSCAPE,
@@ -42,20 +43,27 @@ def write_report(
 ) -> dict[str, Any]:
     """Write `out_dir`/report.md, report.json and the PNG plots; return the report dict.
 
-    `native` / `prepared` are `prep scan` manifests (schema-checked); their GB/hr, frames per episode
-    and fps replace the document defaults but not values set in `config` from a file or the CLI; a
-    storage rate only one of them measures gives the other by `prepared_ratio` ("estimated from ...").
+    `native` / `prepared` are `prep scan` manifests (schema-checked; several of a role are added up); their
+    GB/hr, frames per episode and fps replace the document defaults but not values set in `config` from a file
+    or the CLI; a storage rate only one of them measures gives the other by `prepared_ratio` ("estimated from ...").
     With a manifest the report has a "your corpus" section (and plot). Raises PrepError (one line) on a
     bad manifest, bad parameters or inputs whose figures overflow; nothing is written then.
     """
     cfg = config or BudgetConfig()
-    nat = read_figures(native, "native") if native is not None else None
-    prep = read_figures(prepared, "prepared") if prepared is not None else None
+    nat = read_all([native] if isinstance(native, Path) else native or [], "native")
+    prep = read_all([prepared] if isinstance(prepared, Path) else prepared or [], "prepared")
     cfg, notes = apply_measured(cfg, measured_values(nat, prep))
     validate_config(cfg)  # before estimating a rate from the others: no division by a bad ratio
     cfg, ratio_notes = estimate_rates(cfg, nat, prep)
     notes += ratio_notes + consistency_notes(nat, prep)
-    est = estimate(cfg)
+    try:
+        est = estimate(cfg)  # figures that overflow a float: said first, with the input that made them
+    except PrepError as exc:
+        culprit = out_of_bounds(cfg)
+        if culprit is None:
+            raise
+        raise PrepError(f"{str(exc).split(': an input')[0]}: {culprit}") from None
+    check_bounds(cfg)
     if not est.train.fits:
         notes.append(f"train_batch {cfg.train_batch} needs {est.train.memory_gb_per_gpu:.1f} GB per GPU, more than "
                      f"the usable {cfg.mem_usable_gb:g} GB: the throughput at this batch is not reachable")

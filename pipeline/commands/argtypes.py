@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, NoReturn
 
 
 def positive_int(text: str) -> int:
@@ -134,3 +135,57 @@ def dashboard_address(text: str) -> str | None:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:8787, 0.0.0.0:0 = every interface, a "
                                          f"free port) or off, got {text!r}")
     return f"{m.group(1)}:{m.group(2) or 0}"
+
+
+class PrepParser(argparse.ArgumentParser):
+    """prep's argument parser: no abbreviations (`--decod` is not taken as `--decode`: a typo is refused, never
+    guessed), and every mistake is one line naming the command's help instead of argparse's usage block.
+    Sub-parsers made from it (`add_subparsers`) are PrepParsers too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see `{self.prog} --help`)\n")
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def check_option_names(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Refuse the first `--option` in `argv` (the words after a command's name) that `parser` (or the sub-command
+    named in argv, e.g. `bench dataloader`) does not have, with the closest of its own options: argparse alone
+    reports it only after the sub-parser is done (a missing required option first, or the top-level usage)."""
+    import difflib
+
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return
+        sub = subparsers(parser)
+        if arg in sub:
+            check_option_names(sub[arg], argv[i + 1:])
+            return
+        if not arg.startswith("--") or arg == "--":
+            continue
+        name = arg.split("=", 1)[0]
+        known = [s for s in parser._option_string_actions if s.startswith("--")]
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        parser.error(f"unrecognized option {name}" + (f"; did you mean {close[0]}?" if close else ""))
+
+
+def innermost_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the deepest sub-command named in argv (`prep bench dataloader ...`: dataloader's)."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        sub = subparsers(parser)
+        if arg in sub:
+            return innermost_parser(sub[arg], argv[i + 1:])
+    return parser

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.commands import help_of
-from pipeline.commands.argtypes import positive_int
+from pipeline.commands.argtypes import PrepParser, positive_int
 from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
 
@@ -113,7 +113,9 @@ def add_parser(sub: Any) -> None:
 
 def _require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
-        raise PrepError("`prep bench dataloader` needs PyTorch: pip install 'prep[bench]' "
+        from pipeline import DISTRIBUTION
+
+        raise PrepError(f"`prep bench dataloader` needs PyTorch: pip install '{DISTRIBUTION}[bench]' "
                         "(or pip install torch psutil)")
 
 
@@ -147,6 +149,16 @@ def _check_device(device: str) -> None:
 
         if not torch.cuda.is_available():
             raise PrepError("--device cuda: this torch sees no CUDA device (torch.cuda.is_available() is False)")
+
+
+def _can_plot() -> bool:
+    """matplotlib is there (a plain lerobot venv may lack it): without it the plot is skipped, said in one note,
+    and the result is written all the same."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return True
+    print("note: matplotlib is not installed here: no plot (pip install matplotlib); the result is written to the "
+          "JSON", file=sys.stderr)
+    return False
 
 
 def _write(doc: dict[str, Any], out: Path, name: str) -> Path:
@@ -194,6 +206,12 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.output import check_outside
 
     check_outside([args.dataset, args.compare], args.out, default=default)  # the datasets are read-only
+    if default:
+        from pipeline.commands.defaults import check_default_output, prep_json
+
+        stem = args.name or ("dataloader-stress" if args.stress is not None else "dataloader")
+        mine = prep_json(args.out / f"{stem}.json", "bench")
+        check_default_output([(args.out / f"{stem}.json", mine), (args.out / f"{stem}.png", mine)])
     host = report.host_info(args.device)
     argv = list(sys.argv)
     plots: list[str] = []
@@ -205,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
               f"step={spec.step_s:.2f}s", file=sys.stderr, flush=True)
         runs.append(measure(spec))
     name = args.name or "dataloader"
-    if not args.no_plot:
+    if not args.no_plot and _can_plot():
         from pipeline.loader.plot import plot_runs
 
         plots.append(plot_runs(runs, args.out / f"{name}.png", args.threshold).name)
@@ -248,7 +266,7 @@ def _run_stress(args: argparse.Namespace, host: dict[str, Any], argv: list[str])
     stress = run_stress(spec, args.stress, window_s=args.stress_window)
     name = args.name or "dataloader-stress"
     plots: list[str] = []
-    if not args.no_plot:
+    if not args.no_plot and _can_plot():
         from pipeline.loader.plot import plot_stress
 
         plots.append(plot_stress(stress, args.out / f"{name}.png").name)
@@ -262,7 +280,7 @@ def _run_stress(args: argparse.Namespace, host: dict[str, Any], argv: list[str])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.commands.bench")
+    parser = PrepParser(prog="python -m pipeline.commands.bench")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
     args = parser.parse_args(argv)

@@ -234,6 +234,12 @@ def summary(r: ReencodeReport) -> str:
             lines.append(f"size      {rates} (no video: nothing to re-encode; every file copied as it is)")
         else:
             lines.append(f"size      {rates} ({c['ratio']:.2f}x smaller; video {c['video_ratio']:.2f}x)")
+        for cam, q in (c.get("quality") or {}).get("cameras", {}).items():
+            if q["frames_sampled"]:
+                ssim = f", SSIM {q['ssim_mean']:.4f} (min {q['ssim_min']:.4f})" if q["ssim_mean"] is not None else ""
+                lines.append(f"quality   {cam}: PSNR {q['psnr_db_mean']:.1f} dB mean (min {q['psnr_db_min']:.1f})"
+                             f"{ssim} over {plural(q['frames_sampled'], 'sampled frame')} against the source, "
+                             "resized the same way")
         lines.append(f"reports   {Path(r.out) / COMPARISON_REL}, {Path(r.out) / MANIFEST_REL}")
     for f in r.failures[:20]:
         eps = f.get("episodes") or ([f["episode"]] if f.get("episode") is not None else [])

@@ -37,6 +37,24 @@ def output_of(args: argparse.Namespace) -> Path:
     return (args.out or default_out(args.dataset)).absolute()
 
 
+def check_default_manifest(out: Path) -> None:
+    """The default manifest and its per-episode table replace only prep's own, untracked files (commands/defaults)."""
+    from pipeline.commands.defaults import check_default_output, prep_json
+    from pipeline.manifest import table_path_for
+
+    table = table_path_for(out)
+    if out.exists():
+        table_mine = prep_json(out, "manifest")
+    else:  # a table left without its manifest (an interrupted publish): prep's when it has the manifest's columns
+        import pyarrow.parquet as pq
+
+        try:
+            table_mine = pq.read_schema(table).names[:3] == ["episode_index", "status", "reason"]
+        except (OSError, ValueError, Exception):  # pyarrow raises its own ArrowInvalid for a non-parquet file
+            table_mine = False
+    check_default_output([(out, prep_json(out, "manifest")), (table, table_mine)])
+
+
 def resume_note(args: argparse.Namespace) -> str | None:
     return f"finished batches are kept in {output_of(args)}.parts/"
 
@@ -85,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.runner import open_engine
 
     out = output_of(args)
+    if args.out is None:
+        check_default_manifest(out)
     with open_engine(run_config(args)) as engine:  # `cd DATASET && prep scan .`: the default is refused, said so
         manifest, _ = scan_dataset(args.dataset, out, engine, resume=not args.fresh, out_is_default=args.out is None)
     print(summary(manifest, out))

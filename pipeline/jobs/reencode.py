@@ -72,6 +72,7 @@ from pipeline.stages.reencode import (
 from pipeline.stages.scan import CameraScan, EpisodeScan
 from pipeline.tables import RowGroupWriter
 from pipeline.video.encode import ENGINES, PROFILES
+from pipeline.video.quality import FRAMES_PER_SAMPLE, QUALITY_FRAMES
 from pipeline.video.resize import RESIZE_MODES
 
 OPTIONS_REL = f"{PREP_DIR}/options.json"
@@ -109,6 +110,7 @@ class ReencodeReport:
     repaired_checks: list[str] = field(default_factory=list)  # the source's failed checks the repairs cover
     accepted_invalid_source: bool = False  # errors remain in the output: never a drop-in dataset
     drop_in: bool = False  # complete, and made from a source with no unrepaired error
+    quality_seconds: float = 0.0  # what this run's quality sample cost, in the stage (part of `seconds`' work)
 
     @property
     def ok(self) -> bool:
@@ -216,6 +218,7 @@ class ReencodeReduce:
         self.write_errors: list[str] = []
         self.data_failures: list[dict[str, Any]] = []
         self.repaired_timestamps = array("q")  # episodes whose parquet timestamps were rewritten
+        self.quality: dict[str, QualityTally] = {}  # camera -> its sampled frames' PSNR/SSIM, combined
 
     def fail(self, entry: dict[str, Any]) -> None:
         if len(self.report.failures) < FAILURES_LISTED:
@@ -238,6 +241,11 @@ class ReencodeReduce:
         if r.copied and r.camera not in rep.depth_copied:
             rep.depth_copied.append(r.camera)
         self.bytes.add(r.rel, r.out_bytes, camera=r.camera)
+        rep.quality_seconds += r.quality_s
+        if r.quality is not None:
+            self.quality.setdefault(r.camera, QualityTally()).add(r.quality)
+        elif not r.copied:
+            self.quality.setdefault(r.camera, QualityTally()).unmeasured += 1
         c = self.cam_no[r.camera]
         out = r.output
         for i, ev in enumerate(r.episodes):
@@ -289,6 +297,45 @@ class ReencodeReduce:
             out[cam] = VideoFeatureUpdate(self.options.size[0], self.options.size[1], prof.codec, prof.pix_fmt,
                                           prep, encoder)
         return out
+
+
+@dataclass(slots=True)
+class QualityTally:
+    """A camera's quality sample, combined over its files: O(1) memory whatever the corpus."""
+
+    files: int = 0
+    unmeasured: int = 0  # encoded or kept files without a sample (an older sidecar, a file not readable frame by frame)
+    frames: int = 0
+    psnr_sum: float = 0.0
+    psnr_min: float = float("inf")
+    ssim_sum: float = 0.0
+    ssim_min: float = float("inf")
+    ssim_frames: int = 0
+
+    def add(self, q: dict[str, Any]) -> None:
+        self.files += 1
+        for v in q.get("psnr_db", []):
+            self.frames += 1
+            self.psnr_sum += v
+            self.psnr_min = min(self.psnr_min, v)
+        for v in q.get("ssim", []):
+            if v == v:  # not NaN (a frame smaller than the window)
+                self.ssim_frames += 1
+                self.ssim_sum += v
+                self.ssim_min = min(self.ssim_min, v)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files_sampled": self.files, "files_unmeasured": self.unmeasured, "frames_sampled": self.frames,
+                "psnr_db_mean": self.psnr_sum / self.frames if self.frames else None,
+                "psnr_db_min": self.psnr_min if self.frames else None,
+                "ssim_mean": self.ssim_sum / self.ssim_frames if self.ssim_frames else None,
+                "ssim_min": self.ssim_min if self.ssim_frames else None}
+
+
+QUALITY_METHOD = (f"per output file, one frame per started {FRAMES_PER_SAMPLE} frames (at most {QUALITY_FRAMES}), "
+                  "evenly spread, decoded from the output and compared with the same source frames decoded, turned "
+                  "and resized exactly as for the encode (the encoder's input): PSNR over RGB (100 = identical), "
+                  "SSIM on BT.601 luma over 8x8 blocks; what the encode lost, the resize being in both")
 
 
 class SidecarDataStats:
@@ -381,7 +428,7 @@ def output_manifest(ds: Dataset, out: Path, reduce: ReencodeReduce, info: dict[s
 
 
 def comparison(native: Dataset, source_bytes: dict[str, int], prep_bytes: int, prepared: dict[str, Any],
-               prepared_cameras: list[str]) -> dict[str, Any]:
+               prepared_cameras: list[str], quality: dict[str, QualityTally] | None = None) -> dict[str, Any]:
     """Native vs prepared: the prepared side is the output manifest's own numbers (one GB/hr)."""
     frames = native.total_frames_expected
     hours = frames / native.fps / 3600
@@ -396,8 +443,10 @@ def comparison(native: Dataset, source_bytes: dict[str, int], prep_bytes: int, p
     b = {"root": prepared["dataset"]["root"], "bytes": t["bytes"]["total"], "video_bytes": t["bytes"]["video"],
          "gb_per_hour": t["gb_per_hour"], "video_gb_per_hour": t["bytes"]["video"] / 1e9 / t["hours"] if t["hours"]
          else 0.0, "kb_per_frame": t["kb_per_frame"], "cameras": prepared_cameras, "excluded_prep_folder_bytes": 0}
+    sampled = {cam: q.to_json() for cam, q in sorted((quality or {}).items())}
     return {"schema": "prep.comparison/1", "prep_version": __version__, "frames": frames, "hours": hours,
             "native": a, "prepared": b,
+            **({"quality": {"method": QUALITY_METHOD, "cameras": sampled}} if sampled else {}),
             "ratio": a["bytes"] / b["bytes"] if b["bytes"] else None,
             "video_ratio": a["video_bytes"] / b["video_bytes"] if b["video_bytes"] else None,
             "note": "GB = 1e9 bytes; native: every file under the source except a prep/ folder; prepared: the "
@@ -523,7 +572,7 @@ def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeRep
     publish_manifest(manifest, table.path, out / MANIFEST_REL, root=out)
     report.manifest = str(out / MANIFEST_REL)
     prepared_cams = [f"{c.key}: {c.codec} {c.width}x{c.height}" for c in cameras_from_info(info, out)]
-    report.comparison = comparison(ds, copied.source, copied.prep_folder, manifest, prepared_cams)
+    report.comparison = comparison(ds, copied.source, copied.prep_folder, manifest, prepared_cams, reduce.quality)
     validate(report.comparison, "comparison", source=str(out / COMPARISON_REL))
     atomic.write_json(out / COMPARISON_REL, report.comparison, indent=2, root=out)
     return updates

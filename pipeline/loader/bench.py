@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from pipeline.loader.guard import Guarded
 from pipeline.loader.step import make_step
-from pipeline.loader.verdict import explain
+from pipeline.loader.verdict import explain, interval_text, p95_verdict, verdict_word
 from pipeline.loader.workers import WorkerSample, sample_workers, self_cpu_s, worker_pids
 
 # The budget model of docs/pi05-pretraining-sizing: wall_s(B) = 0.00359 * B + 0.25, B = global batch.
@@ -145,9 +145,11 @@ def shutdown(iterator: Iterator[Any]) -> None:
         stop()
 
 
-def verdict_line(p95: float, batch: int, workers: int, keeps_up: bool) -> str:
+def verdict_line(p95: float, batch: int, workers: int, decided: dict[str, Any], steps: int) -> str:
+    """The verdict, given only when the p95's confidence interval clears the threshold (`p95_verdict`)."""
     return (f"data_time p95 = {p95:.4f} s at per-GPU batch {batch} with {workers} worker{'s' * (workers != 1)}: "
-            f"{'keeps up' if keeps_up else 'does not keep up'}")
+            f"{verdict_word(decided['keeps_up'], decided['rerun_steps'])} "
+            f"({interval_text(decided['p95_interval_s'], steps)})")
 
 
 def _cpu_now(pids: list[int]) -> float:
@@ -199,7 +201,7 @@ def measure(spec: RunSpec, items: Guarded | None = None) -> dict[str, Any]:
     finally:
         shutdown(it)
     dt_stats = percentiles(data_times)
-    keeps_up = bool(dt_stats["p95"] <= spec.threshold_s)
+    decided = p95_verdict(data_times, spec.threshold_s)
     ceiling_sps = ceiling_samples / elapsed if elapsed > 0 else float("inf")
     n_cams = len(getattr(items.source, "cameras", ())) or 1
     record: dict[str, Any] = {
@@ -243,9 +245,12 @@ def measure(spec: RunSpec, items: Guarded | None = None) -> dict[str, Any]:
         "errors": tally.errors,
         "error_examples": tally.error_examples,
         "threshold_s": spec.threshold_s,
-        "keeps_up": keeps_up,
+        "keeps_up": decided["keeps_up"],
+        "p95_interval_s": decided["p95_interval_s"],
+        "confidence": decided["confidence"],
+        "rerun_steps": decided["rerun_steps"],
         "wall_s": time.perf_counter() - started,
-        "verdict": verdict_line(dt_stats["p95"], spec.batch, spec.workers, keeps_up),
+        "verdict": verdict_line(dt_stats["p95"], spec.batch, spec.workers, decided, len(data_times)),
     }
     record["explain"] = explain(json_safe(record), os.getloadavg()[0], available_cores())
     return json_safe(record)

@@ -17,10 +17,14 @@ SCHEMA_ID = "prep.bench/1"
 # smp/cpu-s: samples per worker CPU second (per-core cost); smp ms: worker-side ms per sample (p50);
 # dec ms/fr: seek + decode + RGB per camera frame (prep loader only); dt: data_time in seconds.
 COLUMNS = (
-    ("dataset", 18), ("loader", 7), ("batch", 5), ("wrk", 3), ("step s", 6), ("ceil smp/s", 10),
+    ("dataset", 7), ("loader", 7), ("batch", 5), ("wrk", 3), ("step s", 6), ("ceil smp/s", 10),
     ("smp/cpu-s", 9), ("smp ms", 6), ("dec ms/fr", 9), ("dt p50", 7), ("dt p95", 7), ("dt p99", 7), ("dt max", 7),
-    ("RSS MiB", 7), ("err", 3), ("keeps up", 8),
+    ("RSS MiB", 7), ("err", 3), ("keeps up", 12),
 )
+
+
+def keeps_up_cell(keeps_up: bool | None) -> str:
+    return "inconclusive" if keeps_up is None else "yes" if keeps_up else "no"
 
 
 def _num(v: Any, fmt: str) -> str:
@@ -28,19 +32,21 @@ def _num(v: Any, fmt: str) -> str:
 
 
 def table(runs: list[dict[str, Any]]) -> str:
-    head = "  ".join(name.rjust(w) if i > 1 else name.ljust(w) for i, (name, w) in enumerate(COLUMNS))
+    """One row per run; dataset names in full (the column is as wide as the longest)."""
+    columns = [(COLUMNS[0][0], max([COLUMNS[0][1], *(len(r["label"]) for r in runs)])), *COLUMNS[1:]]
+    head = "  ".join(name.rjust(w) if i > 1 else name.ljust(w) for i, (name, w) in enumerate(columns))
     lines = [head, "-" * len(head)]
     for r in runs:
         d = r["train"]["data_time_s"]
         cells = (
-            r["label"][:18], r["loader"], str(r["batch"]), str(r["workers"]), _num(r["step_s"], ".2f"),
+            r["label"], r["loader"], str(r["batch"]), str(r["workers"]), _num(r["step_s"], ".2f"),
             _num(r["ceiling"]["samples_per_s"], ".1f"), _num(r["ceiling"]["samples_per_cpu_s"], ".1f"),
             _num(r["sample_ms"]["p50"], ".1f"),
             _num(r["decode_ms_per_frame"], ".2f"), _num(d["p50"], ".4f"), _num(d["p95"], ".4f"),
             _num(d["p99"], ".4f"), _num(d["max"], ".4f"), _num(r["worker_rss_mb"]["max"], ".0f"),
-            str(r["errors"]), "yes" if r["keeps_up"] else "no",
+            str(r["errors"]), keeps_up_cell(r["keeps_up"]),
         )
-        lines.append("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, (_, w)) in enumerate(zip(cells, COLUMNS,
+        lines.append("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, (_, w)) in enumerate(zip(cells, columns,
                                                                                                     strict=True))))
     return "\n".join(lines)
 
@@ -56,8 +62,11 @@ def min_workers_lines(runs: list[dict[str, Any]]) -> list[str]:
             continue
         ok = sorted(r["workers"] for r in rs if r["keeps_up"])
         tried = ",".join(str(w) for w in sorted({r["workers"] for r in rs}))
-        out.append(f"{label} ({loader}) at per-GPU batch {batch}: "
-                   + (f"{ok[0]} worker(s) keep up" if ok else f"none of workers={tried} keeps up"))
+        open_ = sorted(r["workers"] for r in rs if r["keeps_up"] is None)
+        none = (f"none of workers={tried} keeps up" if not open_ else
+                f"none of workers={tried} is shown to keep up (inconclusive at workers="
+                f"{','.join(map(str, open_))}: rerun with --steps {max(r['rerun_steps'] or 0 for r in rs)})")
+        out.append(f"{label} ({loader}) at per-GPU batch {batch}: " + (f"{ok[0]} worker(s) keep up" if ok else none))
     return out
 
 

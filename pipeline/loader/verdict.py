@@ -15,11 +15,70 @@ waits with throughput to spare (the machine: other load, too few steps).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
+# The verdict against the threshold is given only when a distribution-free confidence interval of the p95
+# (order statistics of the per-step data_time; no assumption on its distribution) lies on one side of it:
+# each side at CONFIDENCE, so a run that keeps up is called "does not keep up" at most 1 time in 100, and the
+# other way round. Otherwise it is "inconclusive" with the --steps that can decide. An upper bound of the
+# p95 needs at least MIN_STEPS_FOR_UPPER steps (0.95 ** n <= 1 - CONFIDENCE): with fewer, "keeps up" cannot
+# be said, however fast the loader looked (10 steps under the threshold happen 4 times in 10 to a loader whose
+# p95 is over it).
+QUANTILE = 0.95
+CONFIDENCE = 0.99
 FRAME_BYTES = 224 * 224 * 3  # one uint8 RGB camera frame as both loaders return it
 THIN_HEADROOM = 2.0  # below this ceiling / need, a slow batch is not absorbed by the prefetch queue
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    """P(Bin(n, p) <= k)."""
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(0, min(k, n) + 1)) if k >= 0 else 0.0
+
+
+@functools.lru_cache(maxsize=256)
+def quantile_bounds(n: int, q: float = QUANTILE, confidence: float = CONFIDENCE) -> tuple[int | None, int | None]:
+    """1-based ranks (l, u) of the sorted sample whose values bound the q-quantile from below and above, each at
+    `confidence` (distribution-free): P(x_(l) <= Q) >= confidence and P(x_(u) >= Q) >= confidence. None where
+    n samples cannot give that bound (the upper one needs 1 - q**n >= confidence)."""
+    # K = samples at or below Q ~ Bin(n, q); x_(u) >= Q iff K <= u - 1; x_(l) <= Q iff K >= l
+    upper = next((u for u in range(1, n + 1) if _binom_cdf(u - 1, n, q) >= confidence), None)
+    lower = next((lo for lo in range(n, 0, -1) if 1 - _binom_cdf(lo - 1, n, q) >= confidence), None)
+    return lower, upper
+
+
+MIN_STEPS_FOR_UPPER = next(n for n in range(1, 10_000) if quantile_bounds(n)[1] is not None)
+
+
+def p95_verdict(values: list[float], threshold: float) -> dict[str, Any]:
+    """The p95 interval of per-step data_time and the verdict it allows: keeps_up True (the interval is at or under
+    the threshold), False (over it), None (it straddles it, or too few steps to bound it: `rerun_steps`)."""
+    xs = sorted(v for v in values if isinstance(v, int | float) and math.isfinite(v))
+    lo_rank, hi_rank = quantile_bounds(len(xs)) if xs else (None, None)
+    lo = xs[lo_rank - 1] if lo_rank is not None else None
+    hi = xs[hi_rank - 1] if hi_rank is not None else None
+    keeps_up = True if hi is not None and hi <= threshold else False if lo is not None and lo > threshold else None
+    rerun = None if keeps_up is not None else max(MIN_STEPS_FOR_UPPER, 2 * len(xs))
+    return {"p95_interval_s": [lo, hi], "confidence": CONFIDENCE, "keeps_up": keeps_up, "rerun_steps": rerun}
+
+
+def verdict_word(keeps_up: bool | None, rerun_steps: int | None) -> str:
+    if keeps_up is None:
+        return f"inconclusive: rerun with --steps {rerun_steps}"
+    return "keeps up" if keeps_up else "does not keep up"
+
+
+def interval_text(interval: list[float | None], steps: int) -> str:
+    """What the p95 is known to be: `p95 between A and B s at 99% each side, 90 steps`, or the side it lacks."""
+    lo, hi = interval
+    where = f"at {CONFIDENCE:.0%} each side, {plural(steps, 'step')}"
+    if lo is not None and hi is not None:
+        return f"p95 between {lo:.4f} and {hi:.4f} s {where}"
+    if lo is not None:
+        return (f"p95 at least {lo:.4f} s at {CONFIDENCE:.0%}; {plural(steps, 'step')} cannot bound it from above, "
+                f"{MIN_STEPS_FOR_UPPER} can")
+    return f"{plural(steps, 'step')} cannot bound the p95"
 
 
 def plural(n: int, word: str) -> str:

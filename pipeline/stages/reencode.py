@@ -48,6 +48,7 @@ from pipeline.video.encode import (
 )
 from pipeline.video.imagestats import SpanImageStats
 from pipeline.video.probe import VideoProbe, probe_video
+from pipeline.video.quality import QualitySample
 from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES, Geometry
 from pipeline.video.rotation import display_filters, display_matrix, swaps_sides
 
@@ -135,6 +136,10 @@ class ReencodeResult:
     src_codec: str = ""
     output: OutputCounts | None = None
     copied: bool = False  # a depth camera's file, copied unchanged (status "copied", or "kept" on a rerun)
+    # PSNR/SSIM of a few sampled frames against the encoder's input (pipeline.video.quality; kept: from the
+    # sidecar), None when not measured; quality_s: the seconds the sample cost in this run
+    quality: dict[str, Any] | None = None
+    quality_s: float = 0.0
 
 
 def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
@@ -354,6 +359,16 @@ def load_stats(path: Path, key: dict[str, Any], source: Path | None = None,
     return stats
 
 
+def load_quality(path: Path) -> dict[str, Any] | None:
+    """The quality sample saved in a kept output's sidecar (`load_stats` has accepted it), if any."""
+    try:
+        doc = json.loads(atomic.read_regular_text(path))
+    except (OSError, ValueError, RecursionError):
+        return None
+    quality = doc.get("quality") if isinstance(doc, dict) else None
+    return quality if isinstance(quality, dict) else None
+
+
 def save_stats(path: Path, doc: dict[str, Any], root: Path | None = None) -> None:
     """Write a stats sidecar under a temp name and rename it: atomic, but not fsynced. It is a cache:
     after a power loss it may be missing or empty, which `load_stats` reads as "no stats" (the file's
@@ -396,22 +411,30 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         out_probe, out_failures = inspect_output(dst, unit, spans, total) if kept_stats is not None else (None, [])
         if out_probe is not None and not failing(out_failures):
             result.status = "kept"
+            result.quality = load_quality(sidecar)
         else:
             kept_stats = None
             hooked = unit.options.engine in ENGINES_WITH_HOOK
             fingerprint = source_fingerprint(src)  # before the encode reads it (then from the page cache)
+            sample = QualitySample(total)
 
-            def checked() -> None:
-                """The output passed its checks: its stats and the sidecar (which says what the output was
-                made from) are written before the output is renamed into place, so a kept output always
-                has one."""
+            def frame_seen(i: int, frame: Any) -> None:
+                stats.add(i, frame)
+                sample.add(i, frame)
+
+            def checked(written: Path) -> None:
+                """The output passed its checks: its stats, its quality sample and the sidecar (which says what
+                the output was made from) are written before the output is renamed into place, so a kept output
+                always has one."""
                 if not hooked:
-                    filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, stats.add, tuple(rotate))
-                save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": stats.result()},
-                           Path(unit.out_root))
+                    filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, frame_seen, tuple(rotate))
+                result.quality = sample.measure(written)
+                save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": stats.result(),
+                                     "quality": result.quality}, Path(unit.out_root))
 
-            out_probe = _encode_checked(src, dst, unit, geometry, spans, total, stats.add if hooked else None,
+            out_probe = _encode_checked(src, dst, unit, geometry, spans, total, frame_seen if hooked else None,
                                         checked, tuple(rotate))
+            result.quality_s = sample.seconds
             result.status = "encoded"
         span_stats = kept_stats if kept_stats is not None else stats.result()
         result.episodes = [
@@ -453,7 +476,7 @@ def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, res
 
 
 def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry, spans: list[Span],
-                    total: int, hook: FrameHook | None, checked: Callable[[], None],
+                    total: int, hook: FrameHook | None, checked: Callable[[Path], None],
                     rotate: tuple[tuple[str, dict[str, str]], ...] = ()) -> VideoProbe:
     opts = unit.options
     with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
@@ -464,5 +487,5 @@ def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry
         if failures or probe is None:  # atomic_path removes the temp file
             raise EpisodeError(None, src, "output failed its checks: " + "; ".join(
                 f"{f.check}: expected {f.expected}, found {f.found}" for f in failures[:3]))
-        checked()
+        checked(tmp)
     return probe
