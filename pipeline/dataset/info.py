@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 from pipeline.bounded import JsonBoundError, read_json
 from pipeline.dataset.features import declared_pix_fmt, is_depth_flagged, is_high_bit_gray
 from pipeline.dataset.model import SUPPORTED_VERSIONS, CameraInfo
-from pipeline.dataset.template import cached_template, check_info_templates
+from pipeline.dataset.template import cached_template, check_info_templates, inside_root
 from pipeline.errors import DatasetError
 from pipeline.text import shown
 
@@ -117,15 +116,6 @@ def format_template(template: str, path: Path | str, allowed: Collection[str], *
     key = key or ("video_path" if "video_key" in allowed else "data_path")
     tpl = cached_template(template, str(path), key, frozenset(allowed))
     return inside_root(tpl.fill(**values), template, path, key)
-
-
-def inside_root(rel: str, template: str, path: Path | str, key: str) -> str:
-    """A filled template's path, normalised; refused when it is absolute or leaves the dataset root."""
-    norm = os.path.normpath(rel)
-    if os.path.isabs(rel) or norm == ".." or norm.startswith(".." + os.sep):
-        raise DatasetError(path, f"{key}: template {shown(template)} gives {shown(rel)}, which leaves the "
-                                 "dataset root")
-    return norm.replace(os.sep, "/")
 
 
 def _int_or_none(value: Any) -> int | None:

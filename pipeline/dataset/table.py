@@ -19,8 +19,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from pipeline.dataset.info import inside_root
-from pipeline.dataset.template import cached_template
+from pipeline.dataset.template import cached_template, inside_root
 
 
 class PathTemplate:

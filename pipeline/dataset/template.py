@@ -21,6 +21,7 @@ is a plain field with a bounded spec), else field by field, each filled spec che
 from __future__ import annotations
 
 import functools
+import os
 import re
 import string
 import unicodedata
@@ -189,3 +190,12 @@ def check_info_templates(info: dict[str, Any], where: Path | str) -> None:
     for key, allowed in FIELDS.get(str(info.get("codebase_version")), {}).items():
         if isinstance(info.get(key), str):
             cached_template(info[key], str(where), key, allowed)
+
+
+def inside_root(rel: str, template: str, path: Path | str, key: str) -> str:
+    """A filled template's path, normalised; refused when it is absolute or leaves the dataset root."""
+    norm = os.path.normpath(rel)
+    if os.path.isabs(rel) or norm == ".." or norm.startswith(".." + os.sep):
+        raise DatasetError(path, f"{key}: template {shown(template)} gives {shown(rel)}, which leaves the "
+                                 "dataset root")
+    return norm.replace(os.sep, "/")
