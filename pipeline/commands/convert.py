@@ -49,7 +49,7 @@ def add_limit_options(p: argparse.ArgumentParser) -> None:
 
 
 def limits_of(args: argparse.Namespace) -> Any:
-    from pipeline.convert.layout import Limits
+    from pipeline.formats.v30 import Limits
 
     return Limits(chunks_size=args.chunks_size, data_files_size_in_mb=args.data_file_size_mb,
                   video_files_size_in_mb=args.video_file_size_mb)
