@@ -19,12 +19,13 @@ from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
 from pipeline.commands.common import SmallInput, add_run_options, outcome_lines, plural, run_config
 from pipeline.errors import PrepError
+from pipeline.formats import VERSIONS
 from pipeline.text import printable_lines
 
 if TYPE_CHECKING:
     from pipeline.jobs.convert import ConvertReport
 
-FORMATS = ("v2.1", "v3.0")  # = pipeline.jobs.convert.FORMATS (not imported here: the job imports pyarrow)
+FORMATS = VERSIONS  # pipeline.formats is light: a format's module (pyarrow) loads on first use
 
 
 def positive_mb(text: str) -> float:

@@ -80,7 +80,7 @@ class Format(ABC):
         """The tasks file from (task_index, task) in order; returns the number of tasks."""
 
     @abstractmethod
-    def counted_totals(self, info: dict[str, Any], *, episodes: int, cameras: int) -> dict[str, int]:
+    def counted_totals(self, *, episodes: int, cameras: int, chunks_size: int) -> dict[str, int]:
         """info.json's totals, beyond episodes, frames and tasks, that this format counts from the episodes."""
 
     @abstractmethod

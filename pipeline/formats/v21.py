@@ -442,9 +442,9 @@ class V21(Format):
     def write_tasks(self, path: Path, tasks: Iterable[tuple[int, str]], root: Path | None = None) -> int:
         return write_tasks_v21(path, tasks, root)
 
-    def counted_totals(self, info: dict[str, Any], *, episodes: int, cameras: int) -> dict[str, int]:
-        cs = int(info.get("chunks_size", 1000))
-        return {"total_videos": episodes * cameras, "total_chunks": (episodes - 1) // cs + 1 if episodes else 0}
+    def counted_totals(self, *, episodes: int, cameras: int, chunks_size: int) -> dict[str, int]:
+        return {"total_videos": episodes * cameras,
+                "total_chunks": (episodes - 1) // chunks_size + 1 if episodes else 0}
 
     def is_rewritten(self, rel: str) -> bool:
         return rel in REWRITTEN

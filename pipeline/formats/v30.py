@@ -88,7 +88,6 @@ DEFAULT_DATA_FILE_SIZE_IN_MB = 100
 DEFAULT_VIDEO_FILE_SIZE_IN_MB = 200
 
 
-
 # ---- reading: the files, a file or a batch at a time -----------------------------------------------------
 
 
@@ -975,7 +974,7 @@ class V30(Format):
     def write_tasks(self, path: Path, tasks: Iterable[tuple[int, str]], root: Path | None = None) -> int:
         return write_tasks_v30(path, tasks, root=root)
 
-    def counted_totals(self, info: dict[str, Any], *, episodes: int, cameras: int) -> dict[str, int]:
+    def counted_totals(self, *, episodes: int, cameras: int, chunks_size: int) -> dict[str, int]:
         return {}
 
     def is_rewritten(self, rel: str) -> bool:

@@ -830,7 +830,8 @@ def _info(info: dict[str, Any], *, episodes: int, frames: int, tasks: int, camer
     doc.update(total_episodes=episodes, total_frames=frames, total_tasks=tasks,
                splits={"train": f"0:{episodes}"})
     # the totals the format counts from the episodes (v2.1: total_videos, total_chunks), where info.json has them
-    counted = format_of(info).counted_totals(info, episodes=episodes, cameras=cameras)
+    counted = format_of(info).counted_totals(episodes=episodes, cameras=cameras,
+                                             chunks_size=int(info.get("chunks_size", 1000)))
     doc.update({k: v for k, v in counted.items() if k in info})
     return doc
 
