@@ -14,10 +14,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -332,6 +334,32 @@ def v21_episode_line(index: int, tasks: tuple[str, ...], length: int) -> dict[st
 
 def v21_stats_line(index: int, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"episode_index": index, "stats": stats}
+
+class V21EpisodesWriter:
+    """meta/episodes.jsonl and (with `stats`) meta/episodes_stats.jsonl, a line per episode (streaming: nothing is
+    held), each renamed into place when the writer closes without an error, else removed (`atomic.LineWriter`)."""
+
+    def __init__(self, out: Path, *, stats: bool = True) -> None:
+        self._stack = contextlib.ExitStack()
+        with self._stack as stack:
+            self.episodes = stack.enter_context(atomic.LineWriter(out / EPISODES_REL, out))
+            self.stats = stack.enter_context(atomic.LineWriter(out / EPISODES_STATS_REL, out)) if stats else None
+            self._stack = stack.pop_all()
+
+    def add(self, line: dict[str, Any]) -> None:
+        """One episode's line of episodes.jsonl (`v21_episode_line`, or a source's line renumbered)."""
+        self.episodes.write_json_line(line)
+
+    def add_stats(self, index: int, stats: dict[str, dict[str, Any]]) -> None:
+        """One episode's line of episodes_stats.jsonl."""
+        assert self.stats is not None
+        self.stats.write_json_line(v21_stats_line(index, stats))
+
+    def __enter__(self) -> V21EpisodesWriter:
+        return self
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stack.__exit__(typ, exc, tb)
 
 
 def _write_v21_stats_anew(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str],

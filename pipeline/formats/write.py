@@ -7,7 +7,8 @@
   (`video.g`, `video.crf`, `video.preset`, `video.bf`), and what prep did as `prep.*` keys inside
   the feature's `info` (LeRobot ignores unknown keys there);
 - image stats of the re-encoded cameras recomputed from the output files with LeRobot's sampling
-  (v2.1 `meta/episodes_stats.jsonl`, v3.0 `stats/<camera>/*` columns of `meta/episodes/*.parquet`,
+  (the episode metadata by the format's own writer, `Format.write_reencoded_episodes`: v2.1
+  `meta/episodes_stats.jsonl`, v3.0 `stats/<camera>/*` columns of `meta/episodes/*.parquet`;
   `meta/stats.json` of either version when present): min, max, mean, std, count; quantile keys of
   those cameras (LeRobot 0.4's q01..q99), if any, are removed; every other feature's stats are kept;
 - v3.0 `videos/<camera>/from_timestamp|to_timestamp` set to the episode's frames in the new file.

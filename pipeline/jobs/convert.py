@@ -44,13 +44,13 @@ from pipeline.formats import VERSIONS, format_of, read_info
 from pipeline.formats.plan import DATA_SIZE_MEASURES, DataSplitUnit, PlanItem, VideoCutUnit, placements_of, units_of
 from pipeline.formats.v21 import (
     EPISODES_STATS_REL,
+    V21EpisodesWriter,
     info_to_v21,
     iter_v21_episodes,
     iter_v21_stats,
     iter_v21_tasks,
     plan_v30_to_v21,
     v21_episode_line,
-    v21_stats_line,
     write_tasks_v21,
 )
 from pipeline.formats.v30 import (
@@ -303,11 +303,10 @@ def publish_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOpti
     cameras = video_keys(info, src / "meta/info.json")
     report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", iter_v30_tasks(src), root=out)
     episodes = frames = 0
-    with atomic.LineWriter(out / "meta/episodes.jsonl", out) as eps, \
-            atomic.LineWriter(out / "meta/episodes_stats.jsonl", out) as st:
+    with V21EpisodesWriter(out) as writer:
         for ep, row in iter_v30_episodes(src, info, cameras):
-            eps.write_json_line(v21_episode_line(ep.index, ep.tasks, ep.length))
-            st.write_json_line(v21_stats_line(ep.index, stats_of_row(row)))
+            writer.add(v21_episode_line(ep.index, ep.tasks, ep.length))
+            writer.add_stats(ep.index, stats_of_row(row))
             episodes += 1
             frames += ep.length
     copy_root_files(src, out)

@@ -24,7 +24,6 @@ with another selection is refused); `<out>/prep/output.lock` while running.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
@@ -48,6 +47,7 @@ from pipeline.formats.plan import file_mb, parquet_uncompressed_mb
 from pipeline.formats.v21 import (
     EPISODES_REL,
     EPISODES_STATS_REL,
+    V21EpisodesWriter,
     iter_episode_lines,
     iter_v21_episode_lines,
     iter_v21_stats,
@@ -859,13 +859,11 @@ def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
     episodes = frames = 0
     agg = StatsAggregator()
     with_stats = all((s.src / EPISODES_STATS_REL).is_file() for s in sources)
-    with contextlib.ExitStack() as stack:
-        eps = stack.enter_context(atomic.LineWriter(out / "meta/episodes.jsonl", out))
-        st = stack.enter_context(atomic.LineWriter(out / "meta/episodes_stats.jsonl", out)) if with_stats else None
+    with V21EpisodesWriter(out, stats=with_stats) as writer:
         for s in sources:
             # episodes.jsonl and episodes_stats.jsonl both list episodes 0, 1, 2, ... (checked as they are read),
             # so each episode's stats are moved in step with its line: no per-episode map is held
-            stats_of = iter_v21_stats(s.src) if st is not None else None
+            stats_of = iter_v21_stats(s.src) if with_stats else None
             pending: tuple[int, dict[str, Any]] | None = None
             old_from, new_from = 0, s.index_offset
             for _lineno, idx, length, _tasks, obj in iter_episode_lines(s.src / EPISODES_REL):
@@ -877,13 +875,13 @@ def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
                             stats_of = None
                             break
                 if new is not None:
-                    eps.write_json_line({**obj, "episode_index": new})
-                    if st is not None and pending is not None and pending[0] == idx:
+                    writer.add({**obj, "episode_index": new})
+                    if with_stats and pending is not None and pending[0] == idx:
                         fixed = renumbered_stats(pending[1], episode_delta=new - idx,
                                                  index_delta=new_from - old_from,
                                                  task_map=_old_tasks(obj.get("tasks") or [], s.tasks))
                         agg.add(fixed, episode=idx)
-                        st.write_json_line({"episode_index": new, "stats": fixed})
+                        writer.add_stats(new, fixed)
                     new_from += length
                     episodes += 1
                     frames += length
