@@ -1,7 +1,9 @@
 """The LeRobot formats prep reads and writes, one module each, and the one place that dispatches between them.
 
+- `base.py`: what every format provides (`Format`), and the rules and records the format modules share;
 - `v21.py`: LeRobot v2.1 (lerobot 0.3.x): one parquet and one mp4 per camera per episode, metadata in JSON Lines;
 - `v30.py`: LeRobot v3.0 (lerobot 0.4.x, 0.6.x): many episodes per parquet and per mp4, metadata in parquet;
+- `jsonl.py`: JSON Lines read a block at a time (every `.jsonl` read goes through it);
 - `plan.py`: the conversion plan's records (an episode as each reader streams it, one output file per unit);
 - `hf.py`: the Hugging Face `datasets` features stored in a data parquet, as each version's LeRobot writes them;
 - `problems.py` and `validate.py`: every metadata file checked against its rules before a job starts;
@@ -12,8 +14,9 @@
 jobs call it instead of comparing `codebase_version` strings. `open_dataset` opens a dataset read-only into the
 columnar model (`pipeline.dataset`), `read_info` reads and checks its info.json.
 
-A new format (v3.1's language columns, a Lance-backed dataset) is one module here and one line in `_LOADERS`. The
-module provides, as its `FORMAT` (a `Format` subclass):
+A new format (v3.1's language columns, a Lance-backed dataset) is one module here and its loader in `_LOADERS`
+(`read_info` then accepts its `codebase_version`). The module provides, as its `FORMAT` (a `Format` subclass; a
+format close to another subclasses that one's and replaces its reader and writer):
 
 - its constants: `version`, `layout` (the path templates' fields; whether episodes share files), the paths of its
   tasks, episodes and per-episode stats, the data and video path templates it writes;
@@ -23,6 +26,10 @@ module provides, as its `FORMAT` (a `Format` subclass):
 - one metadata writer (`write_tasks`, `counted_totals`, `write_reencoded_episodes`, and its episode metadata
   writer for edit and convert);
 - its checks (`check_files`) and its packing rule (which episodes share an output file).
+
+The edit and convert jobs plan by layout (`Format.layout.shares_files`): a file per episode (copied or cut out),
+or files many episodes share (LeRobot's packing, splices); their shared-files path calls v3.0's strict reader and
+episodes writer by name, the seam a second shared-files format would widen into `Format` methods.
 
 This module stays light: the format modules (pyarrow, numpy) are imported on first use.
 """
