@@ -35,8 +35,8 @@ import pyarrow.parquet as pq
 from masking import masked
 
 from pipeline import atomic
-from pipeline.convert.meta import exact_offsets_error
 from pipeline.dataset.info import video_keys
+from pipeline.formats.v30 import exact_offsets_error
 from pipeline.runner import machine_cores
 from pipeline.synth import SynthSpec, write_synthetic
 

@@ -162,7 +162,7 @@ def reset():
 root, out, edit, full = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4] == "full"
 from pipeline.jobs import edit as E
 from pipeline.stages.edit import SpliceCheckUnit
-from pipeline.dataset.info import read_info
+from pipeline.formats import read_info
 n = int(read_info(root)["total_episodes"])
 drop = tuple(i for i in range(n) if i % 5 in (1, 3)) if edit == "drop40" else (1, n // 2, n - 2)
 options = E.EditOptions(drop=drop)

@@ -61,7 +61,7 @@ from masking import masked
 
 from pipeline import __version__, atomic
 from pipeline.clock import utc_now
-from pipeline.dataset import open_dataset
+from pipeline.formats import open_dataset
 from pipeline.jobs.reencode import reencode_dataset
 from pipeline.runner import RunConfig, machine_cores, open_engine
 from pipeline.stages.reencode import ReencodeOptions, check_output, reencode_unit, reencode_units

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from distributed import Client, LocalCluster
 
-from pipeline.dataset import open_dataset
+from pipeline.formats import open_dataset
 from pipeline.jobs.scan import scan_dataset
 from pipeline.runner import RunConfig, open_engine
 from pipeline.stages.scan import scan_unit, scan_units

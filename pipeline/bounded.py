@@ -6,7 +6,7 @@ recursive consumer (JSON Schema validation, a shape walk, pickling to a worker).
 checked before it is parsed:
 
 - its size: at most `MAX_JSON_CHARS` / `MAX_TOML_BYTES` (a line of a JSON Lines file is bounded as it
-  is read, `pipeline.dataset.v21.iter_lines`);
+  is read, `pipeline.formats.jsonl.iter_lines`);
 - its nesting: at most `MAX_DEPTH` levels. A text with no more than `MAX_DEPTH` opening brackets cannot
   be deeper (the common case: one `str.count`, C speed); any other is scanned, strings skipped, and
   the first place that goes deeper is named: line, column and the key path to it.

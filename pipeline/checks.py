@@ -4,7 +4,7 @@ A LeRobot dataset is read by one line of readers per format (`Reader`): v2.1 by 
 commit 0cf8648, reads like 0.3.3), v3.0 by lerobot 0.4.x and 0.6.x. Each `Check` declares:
 
 - `name`, as findings (`CheckFailure.check`) and metadata problems (`Problems.rule`) carry it;
-- `scope`: a metadata rule (checked before a job starts, `pipeline.dataset.validate`), a dataset-level finding,
+- `scope`: a metadata rule (checked before a job starts, `pipeline.formats.validate`), a dataset-level finding,
   a finding about a whole file (in v3.0 it fails every episode of the file), one episode's, or a check of a file
   prep writes (reencode, convert, edit);
 - `severity`, per reader generation: what that reader does with a finding (`Severity`; None, or a reader left
@@ -83,7 +83,7 @@ READER_CHOICES = ("all", *(r.value for r in Reader))  # --reader (plain strings:
 
 
 class Scope(StrEnum):
-    METADATA = "metadata"  # a metadata rule, checked before a job starts (`pipeline.dataset.validate`)
+    METADATA = "metadata"  # a metadata rule, checked before a job starts (`pipeline.formats.validate`)
     DATASET = "dataset"  # a dataset-level finding (metadata files, totals, numbering)
     FILE = "file"  # about a whole file (not one span of it): in v3.0 it fails every episode in the file
     EPISODE = "episode"  # about one episode (of a file it may share)
@@ -169,7 +169,7 @@ REPAIR_NAMES = tuple(r.name for r in REPAIRS_DECLARED)
 _DECODE = "`--decode`"
 
 DECLARED: tuple[Check, ...] = (
-    # ---- the metadata rules (pipeline.dataset.validate): docs/verify.md "Metadata rules" ----
+    # ---- the metadata rules (pipeline.formats.validate): docs/verify.md "Metadata rules" ----
     rule("info_json", "meta/info.json against lerobot_info.schema.json (fps, features, paths, totals, file sizes; "
          "the keys of info_json_unread apart)",
          {R3: "utils.py: load_info (LeRobotDatasetMetadata.load_metadata)",

@@ -22,6 +22,7 @@ from PIL import Image
 
 from pipeline import atomic
 from pipeline.dataset.stats import aggregate, array_stats, image_stats
+from pipeline.formats import FORMATS
 
 DEFAULT_CAMERAS = (
     "observation.images.cam_high",
@@ -194,12 +195,10 @@ def write_synthetic(root: Path | str, spec: SynthSpec | None = None, **overrides
         spec = SynthSpec(**{**{f: getattr(spec, f) for f in spec.__slots__}, **overrides})
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    if spec.version == "v2.1":
-        _write_v21(root, spec)
-    elif spec.version == "v3.0":
-        _write_v30(root, spec)
-    else:
+    if spec.version not in FORMATS:
         raise ValueError(f"unsupported synthetic version {spec.version!r} (v2.1 or v3.0)")
+    # episodes sharing files (v3.0) or a file per episode (v2.1)
+    (_write_v30 if FORMATS[spec.version].layout.shares_files else _write_v21)(root, spec)
     return root
 
 

@@ -24,7 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from av.video.frame import PictureType
 
-from pipeline.dataset import open_dataset, resolve_inside
+from pipeline.dataset import resolve_inside
+from pipeline.formats import open_dataset
 
 TIME_BASE_PER_FRAME = 1000  # output pts ticks per frame interval: exact i/fps and half-frame shifts
 

@@ -20,11 +20,12 @@ from pipeline.bounded import (
     loads_toml,
     read_json,
 )
-from pipeline.dataset.template import FIELDS, check_template
+from pipeline.dataset.template import check_template
 from pipeline.errors import DatasetError
+from pipeline.formats import FORMATS
 
-V21 = FIELDS["v2.1"]
-V30 = FIELDS["v3.0"]
+V21 = FORMATS["v2.1"].layout.path_fields
+V30 = FORMATS["v3.0"].layout.path_fields
 
 
 @pytest.mark.parametrize("text,fields,values,expected", [
@@ -130,7 +131,7 @@ def test_toml_within_the_bound(tmp_path: Path) -> None:
 def test_jsonl_line_bound_refuses_as_it_reads(tmp_path: Path) -> None:
     """A JSON Lines line longer than the bound is refused by `iter_lines` while it is read (a file with
     no newline is never held whole), naming the file and the line."""
-    from pipeline.dataset.v21 import iter_lines
+    from pipeline.formats.jsonl import iter_lines
 
     path = tmp_path / "episodes.jsonl"
     path.write_text('{"a": 1}\n' + "x" * 50 + "\n")

@@ -17,9 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import atomic
-from pipeline.convert.layout import Limits
-from pipeline.convert.source import stats_of_row
-from pipeline.dataset import open_dataset
+from pipeline.formats import open_dataset
+from pipeline.formats.v30 import Limits, stats_of_row
 from pipeline.jobs.convert import ConvertOptions, ConvertRefused, ConvertReport, convert_dataset
 from pipeline.jobs.verify import verify_in_process
 from pipeline.rates import frames_to_seconds

@@ -1,4 +1,4 @@
-"""The conversion plan (pipeline/convert/layout.py): LeRobot's packing rule, exact offsets, determinism,
+"""The conversion plan (pipeline/formats/plan.py, v30.py, v21.py): LeRobot's packing rule, exact offsets, determinism,
 streaming, and the v3.0 -> v2.1 per-episode layout."""
 
 from __future__ import annotations
@@ -8,21 +8,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.convert.layout import (
+from pipeline.formats.plan import (
     DataConcatUnit,
-    Limits,
     Placement,
     V21Episode,
     V30Episode,
     V30Video,
     VideoConcatUnit,
-    next_chunk_file,
     placements_of,
-    plan_keyframe_checks,
-    plan_v21_to_v30,
-    plan_v30_to_v21,
     units_of,
 )
+from pipeline.formats.v21 import plan_v30_to_v21
+from pipeline.formats.v30 import Limits, next_chunk_file, plan_keyframe_checks, plan_v21_to_v30
 from pipeline.rates import frames_to_seconds
 
 CAMS = ("cam_a", "cam_b")

@@ -1,4 +1,4 @@
-"""Conversion metadata (pipeline/convert/meta.py, hf.py, source.py): info.json both ways, tasks, episode
+"""Conversion metadata (pipeline/formats/v21.py, v30.py, hf.py): info.json both ways, tasks, episode
 rows, stats aggregation as LeRobot does it, incremental writers, strict source readers."""
 
 from __future__ import annotations
@@ -13,19 +13,20 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.atomic import TEMP_MARK
-from pipeline.convert.hf import features_from_info, retarget, target_metadata
-from pipeline.convert.layout import Limits, Placement, VideoPlace
-from pipeline.convert.meta import (
-    V30EpisodesWriter,
-    info_to_v21,
-    info_to_v30,
-    v30_episode_row,
-    write_tasks_v21,
-    write_tasks_v30,
-)
-from pipeline.convert.source import iter_v21_episode_lines, iter_v21_tasks, iter_v30_tasks, stats_of_row
 from pipeline.dataset.stats import StatsAggregator
 from pipeline.errors import DatasetError
+from pipeline.formats.hf import features_from_info, retarget, target_metadata
+from pipeline.formats.plan import Placement, VideoPlace
+from pipeline.formats.v21 import info_to_v21, iter_v21_episode_lines, iter_v21_tasks, write_tasks_v21
+from pipeline.formats.v30 import (
+    Limits,
+    V30EpisodesWriter,
+    info_to_v30,
+    iter_v30_tasks,
+    stats_of_row,
+    v30_episode_row,
+    write_tasks_v30,
+)
 
 
 def real_info(real_v21: Path) -> dict:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.dataset import open_dataset, resolve_inside
+from pipeline.dataset import resolve_inside
 from pipeline.errors import DatasetError, EpisodeError
+from pipeline.formats import open_dataset
 from pipeline.stages.scan import scan_unit, scan_units
 
 

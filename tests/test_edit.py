@@ -17,10 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
-from pipeline.convert.source import iter_v21_stats, stats_of_row
-from pipeline.dataset import open_dataset
 from pipeline.dataset.stats import StatsAggregator
 from pipeline.errors import PrepError
+from pipeline.formats import open_dataset
+from pipeline.formats.v21 import iter_v21_stats
+from pipeline.formats.v30 import stats_of_row
 from pipeline.jobs.edit import EditOptions, EditRefused, EditReport, edit_dataset, ranges
 from pipeline.jobs.verify import verify_in_process
 from pipeline.rates import frames_to_seconds

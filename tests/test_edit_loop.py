@@ -25,7 +25,8 @@ import inject
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.dataset import open_dataset, resolve_inside
+from pipeline.dataset import resolve_inside
+from pipeline.formats import open_dataset
 from pipeline.synth import SynthSpec, write_synthetic
 
 CAMS = ("observation.images.cam_high", "observation.images.wrist")

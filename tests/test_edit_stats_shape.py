@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.convert.source import stats_of_row
 from pipeline.dataset.stats import shaped_like
+from pipeline.formats.v30 import stats_of_row
 from pipeline.jobs.edit import EditOptions, edit_dataset
 from pipeline.runner import RunConfig, open_engine
 from pipeline.synth import SynthSpec, write_synthetic

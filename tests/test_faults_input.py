@@ -177,7 +177,7 @@ def test_deep_json_refused(case: tuple[str, str, Callable[[Path], tuple[str, str
     args, out = command_args(command, src, tmp_path, layout)
     pattern = re.compile(re.escape(str(src / rel)) + message)
     if command == "scan" and case_id.startswith("stats-json"):
-        # scan does not need meta/stats.json to count storage and hours (pipeline/dataset/rules.py): the same
+        # scan does not need meta/stats.json to count storage and hours (pipeline/checks.py): the same
         # one line, as a warning, and the scan goes on
         r = prep(*args, timeout=TIMEOUT_S)
         assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"

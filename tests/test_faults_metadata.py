@@ -1,6 +1,6 @@
 """Bad metadata through every job: `prep scan`, `prep verify` and `prep reencode` (real CLI subprocesses).
 A job refuses the dataset before any unit runs when the rule is one a reader of the format line refuses for
-(pipeline/dataset/rules.py; scan only for the files it needs to count storage and hours): exit 2, one line per
+(pipeline/checks.py; scan only for the files it needs to count storage and hours): exit 2, one line per
 problem naming file, line or row, field and value, no traceback, nothing written (no manifest, no report,
 no output folder), no engine started, the source unchanged. Otherwise it warns with the same line and goes on
 (exit 0 on this otherwise sound corpus), the source unchanged."""

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.cli import main
-from pipeline.convert.layout import Limits
-from pipeline.convert.meta import info_to_v21, info_to_v30
+from pipeline.formats.v21 import info_to_v21
+from pipeline.formats.v30 import Limits, info_to_v30
 from pipeline.synth import SynthSpec, write_synthetic
 
 NATIVE = Path(__file__).resolve().parent / "data" / "lerobot061_native_info.json"

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.checks import found_severity
-from pipeline.dataset import open_dataset
 from pipeline.dataset.features import is_depth_feature, is_depth_flagged, lerobot06_depth_codec_problem
+from pipeline.formats import open_dataset
 from pipeline.jobs.reencode import reencode_dataset
 from pipeline.jobs.verify import verify_in_process
 from pipeline.runner import RunConfig, open_engine

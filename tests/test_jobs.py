@@ -17,7 +17,7 @@ from faults_support import group_members, wait_group_gone
 from inject import drop_frame
 from test_scan import prep
 
-from pipeline.dataset import open_dataset
+from pipeline.formats import open_dataset
 from pipeline.jobs import parts
 from pipeline.jobs.scan import scan_dataset
 from pipeline.jobs.verify import verify_in_process, write_report_file

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pipeline.dataset import open_dataset  # noqa: E402
+from pipeline.formats import open_dataset  # noqa: E402
 from pipeline.loader.dataset import PrepFrameDataset  # noqa: E402
 from pipeline.loader.resize import letterbox_shape, resize_with_pad  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402

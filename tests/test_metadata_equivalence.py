@@ -15,9 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from legacy_metadata import legacy_v21, legacy_v30
 
-from pipeline.dataset import open_dataset
-from pipeline.dataset.info import read_info
 from pipeline.errors import DatasetError
+from pipeline.formats import open_dataset, read_info
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 CAMS = ("cam", "wrist")

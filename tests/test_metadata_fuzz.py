@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.dataset import open_dataset
 from pipeline.errors import DatasetError
+from pipeline.formats import open_dataset
 
 json_scalars = (
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=True) | st.text(max_size=12)

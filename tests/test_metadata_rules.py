@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.checks import decide, metadata_rules
-from pipeline.dataset.validate import validate_metadata
 from pipeline.errors import MetadataError
+from pipeline.formats.validate import validate_metadata
 from pipeline.jobs.reencode import reencode_dataset
 from pipeline.jobs.verify import verify_in_process
 from pipeline.runner import RunConfig, open_engine

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.dataset import open_dataset
+from pipeline.formats import open_dataset
 from pipeline.video.checks import Span, VideoExpect, check_video
 from pipeline.video.probe import probe_video
 

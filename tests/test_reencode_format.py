@@ -15,8 +15,8 @@ import av
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.convert.layout import Limits
-from pipeline.dataset import open_dataset
+from pipeline.formats import open_dataset
+from pipeline.formats.v30 import Limits
 from pipeline.jobs.convert import ReencodeAsReport, reencode_as
 from pipeline.jobs.verify import verify_in_process
 from pipeline.runner import RunConfig, open_engine

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import pipeline.stages.reencode as stage
-from pipeline.dataset import open_dataset
+from pipeline.formats import open_dataset
 from pipeline.stages.reencode import ReencodeOptions, reencode_unit, reencode_units, stats_sidecar
 from pipeline.synth import SynthSpec, write_synthetic
 

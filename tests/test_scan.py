@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.dataset import open_dataset
+from pipeline.formats import open_dataset
 from pipeline.manifest import load_manifest
 from pipeline.schemas import validate
 from pipeline.stages.scan import scan_unit, scan_units

@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.convert.layout import Limits
-from pipeline.dataset import open_dataset
+from pipeline.formats import open_dataset
+from pipeline.formats.v30 import Limits
 from pipeline.jobs.convert import ConvertOptions, convert_dataset
 from pipeline.jobs.reencode import reencode_dataset
 from pipeline.jobs.verify import verify_in_process

@@ -1,4 +1,4 @@
-"""pipeline/dataset/validate.py: the metadata rules on real and synthetic datasets, the cap on listed
+"""pipeline/formats/validate.py: the metadata rules on real and synthetic datasets, the cap on listed
 problems, and the shape cache (a cached verdict must equal the schema's own on every line)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.dataset.validate import MAX_LISTED, ShapeCache, _validator, open_validated, shape, validate_metadata
 from pipeline.errors import MetadataError
+from pipeline.formats.problems import MAX_LISTED, ShapeCache, _validator, shape
+from pipeline.formats.validate import open_validated, validate_metadata
 from pipeline.synth import SynthSpec, write_synthetic
 
 
@@ -88,7 +89,7 @@ def test_schema_errors_name_the_top_level_key(tmp_path: Path) -> None:
     """validate_metadata classifies info.json's problems by the error's own path, not by re-parsing its text:
     a nested bad value (features/<name>/dtype) and top-level ones (robot_type, splits) carry their key; a missing
     required key carries None (a problem of the object itself)."""
-    from pipeline.dataset.validate import schema_errors
+    from pipeline.formats.problems import schema_errors
 
     root = write_synthetic(tmp_path / "ds", SynthSpec(episodes=1, frames=4, height=32, width=32))
     info = json.loads((root / "meta/info.json").read_text())

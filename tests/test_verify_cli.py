@@ -87,7 +87,7 @@ def test_metadata_breaking_its_schema_is_refused_before_any_unit(
     small_v21: Path, copy_dataset: Callable[[Path, str], Path],
 ) -> None:
     """A record that breaks schemas/lerobot_episode.schema.json refuses the dataset (exit 2) with one line
-    naming file, line, field and value; no episode is verified (pipeline/dataset/validate.py)."""
+    naming file, line, field and value; no episode is verified (pipeline/formats/validate.py)."""
     root = copy_dataset(small_v21, "meta")
     lines = (root / "meta/episodes.jsonl").read_text().splitlines()
     rec = json.loads(lines[1])

@@ -19,12 +19,13 @@ from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
 from pipeline.commands.common import SmallInput, add_run_options, outcome_lines, plural, run_config
 from pipeline.errors import PrepError
+from pipeline.formats import VERSIONS
 from pipeline.text import printable_lines
 
 if TYPE_CHECKING:
     from pipeline.jobs.convert import ConvertReport
 
-FORMATS = ("v2.1", "v3.0")  # = pipeline.jobs.convert.FORMATS (not imported here: the job imports pyarrow)
+FORMATS = VERSIONS  # pipeline.formats is light: a format's module (pyarrow) loads on first use
 
 
 def positive_mb(text: str) -> float:
@@ -49,7 +50,7 @@ def add_limit_options(p: argparse.ArgumentParser) -> None:
 
 
 def limits_of(args: argparse.Namespace) -> Any:
-    from pipeline.convert.layout import Limits
+    from pipeline.formats.v30 import Limits
 
     return Limits(chunks_size=args.chunks_size, data_files_size_in_mb=args.data_file_size_mb,
                   video_files_size_in_mb=args.video_file_size_mb)

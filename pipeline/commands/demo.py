@@ -83,6 +83,7 @@ def _demo(args: argparse.Namespace, engine: Any) -> int:
     from pipeline.commands import reencode as reencode_cmd
     from pipeline.commands import verify as verify_cmd
     from pipeline.commands.scan import summary
+    from pipeline.formats import VERSIONS
     from pipeline.jobs.convert import ConvertOptions, convert_dataset
     from pipeline.jobs.reencode import reencode_dataset
     from pipeline.jobs.scan import scan_dataset
@@ -128,7 +129,7 @@ def _demo(args: argparse.Namespace, engine: Any) -> int:
         verified = verify_dataset(prepared_root, options, engine, json_path=out / "verify.json")
         print(verify_cmd.summary(verified))
 
-        other = "v3.0" if args.version == "v2.1" else "v2.1"
+        other = next(v for v in VERSIONS if v != args.version)  # the other format
         print(f"\n[demo] step 4/5: prep convert merged_224 --to {other} (stream copy of the all-intra files)")
         converted = convert_dataset(prepared_root, work / f"merged_224_{other.replace('.', '')}",
                                     ConvertOptions(other), engine, all_intra=True)

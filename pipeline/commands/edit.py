@@ -198,7 +198,7 @@ def run_to(args: argparse.Namespace) -> int:
     """`--to FORMAT`: the edit or merge staged in the source's format, then converted (a no-op when FORMAT is
     the source's)."""
     from pipeline.commands.convert import summary as convert_summary
-    from pipeline.dataset.info import read_info
+    from pipeline.formats import read_info
     from pipeline.jobs.edit import EditOptions, edit_as, edit_dataset, merge_datasets
     from pipeline.runner import open_engine
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.dataset.model import Dataset
-from pipeline.dataset.template import FIELDS, Template, cached_template
+from pipeline.dataset.template import Template, cached_template
 from pipeline.errors import DatasetError
 
 NUMBER = r"(-?\d+)"
@@ -41,11 +41,11 @@ class FileIndex:
 
     def __init__(self, ds: Dataset) -> None:
         self.ds = ds
-        self.version = ds.codebase_version
+        self.shares_files = ds.layout.shares_files
         self.chunks_size = ds.info.get("chunks_size", 1000)
         self._kinds: list[tuple[str, str, Template, re.Pattern[str], list[str]]] = []
         video_tpl, data_tpl = ds.info.get("video_path"), ds.info.get("data_path")
-        fields = FIELDS[self.version]
+        fields = ds.layout.path_fields
         where = str(ds.root / "meta/info.json")
         if isinstance(video_tpl, str):
             tpl = cached_template(video_tpl, where, "video_path", fields["video_path"])
@@ -58,7 +58,7 @@ class FileIndex:
                                 names))
         self._files: dict[str, set[tuple[int, ...]]] = {}
 
-    def _referenced_v30(self, kind: str, chunk: int, file: int) -> bool:
+    def _referenced_shared(self, kind: str, chunk: int, file: int) -> bool:
         if kind not in self._files:
             assert self.ds.file_keys is not None
             keys = np.stack(self.ds.file_keys(kind), axis=1) if len(self.ds.episodes) else np.zeros((0, 2), int)
@@ -71,8 +71,8 @@ class FileIndex:
                 return False
         except (DatasetError, KeyError):
             return False
-        if self.version == "v3.0":
-            return self._referenced_v30(kind, values.get("chunk_index", 0), values.get("file_index", 0))
+        if self.shares_files:  # a file is named by its (chunk_index, file_index) columns
+            return self._referenced_shared(kind, values.get("chunk_index", 0), values.get("file_index", 0))
         index = values.get("episode_index")
         if index is None:  # a template without the episode: any file it gives is the dataset's
             return True

@@ -1,20 +1,19 @@
-"""Reading and checking `meta/info.json`, common to both layouts."""
+"""`meta/info.json`: the JSON file and what the model reads of it (cameras, path templates), whatever the format.
+
+`pipeline.formats.read_info` reads it and checks it is a dataset of a format prep reads."""
 
 from __future__ import annotations
 
 import json
-import math
-import os
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from pipeline.bounded import JsonBoundError, read_json
 from pipeline.dataset.features import declared_pix_fmt, is_depth_flagged, is_high_bit_gray
-from pipeline.dataset.model import SUPPORTED_VERSIONS, CameraInfo
-from pipeline.dataset.template import cached_template, check_info_templates
+from pipeline.dataset.model import CameraInfo
+from pipeline.dataset.template import cached_template, inside_root
 from pipeline.errors import DatasetError
-from pipeline.text import shown
 
 INFO_REL = "meta/info.json"
 
@@ -30,47 +29,6 @@ def read_json_file(path: Path) -> Any:
     except json.JSONDecodeError as exc:
         what = "JSON refused" if isinstance(exc, JsonBoundError) else "invalid JSON"
         raise DatasetError(path, f"{what} at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-
-
-def read_info(root: Path) -> dict[str, Any]:
-    """`meta/info.json` as a dict, after checking that this is a dataset of a supported version."""
-    if not root.exists():
-        raise DatasetError(root, "no such dataset folder")
-    if not root.is_dir():
-        raise DatasetError(root, "not a folder")
-    path = root / INFO_REL
-    if not path.is_file():
-        raise DatasetError(
-            path,
-            "missing: not a LeRobot dataset (found no meta/info.json; "
-            f"supported codebase_version: {', '.join(SUPPORTED_VERSIONS)})",
-        )
-    info = read_json_file(path)
-    if not isinstance(info, dict):
-        raise DatasetError(path, f"expected a JSON object, found {type(info).__name__}")
-    version = info.get("codebase_version")
-    if version not in SUPPORTED_VERSIONS:
-        raise DatasetError(
-            path,
-            f"unsupported codebase_version {version!r} (supported: {', '.join(SUPPORTED_VERSIONS)}; "
-            "convert older datasets with LeRobot's converters first)",
-        )
-    storage = info.get("storage_format")
-    if storage is not None and storage != "parquet":
-        # LeRobot main reads Lance-backed datasets ("storage_format": "lance"): their rows are not in
-        # data/*.parquet, so every count and check prep makes would be wrong. Refused before anything is read.
-        raise DatasetError(path, f"storage_format {shown(storage)}: prep reads datasets stored as parquet only "
-                                 "(storage_format absent or \"parquet\")")
-    fps = info.get("fps")
-    if isinstance(fps, bool) or not isinstance(fps, int | float) or not math.isfinite(fps) or fps <= 0:
-        raise DatasetError(path, f"invalid fps {fps!r}: expected a positive number")
-    for key in ("data_path", "features"):
-        if key not in info:
-            raise DatasetError(path, f"missing key {key!r}")
-    if not isinstance(info["features"], dict):
-        raise DatasetError(path, f"'features' must be an object, found {type(info['features']).__name__}")
-    check_info_templates(info, path)  # before anything fills one: attribute access, huge widths, NUL
-    return info
 
 
 def cameras_from_info(info: dict[str, Any], path: Path) -> tuple[CameraInfo, ...]:
@@ -117,15 +75,6 @@ def format_template(template: str, path: Path | str, allowed: Collection[str], *
     key = key or ("video_path" if "video_key" in allowed else "data_path")
     tpl = cached_template(template, str(path), key, frozenset(allowed))
     return inside_root(tpl.fill(**values), template, path, key)
-
-
-def inside_root(rel: str, template: str, path: Path | str, key: str) -> str:
-    """A filled template's path, normalised; refused when it is absolute or leaves the dataset root."""
-    norm = os.path.normpath(rel)
-    if os.path.isabs(rel) or norm == ".." or norm.startswith(".." + os.sep):
-        raise DatasetError(path, f"{key}: template {shown(template)} gives {shown(rel)}, which leaves the "
-                                 "dataset root")
-    return norm.replace(os.sep, "/")
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -1,6 +1,8 @@
 """The dataset model: columnar episode metadata, and slotted `Episode` records made on demand.
 
-A `Dataset` is what `open_dataset` reads from a LeRobot root (format v2.1 or v3.0). `ds.episodes`
+A `Dataset` is what a format's reader (`pipeline.formats.open_dataset`) reads from a LeRobot root; the model
+knows no format: what it needs of one (the path templates' fields, whether episodes share files) is the
+dataset's `Layout`, which the reader sets. `ds.episodes`
 is a sequence of `Episode` records over numpy columns (`pipeline.dataset.table`): millions of
 episodes cost tens of bytes each, and a record (with its paths) exists only while a unit uses it.
 Paths inside records are POSIX paths relative to the dataset root; `resolve_inside` turns them into
@@ -28,8 +30,22 @@ from pipeline.errors import EpisodeError
 if TYPE_CHECKING:
     from pipeline.dataset.table import EpisodeTable, Groups
 
-SUPPORTED_VERSIONS = ("v2.1", "v3.0")
 MAX_REJECTED_KEPT = 10_000  # rejected metadata records kept with their reason (all are counted)
+
+
+@dataclass(slots=True, frozen=True)
+class Layout:
+    """What the model needs of a format's file layout (set by the format's reader, `pipeline.formats`): the
+    fields each info.json path template may use, and whether episodes share files."""
+
+    data_fields: frozenset[str]  # of `data_path`
+    video_fields: frozenset[str]  # of `video_path`
+    shares_files: bool  # many episodes per data and video file, named by chunk/file index columns (v3.0)
+
+    @property
+    def path_fields(self) -> dict[str, frozenset[str]]:
+        """info.json template key -> the fields it may use."""
+        return {"data_path": self.data_fields, "video_path": self.video_fields}
 
 
 @dataclass(slots=True, frozen=True)
@@ -131,6 +147,7 @@ class Dataset:
     info: dict[str, Any]
     cameras: tuple[CameraInfo, ...]
     episodes: EpisodeTable
+    layout: Layout
     tasks: dict[int, str] = field(default_factory=dict)
     file_keys: Callable[[str], list[np.ndarray]] | None = None  # "data" | camera -> columns naming the file
     rejected_count: int = 0  # metadata records refused (see the `Rejected` list open_dataset returns)
@@ -143,7 +160,7 @@ class Dataset:
     # verify report them as warnings, no command refuses the dataset for them
     warnings: list[str] = field(default_factory=list)
     warnings_total: int = 0
-    # the metadata rules no reader of the format line refuses (pipeline.dataset.rules): (rule, line)
+    # the metadata rules no reader of the format line refuses (pipeline.checks): (rule, line)
     rule_warnings: list[tuple[str, str]] = field(default_factory=list)
     rule_warnings_total: int = 0
     _groups: dict[str, Groups] = field(default_factory=dict)

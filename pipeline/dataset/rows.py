@@ -9,7 +9,7 @@ and the rejected records come out in the order they were found.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,7 @@ class RowBuilder:
         self._buf["task_ids"] = array("i")
         self._extra: dict[str, list[Any]] = {}
 
-    def _ids(self, names: list[str]) -> list[int]:
+    def _ids(self, names: Sequence[str]) -> list[int]:
         out = []
         for t in names:
             tid = self._task_id.get(t)
@@ -51,7 +51,7 @@ class RowBuilder:
             out.append(tid)
         return out
 
-    def add_row(self, key: int, index: int, length: int, tasks: list[str], **v30: Any) -> None:
+    def add_row(self, key: int, index: int, length: int, tasks: Sequence[str], **v30: Any) -> None:
         b = self._buf
         b["key"].append(key)
         b["index"].append(index)

@@ -13,20 +13,19 @@ otherwise a stable sort by file.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
 import numpy as np
 
-from pipeline.dataset.info import inside_root
-from pipeline.dataset.template import cached_template
+from pipeline.dataset.template import cached_template, inside_root
 
 
 class PathTemplate:
     """A path template of info.json, checked once (fields, root escape) and then filled fast."""
 
-    def __init__(self, template: str, path: Any, allowed: set[str], sample: dict[str, Any],
+    def __init__(self, template: str, path: Any, allowed: Collection[str], sample: dict[str, Any],
                  key: str | None = None) -> None:
         self.key = key or ("video_path" if "video_key" in allowed else "data_path")
         self.checked = cached_template(template, str(path), self.key, frozenset(allowed))

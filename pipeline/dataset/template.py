@@ -21,6 +21,7 @@ is a plain field with a bounded spec), else field by field, each filled spec che
 from __future__ import annotations
 
 import functools
+import os
 import re
 import string
 import unicodedata
@@ -38,13 +39,6 @@ MAX_WIDTH = 64  # of a format spec's width and precision: `06d` is what LeRobot 
 SPEC_RE = re.compile(r"(?:(?P<fill>.)?(?P<align>[<>=^]))?(?P<sign>[-+ ])?z?#?0?(?P<width>\d+)?[,_]?"
                      r"(?:\.(?P<precision>\d+))?[bcdeEfFgGnosxX%]?", re.DOTALL)
 FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cs"})  # control characters (NUL, ESC, CR, LF, DEL, C1), surrogates
-# The fields each layout fills, per template key.
-FIELDS: dict[str, dict[str, frozenset[str]]] = {
-    "v2.1": {"data_path": frozenset({"episode_chunk", "episode_index"}),
-             "video_path": frozenset({"episode_chunk", "episode_index", "video_key"})},
-    "v3.0": {"data_path": frozenset({"chunk_index", "file_index"}),
-             "video_path": frozenset({"chunk_index", "file_index", "video_key"})},
-}
 
 
 @dataclass(frozen=True)
@@ -183,9 +177,10 @@ def cached_template(text: str, where: str, key: str, allowed: frozenset[str]) ->
     return check_template(text, where, key, allowed)
 
 
-def check_info_templates(info: dict[str, Any], where: Path | str) -> None:
-    """info.json's `data_path` and `video_path` (when they are strings: a missing or mistyped key is the
-    schema's finding) checked for the layout of its `codebase_version`."""
-    for key, allowed in FIELDS.get(str(info.get("codebase_version")), {}).items():
-        if isinstance(info.get(key), str):
-            cached_template(info[key], str(where), key, allowed)
+def inside_root(rel: str, template: str, path: Path | str, key: str) -> str:
+    """A filled template's path, normalised; refused when it is absolute or leaves the dataset root."""
+    norm = os.path.normpath(rel)
+    if os.path.isabs(rel) or norm == ".." or norm.startswith(".." + os.sep):
+        raise DatasetError(path, f"{key}: template {shown(template)} gives {shown(rel)}, which leaves the "
+                                 "dataset root")
+    return norm.replace(os.sep, "/")

@@ -1,7 +1,8 @@
 """The convert job: a LeRobot dataset rewritten in the other layout (v2.1 <-> v3.0) without re-encoding
 (`prep convert`), and the re-encode into the other layout (`prep reencode --format`).
 
-plan     the source metadata -> units, lazily and deterministically (`pipeline/convert/layout.py`):
+plan     the source metadata -> units, lazily and deterministically (`pipeline/formats/`: the source format's
+         strict reader, the target format's packing rule):
          v2.1 -> v3.0 one unit per output file (a camera's video file, a data file), packed with LeRobot's
          rule up to the size limits; v3.0 -> v2.1 one unit per episode mp4, and the episode parquets of one
          v3.0 data file together (`DataSplitGroup`: the source is read once for them). v3.0 -> v2.1 first
@@ -36,42 +37,36 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
-from pipeline.convert.layout import (
-    DataSplitUnit,
-    Limits,
-    PlanItem,
-    VideoCutUnit,
-    placements_of,
-    plan_keyframe_checks,
-    plan_v21_to_v30,
-    plan_v30_to_v21,
-    units_of,
-)
-from pipeline.convert.meta import (
-    V30EpisodesWriter,
+from pipeline.dataset.info import video_keys
+from pipeline.dataset.stats import StatsAggregator
+from pipeline.errors import DatasetError, PrepError
+from pipeline.formats import VERSIONS, format_of, read_info
+from pipeline.formats.plan import DATA_SIZE_MEASURES, DataSplitUnit, PlanItem, VideoCutUnit, placements_of, units_of
+from pipeline.formats.v21 import (
+    EPISODES_STATS_REL,
+    V21EpisodesWriter,
     info_to_v21,
-    info_to_v30,
-    v21_episode_line,
-    v21_stats_line,
-    v30_episode_row,
-    write_tasks_v21,
-    write_tasks_v30,
-)
-from pipeline.convert.source import (
-    DATA_SIZE_MEASURES,
-    V21_EPISODES_STATS,
     iter_v21_episodes,
     iter_v21_stats,
     iter_v21_tasks,
+    plan_v30_to_v21,
+    v21_episode_line,
+    write_tasks_v21,
+)
+from pipeline.formats.v30 import (
+    Limits,
+    V30EpisodesWriter,
+    info_to_v30,
     iter_v30_episodes,
     iter_v30_tasks,
+    plan_keyframe_checks,
+    plan_v21_to_v30,
     stats_of_row,
+    v30_episode_row,
+    write_tasks_v30,
 )
-from pipeline.dataset.info import read_info, video_keys
-from pipeline.dataset.stats import StatsAggregator
-from pipeline.dataset.validate import metadata_refusals
-from pipeline.dataset.write import PREP_DIR
-from pipeline.errors import DatasetError, PrepError
+from pipeline.formats.validate import metadata_refusals
+from pipeline.formats.write import PREP_DIR
 from pipeline.jobs.output import (
     check_output_tree,
     check_paths,
@@ -94,7 +89,7 @@ from pipeline.stages.convert import (
 )
 from pipeline.video.remux import StartProblem
 
-FORMATS = ("v2.1", "v3.0")
+FORMATS = VERSIONS
 OPTIONS_REL = f"{PREP_DIR}/convert_options.json"
 REPORT_REL = f"{PREP_DIR}/convert_report.json"
 STAGED_REL = f"{PREP_DIR}/reencoded"  # `reencode_as`: the re-encode in the source's layout
@@ -272,7 +267,7 @@ def publish_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOpti
     """tasks.parquet, meta/episodes/*.parquet (from the same plan, streamed again), stats.json, info.json last."""
     fps = float(info["fps"])
     report.tasks = write_tasks_v30(out / "meta/tasks.parquet", iter_v21_tasks(src), root=out)
-    stats = iter_v21_stats(src) if (src / V21_EPISODES_STATS).is_file() else None
+    stats = iter_v21_stats(src) if (src / EPISODES_STATS_REL).is_file() else None
     agg = StatsAggregator()
     writer = V30EpisodesWriter(out, options.limits.data_files_size_in_mb, options.limits.chunks_size)
     episodes = frames = 0
@@ -282,7 +277,7 @@ def publish_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOpti
             if stats is not None:
                 idx, ep_stats = next(stats, (None, None))
                 if idx != p.episode or ep_stats is None:
-                    raise DatasetError(src / V21_EPISODES_STATS, f"no stats line for episode {p.episode} "
+                    raise DatasetError(src / EPISODES_STATS_REL, f"no stats line for episode {p.episode} "
                                                                  f"(found {idx})")
                 agg.add(ep_stats, episode=p.episode)
             writer.add(v30_episode_row(p, fps, ep_stats))
@@ -308,11 +303,10 @@ def publish_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOpti
     cameras = video_keys(info, src / "meta/info.json")
     report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", iter_v30_tasks(src), root=out)
     episodes = frames = 0
-    with atomic.LineWriter(out / "meta/episodes.jsonl", out) as eps, \
-            atomic.LineWriter(out / "meta/episodes_stats.jsonl", out) as st:
+    with V21EpisodesWriter(out) as writer:
         for ep, row in iter_v30_episodes(src, info, cameras):
-            eps.write_json_line(v21_episode_line(ep.index, ep.tasks, ep.length))
-            st.write_json_line(v21_stats_line(ep.index, stats_of_row(row)))
+            writer.add(v21_episode_line(ep.index, ep.tasks, ep.length))
+            writer.add_stats(ep.index, stats_of_row(row))
             episodes += 1
             frames += ep.length
     copy_root_files(src, out)
@@ -373,9 +367,9 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
             engine.client()
             report.engine_start_seconds = time.perf_counter() - t0
             t0 = time.perf_counter()
-        if options.to == "v3.0":
+        if format_of(options.to).layout.shares_files:  # into files episodes share: packed by LeRobot's rule
             units: Iterator[Any] = units_of(plan_to_v30(src, out, info, options))
-        else:
+        else:  # a file per episode: each cut out of its source file, which needs it to start on a keyframe
             problems = keyframe_problems(src, info, engine)
             if problems:
                 raise refusal(problems)
@@ -442,7 +436,7 @@ def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engi
                 limits: Limits = DEFAULT_LIMITS, keep_staged: bool = False, reader: str = "all") -> ReencodeAsReport:
     """`prep reencode --format TO`. Same format as the source (or None): the re-encode job into `out`.
     The other format: re-encode `src` in its own layout into `<out>/prep/reencoded`, then convert that into
-    `out` by stream copy (exact: every frame is a keyframe; the layout is `pipeline/convert/`'s), verify it
+    `out` by stream copy (exact: every frame is a keyframe; the layout is `pipeline/formats/`'), verify it
     (all-intra), carry the re-encode's reports into `<out>/prep/`, and remove the staged copy unless
     `keep_staged`. Both steps resume per file; a rerun of a finished output only verifies it."""
     from pipeline.jobs.reencode import check_options as check_reencode_options

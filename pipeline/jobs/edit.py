@@ -24,7 +24,6 @@ with another selection is refused); `<out>/prep/output.lock` while running.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
@@ -39,27 +38,24 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
-from pipeline.convert.layout import next_chunk_file
-from pipeline.convert.meta import V30EpisodesWriter, write_tasks_v21, write_tasks_v30
-from pipeline.convert.source import (
-    V21_EPISODES,
-    V21_EPISODES_STATS,
-    file_mb,
-    iter_jsonl,
-    iter_v21_episode_lines,
-    iter_v21_stats,
-    iter_v21_tasks,
-    iter_v30_episodes,
-    iter_v30_tasks,
-    parquet_uncompressed_mb,
-    stats_of_row,
-)
-from pipeline.dataset.info import format_template, read_info, video_keys
+from pipeline.dataset.info import format_template, video_keys
 from pipeline.dataset.model import resolve_inside
 from pipeline.dataset.stats import StatsAggregator, shaped_like
-from pipeline.dataset.validate import metadata_refusals
-from pipeline.dataset.write import PREP_DIR
 from pipeline.errors import DatasetError, PrepError
+from pipeline.formats import VERSIONS, format_of, read_info
+from pipeline.formats.plan import file_mb, parquet_uncompressed_mb
+from pipeline.formats.v21 import (
+    EPISODES_REL,
+    EPISODES_STATS_REL,
+    V21EpisodesWriter,
+    iter_episode_lines,
+    iter_v21_episode_lines,
+    iter_v21_stats,
+    write_tasks_v21,
+)
+from pipeline.formats.v30 import V30EpisodesWriter, iter_v30_episodes, next_chunk_file, stats_of_row, write_tasks_v30
+from pipeline.formats.validate import metadata_refusals
+from pipeline.formats.write import PREP_DIR
 from pipeline.jobs.convert import copy_root_files, verify_output
 from pipeline.jobs.output import (
     check_output_tree,
@@ -93,7 +89,7 @@ from pipeline.stages.edit import (
 from pipeline.stages.edit_video import SpliceSpan
 from pipeline.video.remux import StartProblem
 
-FORMATS = ("v2.1", "v3.0")
+FORMATS = VERSIONS
 OPTIONS_REL = f"{PREP_DIR}/edit_options.json"
 REPORT_REL = f"{PREP_DIR}/edit_report.json"
 FAILURES_LISTED = 10_000
@@ -305,7 +301,7 @@ def failed_in_report(report_path: Path, src: Path) -> dict[int, str]:
     of another dataset (its `metadata_digest`, the fingerprint of info.json and the episode metadata, must be
     the source's)."""
     from pipeline.bounded import read_json
-    from pipeline.dataset import open_dataset
+    from pipeline.formats import open_dataset
 
     shown = atomic.shown(report_path)
     try:
@@ -416,16 +412,12 @@ def select(options: EditOptions, src: Path, info: dict[str, Any]) -> tuple[Selec
 
 
 def source_tasks(src: Path, fmt: str) -> list[str]:
-    return [t for _i, t in (iter_v21_tasks(src) if fmt == "v2.1" else iter_v30_tasks(src))]
+    return [t for _i, t in format_of(fmt).iter_tasks(src)]
 
 
 def episode_tasks(src: Path, info: dict[str, Any]) -> Iterator[tuple[int, tuple[str, ...], int]]:
-    """(episode, tasks, length) in order, either format."""
-    if info["codebase_version"] == "v2.1":
-        yield from iter_v21_episode_lines(src)
-    else:
-        for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json"), stats=False):
-            yield ep.index, ep.tasks, ep.length
+    """(episode, tasks, length) in order, either format (its strict reader)."""
+    return format_of(info).iter_episode_tasks(src, info)
 
 
 @dataclass(slots=True)
@@ -710,7 +702,7 @@ def close_streams(streams: _Streams, out_info: dict[str, Any], src: Path, out: P
 def plan(sources: Sequence[Source], out: Path) -> Iterator[PlanItem]:
     """Every source's units and placements in order (v3.0: one file numbering across them)."""
     first = sources[0].info
-    if first["codebase_version"] == "v2.1":
+    if not format_of(first).layout.shares_files:  # a file per episode: each copied under its new index
         for s in sources:
             yield from plan_v21(s, out)
         return
@@ -837,12 +829,10 @@ def _info(info: dict[str, Any], *, episodes: int, frames: int, tasks: int, camer
     doc = dict(info)
     doc.update(total_episodes=episodes, total_frames=frames, total_tasks=tasks,
                splits={"train": f"0:{episodes}"})
-    if info["codebase_version"] == "v2.1":
-        cs = int(info.get("chunks_size", 1000))
-        if "total_videos" in info:
-            doc["total_videos"] = episodes * cameras
-        if "total_chunks" in info:
-            doc["total_chunks"] = (episodes - 1) // cs + 1 if episodes else 0
+    # the totals the format counts from the episodes (v2.1: total_videos, total_chunks), where info.json has them
+    counted = format_of(info).counted_totals(episodes=episodes, cameras=cameras,
+                                             chunks_size=int(info.get("chunks_size", 1000)))
+    doc.update({k: v for k, v in counted.items() if k in info})
     return doc
 
 
@@ -868,18 +858,15 @@ def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
     report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", enumerate(sources[0].tasks.tasks), root=out)
     episodes = frames = 0
     agg = StatsAggregator()
-    with_stats = all((s.src / V21_EPISODES_STATS).is_file() for s in sources)
-    with contextlib.ExitStack() as stack:
-        eps = stack.enter_context(atomic.LineWriter(out / "meta/episodes.jsonl", out))
-        st = stack.enter_context(atomic.LineWriter(out / "meta/episodes_stats.jsonl", out)) if with_stats else None
+    with_stats = all((s.src / EPISODES_STATS_REL).is_file() for s in sources)
+    with V21EpisodesWriter(out, stats=with_stats) as writer:
         for s in sources:
             # episodes.jsonl and episodes_stats.jsonl both list episodes 0, 1, 2, ... (checked as they are read),
             # so each episode's stats are moved in step with its line: no per-episode map is held
-            stats_of = iter_v21_stats(s.src) if st is not None else None
+            stats_of = iter_v21_stats(s.src) if with_stats else None
             pending: tuple[int, dict[str, Any]] | None = None
             old_from, new_from = 0, s.index_offset
-            for _lineno, obj in iter_jsonl(s.src / V21_EPISODES):
-                idx, length = obj["episode_index"], obj["length"]
+            for _lineno, idx, length, _tasks, obj in iter_episode_lines(s.src / EPISODES_REL):
                 new = s.sel.new_of(idx)
                 if stats_of is not None:
                     while pending is None or pending[0] < idx:
@@ -888,13 +875,13 @@ def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
                             stats_of = None
                             break
                 if new is not None:
-                    eps.write_json_line({**obj, "episode_index": new})
-                    if st is not None and pending is not None and pending[0] == idx:
+                    writer.add({**obj, "episode_index": new})
+                    if with_stats and pending is not None and pending[0] == idx:
                         fixed = renumbered_stats(pending[1], episode_delta=new - idx,
                                                  index_delta=new_from - old_from,
                                                  task_map=_old_tasks(obj.get("tasks") or [], s.tasks))
                         agg.add(fixed, episode=idx)
-                        st.write_json_line({"episode_index": new, "stats": fixed})
+                        writer.add_stats(new, fixed)
                     new_from += length
                     episodes += 1
                     frames += length
@@ -1026,7 +1013,7 @@ def check_cuts(sources: Sequence[Source], out: Path, engine: Engine, *, reencode
     rest is checked again."""
     problems: list[StartProblem] = []
     for s in sources:
-        if s.info["codebase_version"] == "v3.0" and s.sel.dropped_count:
+        if format_of(s.info).layout.shares_files and s.sel.dropped_count:  # a shared file loses an episode
             found = splice_refusals(s, out, engine)
             if found and reencode_partial:
                 s.reencode, unchecked = partial_reencodes(s, out, engine)
@@ -1377,7 +1364,7 @@ def edit_as(to: str, out: Path, engine: Engine, edit: Any, *, verify: bool = Tru
     """Run `edit(staged_out, verify)` (an edit or merge writing the source's format) into `<out>/prep/edited`,
     then `prep convert` it into `out` by stream copy (pipeline.jobs.convert, its checks and refusals: v3.0 ->
     v2.1 needs every episode to start on a keyframe) and remove the staged copy. Both steps resume per file."""
-    from pipeline.convert.layout import Limits
+    from pipeline.formats.v30 import Limits
     from pipeline.jobs.convert import ConvertOptions, convert_dataset
     from pipeline.jobs.convert import check_options as check_convert
 

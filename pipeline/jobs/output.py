@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
-from pipeline.dataset.write import PREP_DIR
 from pipeline.errors import PrepError
+from pipeline.formats.write import PREP_DIR
 from pipeline.lock import exclusive_lock, refuse_if_held
 from pipeline.schemas import validate
 

@@ -33,10 +33,12 @@ import numpy as np
 from pipeline import __version__, atomic
 from pipeline.dataset import Dataset
 from pipeline.dataset.info import cameras_from_info
-from pipeline.dataset.validate import open_validated
-from pipeline.dataset.write import (
+from pipeline.errors import PrepError
+from pipeline.formats import format_of
+from pipeline.formats.base import EpisodeVideo
+from pipeline.formats.validate import open_validated
+from pipeline.formats.write import (
     PREP_DIR,
-    EpisodeVideo,
     StatsAggregate,
     VideoFeatureUpdate,
     copy_unchanged,
@@ -44,7 +46,6 @@ from pipeline.dataset.write import (
     write_output_info,
     write_output_metadata,
 )
-from pipeline.errors import PrepError
 from pipeline.jobs.output import (
     check_output_tree,
     check_paths,
@@ -183,11 +184,17 @@ def stats_features(ds: Dataset) -> tuple[str, ...]:
                                                                                                "string"))
 
 
+def stats_file_of(ds: Dataset) -> bool:
+    """Whether the format keeps per-episode stats in a file of their own (v2.1 episodes_stats.jsonl), which
+    `--repair stats` writes anew."""
+    return format_of(ds).episodes_stats_rel is not None
+
+
 def plan_data(ds: Dataset, out: Path, options: ReencodeOptions | None = None) -> Iterator[DataUnit]:
-    shared = ds.codebase_version == "v3.0"
+    shared = ds.layout.shares_files
     repairs = options.repairs if options is not None else ()
     fps = ds.fps if "timestamps" in repairs else None
-    feats = stats_features(ds) if "stats" in repairs and ds.codebase_version == "v2.1" else ()
+    feats = stats_features(ds) if "stats" in repairs and stats_file_of(ds) else ()
     for rel, eps in ds.iter_data_files():
         yield DataUnit(str(ds.root), str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1, fps,
                        feats)
@@ -208,7 +215,7 @@ class ReencodeReduce:
         self.done = np.zeros((n, k), dtype=bool)
         self.header = np.zeros((n, k), dtype=np.int64)
         self.counts = np.zeros((n, k, 3), dtype=np.int64)  # frames, keyframes, bytes
-        self.spans = np.full((n, k, 2), np.nan) if ds.codebase_version == "v3.0" else None
+        self.spans = np.full((n, k, 2), np.nan) if ds.layout.shares_files else None  # spans in shared files
         self.rows = np.full(n, -1, dtype=np.int64)  # rows in the episode's parquet (-1: unknown)
         self.parquet_bytes = np.zeros(n, dtype=np.int64)
         self.parquet_error: dict[int, tuple[str, str]] = {}  # position -> (path, reason): unreadable parquets
@@ -423,7 +430,7 @@ def output_manifest(ds: Dataset, out: Path, reduce: ReencodeReduce, info: dict[s
         table.add(episode_row(s, cams))
     out_ds = Dataset(root=out, codebase_version=ds.codebase_version, fps=ds.fps, info=info,
                      cameras=cameras_from_info(info, out / "meta/info.json"), episodes=ds.episodes,
-                     file_keys=ds.file_keys)
+                     layout=ds.layout, file_keys=ds.file_keys)
     return build_manifest(out_ds, totals, [], reduce.bytes.result())
 
 
@@ -536,7 +543,7 @@ def _publish_source_check(out: Path, source: SourceCheck, reduce: ReencodeReduce
     and whether the output may be called drop-in."""
     if reduce.repaired_timestamps:
         report.repaired["timestamps"] = len(reduce.repaired_timestamps)
-    if "stats" in reduce.options.repairs and reduce.ds.codebase_version == "v2.1":
+    if "stats" in reduce.options.repairs and stats_file_of(reduce.ds):
         report.repaired["stats"] = len(reduce.ds.episodes)  # episodes_stats.jsonl written anew for every one
     repaired: dict[str, list[int]] = {"timestamps": sorted(set(reduce.repaired_timestamps))}
     if "stats" in report.repaired:
@@ -550,8 +557,7 @@ def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeRep
     """The output's metadata (all but meta/info.json), its manifest and the comparison; returns the camera
     updates of info.json, which the job writes last (after reencode_report.json)."""
     updates = reduce.updates()
-    data_stats = SidecarDataStats(ds, out) if "stats" in reduce.options.repairs and ds.codebase_version == "v2.1" \
-        else None
+    data_stats = SidecarDataStats(ds, out) if "stats" in reduce.options.repairs and stats_file_of(ds) else None
     written = write_output_metadata(ds, out, SidecarVideos(reduce, out), reduce.stats.result(), updates, data_stats,
                                     with_info=False)
     for path in written:

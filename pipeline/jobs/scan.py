@@ -18,7 +18,7 @@ from typing import Any
 
 from pipeline import atomic
 from pipeline.dataset import Dataset
-from pipeline.dataset.validate import open_validated
+from pipeline.formats.validate import open_validated
 from pipeline.jobs import parts
 from pipeline.manifest import (
     ScanTotals,

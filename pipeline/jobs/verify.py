@@ -33,8 +33,8 @@ from pipeline import __version__, atomic
 from pipeline.checks import ReaderTally, Severity, Status, is_file_check, lerobot_loads, severity_by_reader
 from pipeline.clock import utc_now
 from pipeline.dataset import Dataset
-from pipeline.dataset.validate import open_validated
 from pipeline.errors import EpisodeError
+from pipeline.formats.validate import open_validated
 from pipeline.jobs import parts
 from pipeline.runner import Engine, RunConfig, open_engine
 from pipeline.schemas import validate

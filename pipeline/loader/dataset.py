@@ -24,8 +24,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset as TorchDataset
 
-from pipeline.dataset import Dataset, open_dataset, resolve_inside
+from pipeline.dataset import Dataset, resolve_inside
 from pipeline.errors import DatasetError
+from pipeline.formats import open_dataset
 from pipeline.loader.decode import DecoderCache
 from pipeline.loader.resize import resize_with_pad
 from pipeline.loader.rows import ACTION_KEY, STATE_KEY, EpisodeRows, load_rows

@@ -1,4 +1,4 @@
-"""The convert stages: one unit = one output file (see `pipeline/convert/layout.py`).
+"""The convert stages: one unit = one output file (see `pipeline/formats/plan.py`).
 
 Each stage keeps an output that already exists and passes its checks (resume), and otherwise writes it
 under a temp name, checks it and renames it into place (`pipeline/atomic.py`); a failure is a result
@@ -18,7 +18,7 @@ file, except a `DataSplitGroup` (the v2.1 parquets of one v3.0 data file, which 
 it returns one result per output file.
 
 Rows keep their values and column types; the schema's metadata is the Hugging Face features as the
-target version's LeRobot writes them (`pipeline/convert/hf.py`).
+target version's LeRobot writes them (`pipeline/formats/hf.py`).
 """
 
 from __future__ import annotations
@@ -36,16 +36,10 @@ import pyarrow.parquet as pq
 
 from pipeline import atomic
 from pipeline.bounded import read_json
-from pipeline.convert.hf import target_metadata
-from pipeline.convert.layout import (
-    DataConcatUnit,
-    DataSplitUnit,
-    KeyframeCheckUnit,
-    VideoConcatUnit,
-    VideoCutUnit,
-)
 from pipeline.dataset.model import resolve_inside
 from pipeline.errors import EpisodeError
+from pipeline.formats.hf import target_metadata
+from pipeline.formats.plan import DataConcatUnit, DataSplitUnit, KeyframeCheckUnit, VideoConcatUnit, VideoCutUnit
 from pipeline.rates import fps_fraction, frames_to_seconds
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, CheckFailure, Span, VideoExpect, check_coverage, check_video
 from pipeline.video.remux import ConcatInput, StartProblem, concat_stream_copy, cut_stream_copy, episodes_off_keyframe

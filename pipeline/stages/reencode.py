@@ -25,8 +25,9 @@ import numpy as np
 from pipeline import atomic
 from pipeline.dataset.features import is_depth_feature, is_high_bit_gray
 from pipeline.dataset.model import CameraInfo, Dataset, resolve_inside
-from pipeline.dataset.write import PREP_DIR, EpisodeVideo
 from pipeline.errors import EpisodeError
+from pipeline.formats.base import EpisodeVideo
+from pipeline.formats.write import PREP_DIR
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,

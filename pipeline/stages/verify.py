@@ -20,6 +20,7 @@ from pipeline.checks import Severity, found_severity, is_file_check, target_seve
 from pipeline.dataset.features import is_high_bit_gray
 from pipeline.dataset.model import CameraInfo, Dataset, Episode, require_file, resolve_inside
 from pipeline.errors import EpisodeError, WorkerLost
+from pipeline.formats import format_of
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,
@@ -369,10 +370,7 @@ def rotation_finding(probe: VideoProbe, codebase_version: str, camera: str | Non
         return None
     coded = f"{probe.width}x{probe.height}"
     shown = f"{probe.height}x{probe.width}" if swaps_sides(m) else coded
-    readers = ("lerobot 0.3.x (torchcodec 0.4, pyav) hands back the coded " + coded + " frames"
-               if codebase_version == "v2.1" else
-               f"lerobot 0.4.x (torchcodec 0.10, pyav) and 0.6.x with pyav hand back the coded {coded} frames, "
-               f"0.6.x with torchcodec 0.11 (its default) the {shown} frames {describe(m)}")
+    readers = format_of(codebase_version).rotation_readers(coded, shown, describe(m))
     return CheckFailure("display_rotation", "no display matrix (every reader hands back the same frame)",
                         f"{describe(m)}: {readers}; prep reencode writes display orientation, no matrix",
                         episode, camera, probe.path, severity)

@@ -36,7 +36,7 @@ from compat_support import (
 
 LEROBOT = require_lerobot("0.4.", "v3.0")
 
-from pipeline.convert.meta import exact_offsets_error  # noqa: E402
+from pipeline.formats.v30 import exact_offsets_error  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402
 
 pytestmark = pytest.mark.lerobot

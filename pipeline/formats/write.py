@@ -7,7 +7,8 @@
   (`video.g`, `video.crf`, `video.preset`, `video.bf`), and what prep did as `prep.*` keys inside
   the feature's `info` (LeRobot ignores unknown keys there);
 - image stats of the re-encoded cameras recomputed from the output files with LeRobot's sampling
-  (v2.1 `meta/episodes_stats.jsonl`, v3.0 `stats/<camera>/*` columns of `meta/episodes/*.parquet`,
+  (the episode metadata by the format's own writer, `Format.write_reencoded_episodes`: v2.1
+  `meta/episodes_stats.jsonl`, v3.0 `stats/<camera>/*` columns of `meta/episodes/*.parquet`;
   `meta/stats.json` of either version when present): min, max, mean, std, count; quantile keys of
   those cameras (LeRobot 0.4's q01..q99), if any, are removed; every other feature's stats are kept;
 - v3.0 `videos/<camera>/from_timestamp|to_timestamp` set to the episode's frames in the new file.
@@ -21,35 +22,19 @@ import filecmp
 import json
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline import atomic
-from pipeline.bounded import loads_json
 from pipeline.dataset.model import Dataset, resolve_inside
-from pipeline.dataset.v30 import episode_meta_files
 from pipeline.errors import EpisodeError
+from pipeline.formats import format_of
+from pipeline.formats.base import STAT_NAMES, DataStats, EpisodeVideos
 
 PREP_DIR = "prep"  # prep's own files inside an output (lock, options, manifests, report)
-REWRITTEN_V21 = ("meta/info.json", "meta/episodes_stats.jsonl", "meta/stats.json")
-REWRITTEN_V30 = ("meta/info.json", "meta/stats.json")
-STAT_NAMES = ("min", "max", "mean", "std", "count")
-
-
-@dataclass(slots=True)
-class EpisodeVideo:
-    """One episode's span in a re-encoded file and the image stats of its new frames."""
-
-    episode: int
-    from_timestamp: float
-    to_timestamp: float | None
-    stats: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True, frozen=True)
@@ -92,7 +77,7 @@ def copy_unchanged(ds: Dataset, out: Path) -> CopyTotals:
     from pipeline.dataset.files import FileIndex
 
     index = FileIndex(ds)
-    rewritten = set(REWRITTEN_V21 if ds.codebase_version == "v2.1" else REWRITTEN_V30)
+    fmt = format_of(ds)
     totals = CopyTotals()
     video_targets: set[str] = set()  # realpaths of symlinked videos we re-encode
     deferred: list[str] = []
@@ -117,8 +102,7 @@ def copy_unchanged(ds: Dataset, out: Path) -> CopyTotals:
                 if kind[0] == "video" and is_link:
                     video_targets.add(os.path.realpath(full))
                 continue
-            if rel in rewritten or (ds.codebase_version == "v3.0" and rel.startswith("meta/episodes/")
-                                    and rel.endswith(".parquet")):
+            if fmt.is_rewritten(rel):
                 continue
             if is_link:
                 try:  # a link inside the dataset is copied as its target's bytes; one leaving it is not followed
@@ -189,12 +173,6 @@ def updated_info(info: dict[str, Any], updates: dict[str, VideoFeatureUpdate]) -
 # ---- stats ---------------------------------------------------------------------------------------
 
 
-class EpisodeVideos(Protocol):
-    """The new span and image stats of one episode's re-encoded video of one camera (None: not re-encoded)."""
-
-    def get(self, episode: int, camera: str) -> EpisodeVideo | None: ...
-
-
 class StatsAggregate:
     """Dataset image stats of each camera, combined one episode at a time (count-weighted mean, pooled
     variance by Chan's parallel formula, min, max), as `pipeline.dataset.stats.aggregate` does over all."""
@@ -223,99 +201,6 @@ class StatsAggregate:
         return {cam: {"min": lo.tolist(), "max": hi.tolist(), "mean": mean.tolist(),
                       "std": np.sqrt(np.maximum(m2 / n, 0.0)).tolist(), "count": [int(n)]}
                 for cam, (n, mean, m2, lo, hi) in sorted(self._acc.items())}
-
-
-DataStats = Callable[[int], dict[str, Any]]  # episode -> {column: stats} (`--repair stats`)
-
-
-def _write_v21_stats_anew(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str],
-                          data_stats: DataStats) -> None:
-    """meta/episodes_stats.jsonl written from scratch (`--repair stats`), one line per episode in order:
-    each numeric column's stats from the parquet rows, each re-encoded camera's from its new frames."""
-    with atomic.atomic_path(out / "meta/episodes_stats.jsonl", out) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        for e in ds.episodes.episode_index:
-            ep = int(e)
-            stats = dict(data_stats(ep))
-            for cam in cameras:
-                ev = videos.get(ep, cam)
-                if ev is not None:
-                    stats[cam] = ev.stats
-            fh.write(json.dumps({"episode_index": ep, "stats": stats}, ensure_ascii=False) + "\n")
-
-
-def _write_v21_stats(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str],
-                     data_stats: DataStats | None = None) -> None:
-    """meta/episodes_stats.jsonl line by line (streaming), each re-encoded camera's stats replaced."""
-    from pipeline.dataset.v21 import iter_lines
-
-    if data_stats is not None:
-        _write_v21_stats_anew(ds, out, videos, cameras, data_stats)
-        return
-    path = ds.root / "meta/episodes_stats.jsonl"
-    if not path.is_file():
-        return
-    with atomic.atomic_path(out / "meta/episodes_stats.jsonl", out) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        for _lineno, line in iter_lines(path):
-            if not line.strip():
-                continue
-            row = loads_json(line)
-            ep = row.get("episode_index")
-            new: dict[str, Any] = {}
-            if isinstance(ep, int) and not isinstance(ep, bool):
-                for cam in cameras:
-                    ev = videos.get(ep, cam)
-                    if ev is not None:
-                        new[cam] = ev.stats
-            if isinstance(row.get("stats"), dict):
-                row["stats"] = {k: new.get(k, v) for k, v in row["stats"].items()} | {
-                    k: v for k, v in new.items() if k not in row["stats"]}
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
-def _shaped(value: list[Any], typ: pa.DataType) -> Any:
-    """`value` (nested (3,1,1) lists or a flat list) reshaped to the nesting depth of `typ`."""
-    depth = 0
-    t = typ
-    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        depth += 1
-        t = t.value_type
-    arr = np.asarray(value)
-    if depth == 0:
-        return arr.ravel()[0].item()
-    if depth == 1:
-        return arr.ravel().tolist()
-    return arr.tolist()
-
-
-def _write_v30_episodes(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str]) -> None:
-    """Each meta/episodes parquet (one file at a time): new spans and stats of the re-encoded cameras."""
-    for path in episode_meta_files(ds.root):
-        table = pq.read_table(path)
-        index = table["episode_index"].to_pylist()
-        for cam in cameras:
-            by_ep = {e: ev for e in index if isinstance(e, int) and (ev := videos.get(e, cam)) is not None}
-            for col, attr in ((f"videos/{cam}/from_timestamp", "from_timestamp"),
-                              (f"videos/{cam}/to_timestamp", "to_timestamp")):
-                if col in table.column_names:
-                    old = table[col].to_pylist()
-                    new = [getattr(by_ep[e], attr) if e in by_ep else o for e, o in zip(index, old, strict=True)]
-                    table = table.set_column(table.column_names.index(col), table.schema.field(col),
-                                             pa.array(new, type=table.schema.field(col).type))
-            stale = [c for c in table.column_names
-                     if c.startswith(f"stats/{cam}/") and c.rsplit("/", 1)[1] not in STAT_NAMES]
-            table = table.drop_columns(stale)  # quantiles cannot be recomputed from sums: dropped, not kept stale
-            for name in STAT_NAMES:
-                col = f"stats/{cam}/{name}"
-                if col not in table.column_names:
-                    continue
-                typ = table.schema.field(col).type
-                old = table[col].to_pylist()
-                new = [_shaped(by_ep[e].stats[name], typ) if e in by_ep else o for e, o in zip(index, old, strict=True)]
-                table = table.set_column(table.column_names.index(col), table.schema.field(col),
-                                         pa.array(new, type=typ))
-        dst = out / path.relative_to(ds.root)
-        with atomic.atomic_path(dst, out) as tmp:
-            pq.write_table(table, tmp)
 
 
 def _write_stats_json(ds: Dataset, out: Path, agg: dict[str, dict[str, Any]], cameras: list[str]) -> None:
@@ -352,13 +237,7 @@ def write_output_metadata(
     re-encoded cameras (`aggregate`); info.json last (`with_info=False`: not at all, the caller writes it
     with `write_output_info` once everything else is written). Returns the files written."""
     cameras = list(updates)
-    written = []
-    if ds.codebase_version == "v2.1":
-        _write_v21_stats(ds, out, videos, cameras, data_stats)
-        written.append(out / "meta/episodes_stats.jsonl")
-    else:
-        _write_v30_episodes(ds, out, videos, cameras)
-        written += [out / p.relative_to(ds.root) for p in episode_meta_files(ds.root)]
+    written = format_of(ds).write_reencoded_episodes(ds, out, videos, cameras, data_stats)  # the format's writer
     _write_stats_json(ds, out, aggregate, cameras)
     written.append(out / "meta/stats.json")
     if with_info:
