@@ -1,0 +1,297 @@
+"""An object-store prefix as a store, through fsspec (s3fs for `s3://`; gcsfs, adlfs and huggingface_hub's
+HfFileSystem for `gs://`, `az://`, `hf://` when installed; only S3 is tested, against moto on loopback).
+
+Configuration is the environment's, read by each process for itself, as boto3 and the AWS CLI read it:
+`AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_S3`, `AWS_PROFILE`, `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` /
+`AWS_SESSION_TOKEN`, `AWS_REGION`, `~/.aws/config` and `~/.aws/credentials`. A location carries only
+`--storage-option` settings (`pipeline.storage.OPTION_KEYS`), never a credential.
+
+Reads are ranged: `open(rel, block_size=HEADER_BLOCK)` fetches a container header or a parquet footer in a few
+small GETs (s3fs's default 50 MiB block would fetch a whole video for it), `STREAM_BLOCK` decodes a video in
+about one GET per block. Writes are whole objects: `writer()` hands out a local temp file (in the process's
+temp folder) and uploads it on success (multipart when large; s3fs aborts the multipart upload when it
+fails); `create()` is a conditional PUT (`If-None-Match: *`); `copy_in()` within one store is a server-side
+copy. Every request has connect and read timeouts and a bounded number of attempts; what still fails is one
+line naming the URL and what to set (`StorageError`), with any credential value scrubbed (`redact`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from pipeline.storage import (
+    Location,
+    MissingFile,
+    NotAFile,
+    OutsideRoot,
+    Stat,
+    StorageError,
+    Store,
+    clean_rel,
+    join_url,
+)
+from pipeline.text import printable
+
+HEADER_BLOCK = 64 << 10  # a container header or a parquet footer: a few small GETs
+STREAM_BLOCK = 8 << 20  # a whole video decoded: about one GET per block
+CONNECT_TIMEOUT_S = 10
+READ_TIMEOUT_S = 60
+ATTEMPTS = 3  # per request (botocore's standard retry mode), and s3fs's own retries of transient errors
+PROBE_TIMEOUT_S = 10  # check_reachable: one attempt, short timeouts, so a dead endpoint is one line at once
+SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECURITY_TOKEN",
+              "HF_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN")
+PACKAGES = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "az": ("adlfs", "azure"), "hf": ("huggingface_hub", "")}
+DIST = "lerobot-prep"
+
+
+def redact(text: str) -> str:
+    """`text` with the value of every credential in this process's environment replaced by `***`."""
+    for name in SECRET_ENV:
+        value = os.environ.get(name)
+        if value and len(value) >= 4 and value in text:
+            text = text.replace(value, "***")
+    return text
+
+
+def _bool(key: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise StorageError(f"--storage-option {key}={printable(value)}: expected true or false")
+
+
+def filesystem(location: Location, *, probe: bool = False) -> Any:
+    """The fsspec filesystem for `location` (`probe`: one attempt and short timeouts)."""
+    opts = dict(location.options)
+    scheme = location.scheme
+    try:
+        if scheme == "s3":
+            import s3fs
+
+            attempts = 1 if probe else ATTEMPTS
+            timeout = PROBE_TIMEOUT_S if probe else READ_TIMEOUT_S
+            config: dict[str, Any] = {"connect_timeout": min(CONNECT_TIMEOUT_S, timeout), "read_timeout": timeout,
+                                      "retries": {"total_max_attempts": attempts, "mode": "standard"}}
+            kw: dict[str, Any] = {"default_block_size": STREAM_BLOCK,
+                                  "skip_instance_cache": True}  # pipeline.storage caches per environment
+            client: dict[str, Any] = {}
+            if "addressing_style" in opts:
+                config["s3"] = {"addressing_style": opts.pop("addressing_style")}
+            if "endpoint_url" in opts:
+                kw["endpoint_url"] = opts.pop("endpoint_url")
+            if "region" in opts:
+                client["region_name"] = opts.pop("region")
+            if "profile" in opts:
+                kw["profile"] = opts.pop("profile")
+            for key in ("anon", "requester_pays"):
+                if key in opts:
+                    kw[key] = _bool(key, opts.pop(key))
+            if client:
+                kw["client_kwargs"] = client
+            kw["config_kwargs"] = config
+            fs = s3fs.S3FileSystem(**kw)
+            fs.retries = attempts  # s3fs's own retries of transient errors (a class attribute)
+            return fs
+        import fsspec
+
+        return fsspec.filesystem(scheme, **opts)
+    except ImportError:
+        package, extra = PACKAGES.get(scheme, (scheme + "fs", scheme))
+        how = f"pip install '{DIST}[{extra}]'" if extra else f"pip install {package}"
+        raise StorageError(f"{location.shown}: {scheme}:// needs the package {package} ({how})") from None
+
+
+def describe_error(exc: BaseException, url: str) -> str | None:
+    """One line for a failure to reach or use an object store, or None when `exc` is no such failure."""
+    name = type(exc).__name__
+    text = redact(str(exc).splitlines()[0] if str(exc) else name)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    at = f" at {printable(endpoint)}" if endpoint else ""
+    if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
+        return (f"{printable(url)}: no credentials found ({text}); set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (~/.aws/credentials), or --storage-option anon=true "
+                "for a public bucket")
+    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError", "ClientConnectorError",
+                "ServerDisconnectedError", "ConnectionRefusedError", "ProxyConnectionError"):
+        return (f"{printable(url)}: cannot reach the object store{at} ({text}); check AWS_ENDPOINT_URL (or "
+                "--storage-option endpoint_url=...) and the network")
+    if name in ("ReadTimeoutError", "TimeoutError", "ServerTimeoutError", "ReadTimeout"):
+        return (f"{printable(url)}: the object store{at} did not answer in time ({text}); check "
+                "AWS_ENDPOINT_URL and the network")
+    if isinstance(exc, PermissionError) or name in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"):
+        return (f"{printable(url)}: access denied ({text}); check the credentials (AWS_ACCESS_KEY_ID / "
+                "AWS_PROFILE) and the bucket's policy")
+    if name in ("NoSuchBucket",) or "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+        return f"{printable(url)}: no such bucket ({text})"
+    return None
+
+
+@contextlib.contextmanager
+def translated(url: str) -> Iterator[None]:
+    """Turn an object-store failure into one `StorageError` line (FileNotFoundError and StorageError pass)."""
+    try:
+        yield
+    except (StorageError, FileNotFoundError, FileExistsError):
+        raise
+    except Exception as exc:
+        line = describe_error(exc, url)
+        if line is None:
+            cause = exc.__cause__ or exc.__context__
+            line = describe_error(cause, url) if cause is not None else None
+        if line is None:
+            raise
+        raise StorageError(line) from None
+
+
+class ObjectStore(Store):
+    def __init__(self, location: Location) -> None:
+        super().__init__(location)
+        self._fs: Any = None
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None:
+            self._fs = filesystem(self.location)
+        return self._fs
+
+    def key(self, rel: str) -> str:
+        try:
+            rel = clean_rel(rel)
+        except ValueError:
+            raise OutsideRoot(self.url, rel, f"path leaves {self.location.shown}") from None
+        return f"{self.location.root}/{rel}" if rel else self.location.root
+
+    def _url(self, rel: str) -> str:
+        return join_url(self.url, rel)
+
+    # ---- reading ---------------------------------------------------------------------------------------------
+
+    def _info(self, rel: str, what: str) -> dict[str, Any]:
+        with translated(self._url(rel)):
+            try:
+                info: dict[str, Any] = self.fs.info(self.key(rel))
+            except FileNotFoundError:
+                raise MissingFile(self.url, rel, what) from None
+        if info.get("type") != "file":
+            raise NotAFile(self.url, rel, "a folder (a common prefix of objects)", what)
+        return info
+
+    def stat(self, rel: str, what: str = "file") -> Stat:
+        return _stat_of(self._info(rel, what))
+
+    def open(self, rel: str, *, block_size: int | None = None, what: str = "file") -> IO[bytes]:
+        info = self._info(rel, what)
+        with translated(self._url(rel)):
+            fh: IO[bytes] = self.fs.open(self.key(rel), "rb", block_size=block_size or STREAM_BLOCK,
+                                         size=int(info["size"]), cache_type="readahead")
+        return fh
+
+    def iter_files(self, prefix: str = "") -> Iterator[tuple[str, Stat]]:
+        top = self.key(prefix)
+        base = self.location.root.rstrip("/") + "/"
+        with translated(self._url(prefix)):
+            found = self.fs.find(top, detail=True)
+        for key in sorted(found):
+            info = found[key]
+            if info.get("type") == "file" and key.startswith(base):
+                yield key[len(base):], _stat_of(info)
+
+    @contextlib.contextmanager
+    def local_copy(self, rel: str, what: str = "file") -> Iterator[Path]:
+        self._info(rel, what)
+        fd, name = tempfile.mkstemp(prefix="prep-download-", suffix=os.path.splitext(rel)[1])
+        os.close(fd)
+        try:
+            with translated(self._url(rel)):
+                self.fs.get_file(self.key(rel), name)
+            yield Path(name)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+
+    # ---- writing ---------------------------------------------------------------------------------------------
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        with translated(self._url(rel)):
+            self.fs.pipe_file(self.key(rel), data)
+
+    @contextlib.contextmanager
+    def writer(self, rel: str) -> Iterator[Path]:
+        fd, name = tempfile.mkstemp(prefix="prep-upload-", suffix=os.path.splitext(rel)[1])
+        os.close(fd)
+        try:
+            yield Path(name)
+            with translated(self._url(rel)):
+                self.fs.put_file(name, self.key(rel))
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+
+    def create(self, rel: str, data: bytes) -> bool:
+        with translated(self._url(rel)):
+            try:
+                self.fs.pipe_file(self.key(rel), data, mode="create")
+            except FileExistsError:
+                return False
+        return True
+
+    def copy_in(self, src: Store, src_rel: str, rel: str) -> None:
+        with translated(self._url(rel)):
+            if isinstance(src, ObjectStore) and src.location.same_store(self.location):
+                src.stat(src_rel)
+                self.fs.copy(src.key(src_rel), self.key(rel))  # server-side (copy_object / upload_part_copy)
+                return
+            from pipeline.storage.local import LocalStore
+
+            if isinstance(src, LocalStore):
+                src.stat(src_rel)
+                self.fs.put_file(str(src.path_of(src_rel)), self.key(rel))
+                return
+            with src.open(src_rel) as fin, self.fs.open(self.key(rel), "wb") as fout:
+                shutil.copyfileobj(fin, fout, STREAM_BLOCK)
+
+    def remove(self, rel: str) -> None:
+        with translated(self._url(rel)), contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self.key(rel))
+
+    def check_reachable(self) -> None:
+        """One short request (list at most one object of the prefix): credentials, endpoint and bucket now."""
+        fs = filesystem(self.location, probe=True)
+        bucket, _, prefix = self.location.root.partition("/")
+        with translated(self.url):
+            if self.location.scheme == "s3":
+                fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
+            else:
+                fs.ls(self.location.root, detail=False)
+
+    def abort_uploads(self) -> int:
+        """Abort the incomplete multipart uploads below this prefix (a killed run's); returns how many."""
+        if self.location.scheme != "s3":
+            return 0
+        bucket, _, prefix = self.location.root.partition("/")
+        n = 0
+        with translated(self.url):
+            marker: dict[str, str] = {}
+            while True:
+                page = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **marker)
+                for up in page.get("Uploads", []):
+                    self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
+                    n += 1
+                if not page.get("IsTruncated"):
+                    return n
+                marker = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+
+
+def _stat_of(info: dict[str, Any]) -> Stat:
+    modified: Any = info.get("LastModified") or info.get("mtime") or info.get("last_modified")
+    mtime_ns = int(modified.timestamp() * 1e9) if hasattr(modified, "timestamp") else 0
+    version = str(info.get("ETag") or info.get("etag") or info.get("VersionId") or f"{info.get('size')}:{mtime_ns}")
+    return Stat(int(info.get("size") or 0), mtime_ns, version.strip('"'))
