@@ -315,3 +315,85 @@ def test_location_is_frozen_and_hashable() -> None:
     assert {a: 1}[Location("s3", "b/p")] == 1
     assert hubmod.looks_like_repo_id("lerobot/aloha_static_coffee")
     assert not hubmod.looks_like_repo_id("../x") and not hubmod.looks_like_repo_id("a/b/c")
+
+
+# ---- one writer per output: the lock on an object store ---------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_object_lock_one_writer_and_takeover(s3: str) -> None:
+    import json
+
+    from pipeline.lock import LockedError
+    from pipeline.storage.objects import ObjectLock
+
+    store = parse_location(f"s3://{s3}/out").store()
+    with store.lock("prep/output.lock", "output s3://out", command="prep reencode A") as where:
+        assert where.endswith("/out/prep/output.lock")
+        with pytest.raises(LockedError, match=r"prep reencode A.*pid \d+ on"), \
+                store.lock("prep/output.lock", "output s3://out", command="prep reencode B"):
+            pass
+        with pytest.raises(LockedError):
+            store.refuse_if_held("prep/output.lock", "output s3://out")
+    assert not store.exists("prep/output.lock")  # released
+    store.refuse_if_held("prep/output.lock", "output s3://out")
+
+    # a holder on this host whose process is gone (a killed run): taken over at once
+    dead = {"pid": _dead_pid(), "host": socket.gethostname(), "started_utc": "x", "heartbeat_unix": time.time()}
+    store.write_bytes("prep/output.lock", json.dumps(dead).encode())
+    with store.lock("prep/output.lock", "output", command="prep reencode C"):
+        assert json.loads(store.read_bytes("prep/output.lock"))["command"] == "prep reencode C"
+
+    # another host's holder: respected while its heartbeat is fresh, taken over once it is older than its lease
+    other = {"pid": 1, "host": "elsewhere", "started_utc": "x", "heartbeat_unix": time.time(), "lease_s": 60}
+    store.write_bytes("prep/output.lock", json.dumps(other).encode())
+    with pytest.raises(LockedError, match="on elsewhere"), store.lock("prep/output.lock", "output"):
+        pass
+    store.write_bytes("prep/output.lock", json.dumps({**other, "heartbeat_unix": time.time() - 61}).encode())
+    a = ObjectLock(store, "prep/output.lock", "output", command="taker A")
+    b = ObjectLock(store, "prep/output.lock", "output", command="taker B")
+    stale_holder, stale_etag = a.read()
+    assert stale_holder is not None and ObjectLock.gone(stale_holder) and stale_etag
+    assert a._put(IfMatch=stale_etag) is True  # two takers judged the same stale lock: exactly one wins
+    assert b._put(IfMatch=stale_etag) is False
+    a.etag and a.release()
+
+
+def test_object_lock_lost_holder_does_not_publish(s3: str) -> None:
+    import json
+
+    from pipeline.storage.objects import LockLost, ObjectLock
+
+    store = parse_location(f"s3://{s3}/out2").store()
+    mine = ObjectLock(store, "prep/output.lock", "output", command="slow run", lease_s=0.4)
+    mine.acquire()
+    first = mine.etag
+    time.sleep(0.35)  # the heartbeat (every lease/4) has refreshed the lock: a new ETag
+    assert mine.etag != first
+    mine._stop.set()  # the holder stalls: no more heartbeats
+    mine._thread.join()
+    time.sleep(0.5)
+    taker = ObjectLock(store, "prep/output.lock", "output", command="next run", lease_s=30)
+    taker.acquire()  # the stalled holder's lease expired: taken over
+    mine.lost = not mine._put(IfMatch=mine.etag)  # its next heartbeat finds the lock is no longer its own
+    with pytest.raises(LockLost, match="taken over"):
+        mine.check()
+    mine.release()  # must not delete the new holder's lock
+    assert json.loads(store.read_bytes("prep/output.lock"))["command"] == "next run"
+    taker.release()
+    assert not store.exists("prep/output.lock")
+
+
+def test_local_store_lock_is_pipeline_lock(tmp_path: Path) -> None:
+    from pipeline.lock import LockedError
+
+    store = local_location(tmp_path / "out").store()
+    with store.lock("prep/output.lock", "output", command="prep edit X"), \
+            pytest.raises(LockedError, match="prep edit X"):
+        store.refuse_if_held("prep/output.lock", "output")
+    store.refuse_if_held("prep/output.lock", "output")

@@ -348,6 +348,16 @@ class Store(ABC):
     def remove(self, rel: str) -> None:
         """Remove a file (a missing one is fine)."""
 
+    @abstractmethod
+    @contextlib.contextmanager
+    def lock(self, rel: str, what: str, *, command: str | None = None) -> Iterator[str]:
+        """Hold `rel` as the exclusive lock of an output for the duration (`pipeline.lock.LockedError` naming a
+        live holder: its command, pid, host and start); a dead holder's lock is taken over."""
+
+    @abstractmethod
+    def refuse_if_held(self, rel: str, what: str) -> None:
+        """Raise `LockedError` now when a live run holds the lock at `rel`; writes nothing."""
+
     def check_output(self) -> None:  # noqa: B027 - a local store refuses unsafe entries; an object store has none
         """Refuse an output tree that could redirect a write (local: a symlink, FIFO or device in it)."""
 

@@ -184,6 +184,18 @@ class LocalStore(Store):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._target(rel))
 
+    @contextlib.contextmanager
+    def lock(self, rel: str, what: str, *, command: str | None = None) -> Iterator[str]:
+        from pipeline.lock import exclusive_lock
+
+        with exclusive_lock(self._target(rel), what, root=self.root, command=command) as path:
+            yield str(path)
+
+    def refuse_if_held(self, rel: str, what: str) -> None:
+        from pipeline.lock import refuse_if_held
+
+        refuse_if_held(self._target(rel), what)
+
     def check_output(self) -> None:
         atomic.check_tree(self.root)
 

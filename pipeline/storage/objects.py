@@ -11,16 +11,30 @@ small GETs (s3fs's default 50 MiB block would fetch a whole video for it), `STRE
 about one GET per block. Writes are whole objects: `writer()` hands out a local temp file (in the process's
 temp folder) and uploads it on success (multipart when large; s3fs aborts the multipart upload when it
 fails); `create()` is a conditional PUT (`If-None-Match: *`); `copy_in()` within one store is a server-side
-copy. Every request has connect and read timeouts and a bounded number of attempts; what still fails is one
+copy.
+
+The lock of an output (`lock`) is an object created with `If-None-Match: *` holding the holder's command,
+host, pid, start and heartbeat; a thread refreshes the heartbeat every `LEASE_S / 4` with a conditional
+overwrite (`If-Match: <its ETag>`). A lock is taken over only when its holder is gone: on this host with its
+pid dead, or with a heartbeat older than `LEASE_S` (its holder stopped refreshing); the takeover is itself a
+conditional overwrite of the stale ETag, so of two runs taking over one wins. Release deletes the object only
+if it is still ours (`If-Match`). A holder whose lock was taken over (it stalled past the lease) is told by
+`ObjectLock.check()`, which the jobs call before they publish.
+
+Every request has connect and read timeouts and a bounded number of attempts; what still fails is one
 line naming the URL and what to set (`StorageError`), with any credential value scrubbed (`redact`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import socket
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -46,6 +60,8 @@ ATTEMPTS = 3  # per request (botocore's standard retry mode), and s3fs's own ret
 PROBE_TIMEOUT_S = 10  # check_reachable: one attempt, short timeouts, so a dead endpoint is one line at once
 SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECURITY_TOKEN",
               "HF_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN")
+LEASE_S = 120.0  # a lock whose heartbeat is older than this is its dead holder's
+HOLDER_BYTES = 64 * 1024
 PACKAGES = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "az": ("adlfs", "azure"), "hf": ("huggingface_hub", "")}
 DIST = "lerobot-prep"
 
@@ -262,6 +278,23 @@ class ObjectStore(Store):
         with translated(self._url(rel)), contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self.key(rel))
 
+    @contextlib.contextmanager
+    def lock(self, rel: str, what: str, *, command: str | None = None,
+             lease_s: float = LEASE_S) -> Iterator[str]:
+        held = ObjectLock(self, rel, what, command=command, lease_s=lease_s)
+        held.acquire()
+        try:
+            yield self._url(rel)
+        finally:
+            held.release()
+
+    def refuse_if_held(self, rel: str, what: str) -> None:
+        holder, _etag = ObjectLock(self, rel, what).read()
+        if holder is not None and not ObjectLock.gone(holder):
+            from pipeline.lock import LockedError, describe
+
+            raise LockedError(describe(holder, Path(self._url(rel)), what))
+
     def check_reachable(self) -> None:
         """One short request (list at most one object of the prefix): credentials, endpoint and bucket now."""
         fs = filesystem(self.location, probe=True)
@@ -295,3 +328,123 @@ def _stat_of(info: dict[str, Any]) -> Stat:
     mtime_ns = int(modified.timestamp() * 1e9) if hasattr(modified, "timestamp") else 0
     version = str(info.get("ETag") or info.get("etag") or info.get("VersionId") or f"{info.get('size')}:{mtime_ns}")
     return Stat(int(info.get("size") or 0), mtime_ns, version.strip('"'))
+
+
+class LockLost(StorageError):
+    """This run's lock was taken over (it stopped refreshing it for longer than the lease): it must not publish."""
+
+
+class ObjectLock:
+    """One output's lock object (see the module docstring)."""
+
+    def __init__(self, store: ObjectStore, rel: str, what: str, *, command: str | None = None,
+                 lease_s: float = LEASE_S) -> None:
+        self.store, self.rel, self.what, self.lease_s = store, rel, what, lease_s
+        self.record: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname(),
+                                       "started_utc": _utc_now(), "lease_s": lease_s}
+        if command:
+            self.record["command"] = command
+        self.etag: str | None = None
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def gone(holder: dict[str, Any]) -> bool:
+        """The holder is provably gone: on this host with its pid dead, or silent for longer than its lease."""
+        from pipeline.lock import is_stale
+
+        if is_stale(holder):
+            return True
+        beat, lease = holder.get("heartbeat_unix"), holder.get("lease_s", LEASE_S)
+        return isinstance(beat, (int, float)) and isinstance(lease, (int, float)) and time.time() - beat > lease
+
+    def _call(self, op: str, **kw: Any) -> dict[str, Any]:
+        bucket, _, key = self.store.key(self.rel).partition("/")
+        result: dict[str, Any] = self.store.fs.call_s3(op, Bucket=bucket, Key=key, **kw)
+        return result
+
+    def _body(self) -> bytes:
+        return (json.dumps({**self.record, "heartbeat_unix": time.time()}) + "\n").encode()
+
+    def read(self) -> tuple[dict[str, Any] | None, str | None]:
+        """The current holder and an ETag no newer than it (None, None: no lock). The ETag is read first: a
+        takeover conditional on it succeeds only if the object is still the one judged gone (or older)."""
+        key = self.store.key(self.rel)
+        with translated(self.store._url(self.rel)):
+            try:
+                etag = str(self.store.fs.info(key, refresh=True).get("ETag"))
+                data = self.store.fs.cat_file(key, start=0, end=HOLDER_BYTES)
+            except FileNotFoundError:
+                return None, None
+        try:
+            holder = json.loads(data.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            holder = {}
+        return (holder if isinstance(holder, dict) else {}), etag
+
+    def _put(self, **condition: str) -> bool:
+        with translated(self.store._url(self.rel)):
+            try:
+                out = self._call("put_object", Body=self._body(), **condition)
+            except OSError as exc:
+                if _precondition_failed(exc):
+                    return False
+                raise
+        self.etag = str(out.get("ETag"))
+        return True
+
+    def acquire(self) -> None:
+        from pipeline.lock import LockedError, describe
+
+        if not self._put(IfNoneMatch="*"):
+            holder, etag = self.read()
+            if holder is None:  # released meanwhile
+                if not self._put(IfNoneMatch="*"):
+                    raise LockedError(describe({}, Path(self.store._url(self.rel)), self.what))
+            elif not self.gone(holder) or etag is None or not self._put(IfMatch=etag):
+                raise LockedError(describe(holder, Path(self.store._url(self.rel)), self.what))
+        self._thread = threading.Thread(target=self._beat, name="prep-lock-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.lease_s / 4):
+            try:
+                if not self._put(IfMatch=self.etag or "*"):
+                    self.lost = True
+                    return
+            except Exception:  # a passing network fault: the next beat tries again, the lease allows it
+                continue
+
+    def check(self) -> None:
+        if self.lost:
+            raise LockLost(f"{self.store._url(self.rel)}: this run's lock was taken over by another run (this run "
+                           "stopped refreshing it for longer than its lease); nothing more is published")
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.etag is not None and not self.lost:
+            with translated(self.store._url(self.rel)):
+                try:
+                    self._call("delete_object", IfMatch=self.etag)
+                except OSError as exc:  # gone already, or no longer ours: not ours to delete
+                    if not (isinstance(exc, FileNotFoundError) or _precondition_failed(exc)):
+                        raise
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """A conditional request refused (412): s3fs raises FileExistsError for If-None-Match, an EINVAL OSError
+    caused by the ClientError for If-Match."""
+    if isinstance(exc, FileExistsError):
+        return True
+    cause = getattr(exc, "__cause__", None)
+    response = getattr(cause, "response", None) or {}
+    return response.get("Error", {}).get("Code") in ("PreconditionFailed", "412")
+
+
+def _utc_now() -> str:
+    from pipeline.clock import utc_now
+
+    return utc_now()
