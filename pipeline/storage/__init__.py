@@ -33,10 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from pipeline.errors import PrepError
+from pipeline.errors import EpisodeError, PrepError
 from pipeline.text import printable
 
 LOCAL = "file"
+HEADER_BLOCK = 64 << 10  # an object store's read size for a container header or a parquet footer: a few GETs
+STREAM_BLOCK = 8 << 20  # ... for a whole file streamed (decoded, copied): about one GET per block
 OBJECT_SCHEMES = ("s3", "gs", "az", "hf")
 TESTED_SCHEMES = (LOCAL, "s3")  # the others go through fsspec untested (docs/storage.md)
 URL_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
@@ -60,28 +62,33 @@ class StorageError(PrepError):
     exit_code = 2
 
 
-class MissingFile(StorageError):
+class FileProblem(StorageError, EpisodeError):
+    """One file of a dataset that cannot be read as a file: an `EpisodeError` (the stages record it as the
+    episode's failure: `path`, the full path or URL, and `message`, the reason) whose episode the caller knows."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        EpisodeError.__init__(self, None, path, reason)
+
+
+class MissingFile(FileProblem):
     """A file the dataset names is not there."""
 
     def __init__(self, url: str, rel: str, what: str = "file") -> None:
-        self.url, self.rel, self.what = url, rel, what
-        super().__init__(f"missing {what}: {printable(join_url(url, rel))}")
+        super().__init__(join_url(url, rel), f"missing {what}")
 
 
-class NotAFile(StorageError):
+class NotAFile(FileProblem):
     """Something that is not a regular file where a file is expected (a folder, a FIFO, a device)."""
 
     def __init__(self, url: str, rel: str, kind: str, what: str = "file") -> None:
-        self.url, self.rel, self.kind, self.what = url, rel, kind, what
-        super().__init__(f"{what} {printable(join_url(url, rel))} is not a regular file ({kind})")
+        super().__init__(join_url(url, rel), f"{what} is not a regular file ({kind})")
 
 
-class OutsideRoot(StorageError):
+class OutsideRoot(FileProblem):
     """A path, or a symlink, that leaves the dataset (or, for a hub snapshot, its cache repository folder)."""
 
     def __init__(self, url: str, rel: str, why: str) -> None:
-        self.url, self.rel, self.why = url, rel, why
-        super().__init__(f"{printable(join_url(url, rel))}: {why}")
+        super().__init__(join_url(url, rel), why)
 
 
 @dataclass(frozen=True)

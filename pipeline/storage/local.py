@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from pipeline import atomic
-from pipeline.storage import Location, MissingFile, NotAFile, OutsideRoot, Stat, StorageError, Store, clean_rel
+from pipeline.storage import FileProblem, Location, MissingFile, NotAFile, OutsideRoot, Stat, Store, clean_rel
 
 FILE_KINDS = ((stat_.S_ISDIR, "a folder"), (stat_.S_ISFIFO, "a FIFO (named pipe)"), (stat_.S_ISSOCK, "a socket"),
               (stat_.S_ISCHR, "a character device"), (stat_.S_ISBLK, "a block device"))
@@ -47,7 +47,7 @@ class LocalStore(Store):
         try:
             rel = clean_rel(rel)
         except ValueError:
-            raise OutsideRoot(self.url, rel, f"path leaves the dataset root {self.location.shown}") from None
+            raise OutsideRoot(self.url, rel, f"path {rel!r} leaves the dataset root {self.location.root}") from None
         candidate = os.path.join(self.location.root, rel) if rel else self.location.root
         real = os.path.realpath(candidate)
         if not _within(real, self._link_root):
@@ -67,7 +67,7 @@ class LocalStore(Store):
         except FileNotFoundError:
             raise MissingFile(self.url, rel, what) from None
         except OSError as exc:
-            raise StorageError(f"cannot read {what} {atomic.shown(path)}: {exc.strerror or exc}") from None
+            raise FileProblem(str(path), f"cannot read {what}: {exc.strerror or exc}") from None
         if not stat_.S_ISREG(st.st_mode):
             raise NotAFile(self.url, rel, kind_of(st.st_mode), what)
         return st
@@ -79,7 +79,7 @@ class LocalStore(Store):
         except FileNotFoundError:
             raise MissingFile(self.url, rel, what) from None
         except OSError as exc:
-            raise StorageError(f"cannot read {what} {atomic.shown(path)}: {exc.strerror or exc}") from None
+            raise FileProblem(str(path), f"cannot read {what}: {exc.strerror or exc}") from None
         try:
             st = os.fstat(fd)
             if not stat_.S_ISREG(st.st_mode):
@@ -96,32 +96,33 @@ class LocalStore(Store):
         yield str(self.path_of(rel))
 
     def iter_files(self, prefix: str = "") -> Iterator[tuple[str, Stat]]:
-        """Regular files below `prefix` (symlinks followed only inside `link_root`; others passed over), sorted."""
+        """Regular files below `prefix`, streaming, in sorted order (each folder's entries sorted; memory is one
+        folder's listing per level). Each stored byte is listed once: in a plain folder a symlink is not (it
+        names a file of the dataset listed already, or leaves it); in a hub snapshot the links are the files
+        (followed into the cache repository folder's blobs/, and only there)."""
         top = self.path_of(prefix)
-        base = self.location.root.rstrip("/") + "/"
-        stack = [str(top)]
-        found: list[tuple[str, Stat]] = []
-        while stack:
-            folder = stack.pop()
-            try:
-                it = os.scandir(folder)
-            except (FileNotFoundError, NotADirectoryError):
+        base = len(self.location.root.rstrip("/")) + 1
+        snapshot = self._link_root != os.path.realpath(self.location.root)
+        yield from self._walk(str(top), base, snapshot)
+
+    def _walk(self, folder: str, base: int, snapshot: bool) -> Iterator[tuple[str, Stat]]:
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                yield from self._walk(entry.path, base, snapshot)
                 continue
-            with it:
-                for entry in it:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                        continue
-                    if entry.is_symlink() and not _within(os.path.realpath(entry.path), self._link_root):
-                        continue
-                    try:
-                        st = entry.stat(follow_symlinks=True)
-                    except OSError:
-                        continue
-                    if stat_.S_ISREG(st.st_mode):
-                        found.append((entry.path[len(base):],
-                                      Stat(st.st_size, st.st_mtime_ns, f"{st.st_ino}:{st.st_ctime_ns}")))
-        yield from sorted(found)
+            if entry.is_symlink() and not (snapshot and _within(os.path.realpath(entry.path), self._link_root)):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=True)
+            except OSError:
+                continue
+            if stat_.S_ISREG(st.st_mode):
+                yield entry.path[base:], Stat(st.st_size, st.st_mtime_ns, f"{st.st_ino}:{st.st_ctime_ns}")
 
     @contextlib.contextmanager
     def local_copy(self, rel: str, what: str = "file") -> Iterator[Path]:

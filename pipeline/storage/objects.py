@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pipeline.storage import (
+    STREAM_BLOCK,
     Location,
     MissingFile,
     NotAFile,
@@ -52,8 +53,6 @@ from pipeline.storage import (
 )
 from pipeline.text import printable
 
-HEADER_BLOCK = 64 << 10  # a container header or a parquet footer: a few small GETs
-STREAM_BLOCK = 8 << 20  # a whole video decoded: about one GET per block
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60
 ATTEMPTS = 3  # per request (botocore's standard retry mode), and s3fs's own retries of transient errors
@@ -211,14 +210,31 @@ class ObjectStore(Store):
         return fh
 
     def iter_files(self, prefix: str = "") -> Iterator[tuple[str, Stat]]:
+        """Objects below `prefix`, streaming page by page (sorted by key, as S3 lists them; one LIST request per
+        1,000 objects, no request per object)."""
         top = self.key(prefix)
         base = self.location.root.rstrip("/") + "/"
-        with translated(self._url(prefix)):
-            found = self.fs.find(top, detail=True)
-        for key in sorted(found):
-            info = found[key]
-            if info.get("type") == "file" and key.startswith(base):
-                yield key[len(base):], _stat_of(info)
+        bucket, _, key_prefix = top.partition("/")
+        if key_prefix:
+            key_prefix += "/"
+        if self.location.scheme != "s3":
+            with translated(self._url(prefix)):
+                found = self.fs.find(top, detail=True)
+            for key in sorted(found):
+                if found[key].get("type") == "file" and key.startswith(base):
+                    yield key[len(base):], _stat_of(found[key])
+            return
+        token: dict[str, str] = {}
+        while True:
+            with translated(self._url(prefix)):
+                page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key_prefix, **token)
+            for obj in page.get("Contents", []):
+                key = f"{bucket}/{obj['Key']}"
+                if key.startswith(base) and not obj["Key"].endswith("/"):
+                    yield key[len(base):], _stat_of({**obj, "size": obj.get("Size")})
+            if not page.get("IsTruncated"):
+                return
+            token = {"ContinuationToken": page["NextContinuationToken"]}
 
     @contextlib.contextmanager
     def local_copy(self, rel: str, what: str = "file") -> Iterator[Path]:
