@@ -1,9 +1,11 @@
 """Storage/hours manifests: what a dataset holds (episodes, frames, hours) and weighs (bytes by kind).
 
 Frames come from the metadata lengths of the episodes that scanned cleanly. Bytes come from the
-files on disk (regular files under the root, symlinks not followed): `prep scan` walks the root once
-(a streaming `os.walk`, running sums only) so `totals.bytes.total` is the dataset's size to the byte,
-including files no episode references; `prep reencode` sums the files it wrote and copied (no walk).
+files stored (regular files under the root; each stored byte once: a symlink in a plain folder is not
+counted, a hub snapshot's links into its blobs are its files): `prep scan` lists the root once through its
+store (`pipeline.storage`: a streaming walk, or a paginated listing of an object-store prefix; running
+sums only) so `totals.bytes.total` is the dataset's size to the byte, including files no episode
+references; `prep reencode` sums the files it wrote and copied (no walk).
 GB = 1e9 bytes, kB = 1e3 bytes.
 
 The manifest is reduced incrementally (`ScanTotals.add` per episode result) and its per-episode rows
@@ -26,11 +28,12 @@ from pipeline import __version__, atomic
 from pipeline.bounded import read_json
 from pipeline.clock import utc_now
 from pipeline.dataset.files import FileIndex
-from pipeline.dataset.model import Dataset, resolve_inside
+from pipeline.dataset.model import Dataset
 from pipeline.errors import EpisodeError, PrepError
 from pipeline.schemas import validate
-from pipeline.stages.scan import CameraScan, EpisodeScan
-from pipeline.video.probe import UNKNOWN_PIX_FMT, probe_video
+from pipeline.stages.scan import CameraScan, EpisodeScan, probe_camera
+from pipeline.storage import Location, local_location
+from pipeline.video.probe import UNKNOWN_PIX_FMT
 
 MANIFEST_SCHEMA = "manifest"
 FAILURES_LISTED = 10_000
@@ -67,28 +70,17 @@ class ByteCounter:
         return {"total": sum(self.kinds.values()), **self.kinds, "per_camera": self.per_camera, "files": self.count}
 
 
-def walk_files(root: Path, skip: Iterable[Path] = ()) -> Iterable[tuple[str, int]]:
-    """(relative path, size) of every regular file under `root` (symlinks not followed), streaming;
-    `skip`: folders and files (absolute paths) left out."""
-    skipped = {str(p) for p in skip}
-    for dirpath, dirs, names in os.walk(root):
-        if skipped:
-            dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in skipped]
-        for name in names:
-            full = Path(dirpath) / name
-            if skipped and str(full) in skipped:
-                continue
-            st = full.lstat()
-            if not full.is_file() or full.is_symlink():
-                continue
-            yield full.relative_to(root).as_posix(), st.st_size
-
-
-def bytes_on_disk(ds: Dataset, skip: Iterable[Path] = ()) -> dict[str, Any]:
-    """Sizes of every regular file under the root, by kind and by camera (one walk, running sums)."""
+def bytes_on_disk(ds: Dataset, skip: Iterable[Path] = (), location: Location | None = None) -> dict[str, Any]:
+    """Sizes of every file stored under the root, by kind and by camera (one listing, running sums); `skip`:
+    folders and files (absolute paths) left out (a report or work folder written inside the dataset)."""
+    where = location or local_location(ds.root)
+    base = where.root.rstrip("/") + "/"
+    skipped = tuple(str(p)[len(base):] for p in skip if str(p).startswith(base))
     counter = ByteCounter(ds)
-    for rel, size in walk_files(ds.root, skip):
-        counter.add(rel, size)
+    for rel, st in where.store().iter_files():
+        if skipped and any(rel == k or rel.startswith(k + "/") for k in skipped):
+            continue
+        counter.add(rel, st.size)
     return counter.result()
 
 
@@ -130,7 +122,7 @@ def _pix_fmt(ds: Dataset, episode: int | None, seen: CameraScan, camera: str) ->
         return seen.pix_fmt
     try:
         rel = ds.episodes.by_index(episode).video(camera).rel
-        return probe_video(resolve_inside(ds.root, rel), pix_fmt=True).pix_fmt
+        return probe_camera(local_location(ds.root).store(), rel, episode=episode, pix_fmt=True).pix_fmt
     except (EpisodeError, KeyError):
         return None
 
@@ -207,8 +199,9 @@ def episodes_schema(cameras: Iterable[str]) -> pa.Schema:
     fields = [("episode_index", pa.int64()), ("status", pa.string()), ("reason", pa.string()),
               ("frames_expected", pa.int64()), ("frames_in_parquet", pa.int64()), ("parquet_bytes", pa.int64())]
     for cam in cameras:
-        fields += [(f"{cam}/frames_from_header", pa.int64()), (f"{cam}/frames", pa.int64()),
-                   (f"{cam}/keyframes", pa.int64()), (f"{cam}/bytes", pa.int64())]
+        fields += [(f"{cam}/frames_from_header", pa.int64()), (f"{cam}/frames_from_index", pa.int64()),
+                   (f"{cam}/frames_from_packets", pa.int64()), (f"{cam}/keyframes", pa.int64()),
+                   (f"{cam}/bytes", pa.int64())]
     return pa.schema(fields)
 
 
@@ -219,8 +212,9 @@ def episode_row(s: EpisodeScan, cameras: Iterable[str]) -> dict[str, Any]:
     for cam in cameras:
         c = s.cameras.get(cam)
         if c is not None:
-            row |= {f"{cam}/frames_from_header": c.frames_from_header, f"{cam}/frames": c.frames_from_packets,
-                    f"{cam}/keyframes": c.keyframes, f"{cam}/bytes": c.bytes}
+            row |= {f"{cam}/frames_from_header": c.frames_from_header, f"{cam}/frames_from_index": c.frames_from_index,
+                    f"{cam}/frames_from_packets": c.frames_from_packets, f"{cam}/keyframes": c.keyframes,
+                    f"{cam}/bytes": c.bytes}
     return row
 
 

@@ -56,7 +56,8 @@ def test_real_fixture_manifest(real_v21: Path, tmp_path: Path) -> None:
     assert t["kb_per_frame"] == pytest.approx(t["bytes"]["total"] / 1e3 / 3608)
     assert 0.9 < t["video_share"] < 1.0
     table = pq.read_table(out.with_name("real.manifest.episodes.parquet")).to_pylist()
-    assert [r["frames_expected"] for r in table] == [r["observation.images.cam_high/frames"] for r in table]
+    assert [r["frames_expected"] for r in table] == [r["observation.images.cam_high/frames_from_index"] for r in table]
+    assert {r["observation.images.cam_high/frames_from_packets"] for r in table} == {None}  # no demux
     assert sum(r["frames_expected"] for r in table) == 3608
     assert "10 ok, 0 failed" in res.stdout
     assert "camera    observation.images.cam_high: av1 640x480 yuv420p\n" in res.stdout  # as info.json declares
@@ -90,7 +91,7 @@ def test_synthetic_v21_per_episode_counts_and_bytes(synth_v21: Path) -> None:
         ep = next(e for e in ds.episodes if e.index == s.episode)
         assert (synth_v21 / ep.data.rel).stat().st_size == s.parquet_bytes
         for cam, c in s.cameras.items():
-            assert c.frames_from_header == c.frames_from_packets == 90
+            assert c.frames_from_header == c.frames_from_index == 90 and c.frames_from_packets is None
             assert c.bytes == (synth_v21 / ep.video(cam).rel).stat().st_size
             assert (c.codec, c.width, c.height) == ("h264", 640, 480)
             assert c.pix_fmt in ("yuv420p", "unknown")  # the scan's fast open skips h264's probe decode
@@ -106,7 +107,7 @@ def test_synthetic_v30_spans_within_shared_files(synth_v30: Path) -> None:
         assert s.status == "ok"
         assert s.frames_in_parquet == 90
         for c in s.cameras.values():
-            assert c.frames_from_packets == 90  # frames in this episode's span, not the file
+            assert c.frames_from_index == 90  # frames in this episode's span, not the file
     for rel, eps in ds.iter_video_files():
         cam = eps[0].videos[[v.rel for v in eps[0].videos].index(rel)].camera
         attributed = sum(next(s for s in scans if s.episode == e.index).cameras[cam].bytes for e in eps)

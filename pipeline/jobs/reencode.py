@@ -424,8 +424,8 @@ def output_manifest(ds: Dataset, out: Path, reduce: ReencodeReduce, info: dict[s
         for c, cam in enumerate(cams):
             probe = reduce.cameras_seen[cam][1]
             frames, keys, nbytes = (int(v) for v in reduce.counts[pos, c])
-            s.cameras[cam] = CameraScan(int(reduce.header[pos, c]), frames, keys, nbytes, probe.codec, probe.width,
-                                        probe.height, probe.pix_fmt, probe.fps)
+            s.cameras[cam] = CameraScan(int(reduce.header[pos, c]), None, frames, keys, nbytes, probe.codec,
+                                        probe.width, probe.height, probe.pix_fmt, probe.fps)  # written: demuxed
         totals.add(s)
         table.add(episode_row(s, cams))
     out_ds = Dataset(root=out, codebase_version=ds.codebase_version, fps=ds.fps, info=info,

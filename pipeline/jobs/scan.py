@@ -34,7 +34,7 @@ from pipeline.stages.scan import CameraScan, EpisodeScan, ScanUnit, scan_unit, s
 from pipeline.tables import RowGroupWriter
 
 COST_S = 0.004  # stage seconds per v2.1 episode (3 cameras), before any is measured
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: frames_from_index (the container index) beside frames_from_packets
 
 
 def plan(ds: Dataset) -> Iterator[ScanUnit]:
@@ -45,8 +45,9 @@ def encode(results: list[EpisodeScan]) -> list[dict[str, Any]]:
     """A unit's results as JSON (completion records)."""
     return [{"episode": s.episode, "frames_expected": s.frames_expected, "status": s.status, "reason": s.reason,
              "path": s.path, "frames_in_parquet": s.frames_in_parquet, "parquet_bytes": s.parquet_bytes,
-             "cameras": {k: [c.frames_from_header, c.frames_from_packets, c.keyframes, c.bytes, c.codec, c.width,
-                             c.height, c.pix_fmt, c.fps] for k, c in s.cameras.items()}} for s in results]
+             "cameras": {k: [c.frames_from_header, c.frames_from_index, c.frames_from_packets, c.keyframes, c.bytes,
+                             c.codec, c.width, c.height, c.pix_fmt, c.fps] for k, c in s.cameras.items()}}
+            for s in results]
 
 
 def decode(obj: list[dict[str, Any]]) -> list[EpisodeScan]:

@@ -1,24 +1,31 @@
-"""The scan stage: per episode, what its files hold and weigh, without decoding a pixel."""
+"""The scan stage: per episode, what its files hold and weigh, without decoding a pixel or reading a packet.
+
+Videos are counted from their container index (`pipeline.video.probe.probe_index`: the header and the mp4
+sample tables, tens of kB of a file of megabytes), parquet files from their `episode_index` column. Every
+file is read through the dataset's store (`pipeline.storage`): a local folder, a hub snapshot or an object
+store alike.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.dataset.model import Dataset, Episode, require_file, resolve_inside
+from pipeline.dataset.model import Dataset, Episode
 from pipeline.errors import EpisodeError
-from pipeline.video.probe import VideoProbe, probe_video
+from pipeline.storage import HEADER_BLOCK, Location, Store, local_location
+from pipeline.video.probe import IndexProbe, VideoProbe, probe_index, probe_video
 
 
 @dataclass(slots=True)
 class CameraScan:
     frames_from_header: int
-    frames_from_packets: int
+    frames_from_index: int | None  # the container's sample index (mp4); None where it has none complete
+    frames_from_packets: int | None  # a demux, only where the container has no complete index
     keyframes: int
     bytes: int
     codec: str
@@ -44,16 +51,16 @@ class EpisodeScan:
 class ScanUnit:
     """Episodes that share their files (v2.1: one episode; v3.0: the episodes of one set of files)."""
 
-    root: str
+    location: Location
     episodes: tuple[Episode, ...]
     pix_fmt: bool = False  # probe the pixel format too (a full open; the plan asks it of its first unit only)
 
 
-def scan_units(ds: Dataset) -> Iterator[ScanUnit]:
+def scan_units(ds: Dataset, location: Location | None = None) -> Iterator[ScanUnit]:
     """One unit per set of files (v2.1: per episode), lazily, in plan order; the first also probes pix_fmt."""
-    root = str(ds.root)
+    where = location or local_location(ds.root)
     for k, positions in enumerate(ds.iter_file_sets()):
-        yield ScanUnit(root, tuple(ds.episodes[int(p)] for p in positions), pix_fmt=k == 0)
+        yield ScanUnit(where, tuple(ds.episodes[int(p)] for p in positions), pix_fmt=k == 0)
 
 
 def failed(ep: Episode | None, exc: BaseException, frames_expected: int = 0) -> EpisodeScan:
@@ -84,11 +91,16 @@ READERS_MAX_ROW_GROUP_ROWS = 2**31 - 1
 COUNT_BATCH = 1 << 16
 
 
-def _parquet_rows(path: Path, episodes: tuple[Episode, ...]) -> tuple[dict[int, int], int]:
+def _parquet_rows(store: Store, rel: str, episodes: tuple[Episode, ...]) -> tuple[dict[int, int], int]:
     """Rows per episode index in a parquet file, as the readers would get them (counted from the pages,
     streaming, never from the footer's claim alone), and the file's size."""
-    size = path.stat().st_size
-    pf = pq.ParquetFile(path)
+    size = store.stat(rel, "parquet file").size
+    with store.media(rel, block_size=HEADER_BLOCK, what="parquet file") as source:
+        return _rows_of(pq.ParquetFile(source), episodes, store, rel), size
+
+
+def _rows_of(pf: pq.ParquetFile, episodes: tuple[Episode, ...], store: Store, rel: str) -> dict[int, int]:
+    path = store.location.child(rel).url
     md = pf.metadata
     for g in range(md.num_row_groups):
         claimed = md.row_group(g).num_rows
@@ -103,17 +115,29 @@ def _parquet_rows(path: Path, episodes: tuple[Episode, ...]) -> tuple[dict[int, 
     if len(episodes) == 1 and episodes[0].data.from_index is None:
         column = "episode_index" if "episode_index" in pf.schema_arrow.names else pf.schema_arrow.names[0]
         rows = sum(b.num_rows for b in pf.iter_batches(batch_size=COUNT_BATCH, columns=[column]))
-        return {episodes[0].index: rows}, size
+        return {episodes[0].index: rows}
     counts: dict[int, int] = {}
     for batch in pf.iter_batches(batch_size=COUNT_BATCH, columns=["episode_index"]):
         for c in pc.value_counts(batch.column(0)).to_pylist():
             counts[int(c["values"])] = counts.get(int(c["values"]), 0) + int(c["counts"])
-    return counts, size
+    return counts
+
+
+def probe_camera(store: Store, rel: str, *, episode: int | None, pix_fmt: bool) -> IndexProbe | VideoProbe:
+    """A video's header and frames, from its container index (a header read), else from a demux."""
+    size = store.stat(rel, "video file").size
+    shown = store.location.child(rel).url
+    with store.media(rel, block_size=HEADER_BLOCK, what="video file") as source:
+        probe = probe_index(source, shown=shown, size=size, episode=episode, pix_fmt=pix_fmt)
+    if probe is not None:
+        return probe
+    with store.local_copy(rel, "video file") as path:  # no complete index (not an mp4): every packet
+        return probe_video(path, episode=episode, pix_fmt=pix_fmt)
 
 
 def scan_unit(unit: ScanUnit) -> list[EpisodeScan]:
     """Scan the episodes of one unit; a bad file fails the episodes that use it, not the run."""
-    root = Path(unit.root)
+    store = unit.location.store()
     first = unit.episodes[0]
     results = {ep.index: EpisodeScan(episode=ep.index, frames_expected=ep.frames_expected) for ep in unit.episodes}
 
@@ -125,12 +149,11 @@ def scan_unit(unit: ScanUnit) -> list[EpisodeScan]:
                 r.episode = ep.index
 
     try:
-        data_path = resolve_inside(root, first.data.rel, episode=first.index)
-        require_file(data_path, "parquet file", episode=first.index)
         try:
-            rows, size = _parquet_rows(data_path, unit.episodes)
+            rows, size = _parquet_rows(store, first.data.rel, unit.episodes)
         except (pa.ArrowException, OSError, KeyError) as exc:
-            raise EpisodeError(first.index, data_path, f"unreadable parquet ({exc})") from None
+            raise EpisodeError(first.index, unit.location.child(first.data.rel).url,
+                               f"unreadable parquet ({exc})") from None
         total_rows = sum(rows.values()) or 1
         for ep in unit.episodes:
             results[ep.index].frames_in_parquet = rows.get(ep.index, 0)
@@ -140,23 +163,25 @@ def scan_unit(unit: ScanUnit) -> list[EpisodeScan]:
 
     for cam_ref in first.videos:
         try:
-            path = resolve_inside(root, cam_ref.rel, episode=first.index)
-            probe: VideoProbe = probe_video(path, episode=first.index, pix_fmt=unit.pix_fmt)
+            probe = probe_camera(store, cam_ref.rel, episode=first.index, pix_fmt=unit.pix_fmt)
         except EpisodeError as exc:
             fail(exc)
             continue
+        whole = probe.frames_from_index if isinstance(probe, IndexProbe) else probe.frames_from_packets
         payload = probe.payload_bytes or 1
         for ep in unit.episodes:
             ref = ep.video(cam_ref.camera)
             if ref.to_timestamp is None:
-                frames, nbytes, keys = probe.frames_from_packets, probe.bytes, probe.keyframes
+                frames, nbytes, keys = whole, probe.bytes, probe.keyframes
             else:
                 frames = probe.frames_in_span(ref.from_timestamp, ref.to_timestamp)
                 keys = probe.keyframes_in_span(ref.from_timestamp, ref.to_timestamp)
                 nbytes = _share(probe.bytes, probe.bytes_in_span(ref.from_timestamp, ref.to_timestamp), payload)
+            indexed = isinstance(probe, IndexProbe)
             results[ep.index].cameras[cam_ref.camera] = CameraScan(
                 frames_from_header=probe.frames_from_header,
-                frames_from_packets=frames,
+                frames_from_index=frames if indexed else None,
+                frames_from_packets=None if indexed else frames,
                 keyframes=keys,
                 bytes=nbytes,
                 codec=probe.codec,

@@ -1,7 +1,11 @@
-"""Probe a video without decoding pixels: header fields, then a demux of every packet.
+"""Probe a video without decoding pixels: header fields, then its frames from one of two origins.
 
-Counts are named by where they came from: `frames_from_header` is what the container says
-(mp4 `stsz`/`stts`, what LeRobot trusts), `frames_from_packets` is what a demux finds.
+Counts are named by where they came from: `frames_from_header` is what the container says (mp4 `stsz`/`stts`,
+what LeRobot trusts), `frames_from_index` what the container's sample index lists (`probe_index`: every
+sample's size, decode time and sync flag from the mp4 sample tables, read with the header; no packet data is
+read, so a header read costs tens of kB of a file of megabytes, which is what `prep scan` needs on object
+storage), `frames_from_packets` what a demux of every packet finds (`probe_video`: reads the whole file; what
+`prep verify` and the writers need).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import IO, Any
 
 import av
 import numpy as np
@@ -16,10 +21,58 @@ import numpy as np
 from pipeline.errors import EpisodeError
 
 
+class _Spans:
+    """Span queries over sorted arrays (binary search), so a file of thousands of episodes costs O(log frames)
+    per episode, not a pass over every frame."""
+
+    __slots__ = ()
+    pts: np.ndarray
+    keyframe_pts: np.ndarray
+    cum_bytes: np.ndarray
+
+    @property
+    def payload_bytes(self) -> int:
+        return int(self.cum_bytes[-1])
+
+    def span_slice(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> tuple[int, int]:
+        """(lo, hi): the frames (sorted by pts) whose pts falls in [t0, t1) are pts[lo:hi]."""
+        return _span(self.pts, t0, t1, tolerance)
+
+    def bytes_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
+        """Frame payload bytes whose pts falls in [t0, t1)."""
+        lo, hi = self.span_slice(t0, t1, tolerance)
+        return int(self.cum_bytes[hi] - self.cum_bytes[lo])
+
+    def frames_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
+        """Frames whose pts falls in [t0, t1) (the whole file when t1 is None)."""
+        lo, hi = self.span_slice(t0, t1, tolerance)
+        return hi - lo
+
+    def keyframes_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
+        lo, hi = _span(self.keyframe_pts, t0, t1, tolerance)
+        return hi - lo
+
+    def frames_before(self, t: float, tolerance: float = 1e-4) -> int:
+        """Frames whose pts is before t (less the tolerance)."""
+        return int(np.searchsorted(self.pts, t - tolerance, side="left"))
+
+
+def _sorted_arrays(obj: Any, pts_s: Any, keyframe_pts_s: Any, sizes_in: Any) -> None:
+    pts = np.asarray(pts_s, dtype=np.float64)
+    sizes = np.asarray(sizes_in, dtype=np.int64)
+    if len(pts) > 1 and not bool(np.all(pts[1:] >= pts[:-1])):
+        order = np.argsort(pts, kind="stable")
+        pts, sizes = pts[order], sizes[order]
+    cum = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=cum[1:])
+    object.__setattr__(obj, "pts", pts)
+    object.__setattr__(obj, "keyframe_pts", np.sort(np.asarray(keyframe_pts_s, dtype=np.float64)))
+    object.__setattr__(obj, "cum_bytes", cum)
+
+
 @dataclass(slots=True, frozen=True, eq=False)
-class VideoProbe:
-    """A probed file. Span queries use sorted arrays (binary search), so a file of thousands of
-    episodes costs O(log packets) per episode, not a pass over every packet."""
+class VideoProbe(_Spans):
+    """A probed file: its header and a demux of every packet (`frames_from_packets`)."""
 
     path: str
     bytes: int
@@ -42,42 +95,37 @@ class VideoProbe:
     cum_bytes: np.ndarray = field(init=False, repr=False)  # cum_bytes[i] = payload of the first i packets (by pts)
 
     def __post_init__(self) -> None:
-        pts = np.asarray(self.pts_s, dtype=np.float64)
-        sizes = np.asarray(self.packet_bytes, dtype=np.int64)
-        if len(pts) > 1 and not bool(np.all(pts[1:] >= pts[:-1])):
-            order = np.argsort(pts, kind="stable")
-            pts, sizes = pts[order], sizes[order]
-        cum = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=cum[1:])
-        object.__setattr__(self, "pts", pts)
-        object.__setattr__(self, "keyframe_pts", np.sort(np.asarray(self.keyframe_pts_s, dtype=np.float64)))
-        object.__setattr__(self, "cum_bytes", cum)
+        _sorted_arrays(self, self.pts_s, self.keyframe_pts_s, self.packet_bytes)
 
-    @property
-    def payload_bytes(self) -> int:
-        return int(self.cum_bytes[-1])
 
-    def span_slice(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> tuple[int, int]:
-        """(lo, hi): the packets (sorted by pts) whose pts falls in [t0, t1) are pts[lo:hi]."""
-        return _span(self.pts, t0, t1, tolerance)
+@dataclass(slots=True, frozen=True, eq=False)
+class IndexProbe(_Spans):
+    """A file's header and its container sample index (`frames_from_index`), read without any packet data.
+    Times are presentation times: the index holds decode times, which for the constant-rate streams LeRobot
+    writes are the presentation times less one constant shift (the codec's reorder delay), restored here."""
 
-    def bytes_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
-        """Packet payload bytes whose pts falls in [t0, t1)."""
-        lo, hi = self.span_slice(t0, t1, tolerance)
-        return int(self.cum_bytes[hi] - self.cum_bytes[lo])
+    path: str
+    bytes: int
+    codec: str
+    width: int
+    height: int
+    pix_fmt: str
+    fps: float
+    frames_from_header: int
+    frames_from_index: int
+    keyframes: int
+    duration_s: float
+    time_base_s: float
+    frames_discarded: int
+    pts_s: np.ndarray = field(repr=False)
+    keyframe_pts_s: np.ndarray = field(repr=False)
+    sample_bytes: np.ndarray = field(repr=False)
+    pts: np.ndarray = field(init=False, repr=False)
+    keyframe_pts: np.ndarray = field(init=False, repr=False)
+    cum_bytes: np.ndarray = field(init=False, repr=False)
 
-    def frames_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
-        """Packets whose pts falls in [t0, t1) (the whole file when t1 is None)."""
-        lo, hi = self.span_slice(t0, t1, tolerance)
-        return hi - lo
-
-    def keyframes_in_span(self, t0: float, t1: float | None, tolerance: float = 1e-4) -> int:
-        lo, hi = _span(self.keyframe_pts, t0, t1, tolerance)
-        return hi - lo
-
-    def frames_before(self, t: float, tolerance: float = 1e-4) -> int:
-        """Packets whose pts is before t (less the tolerance)."""
-        return int(np.searchsorted(self.pts, t - tolerance, side="left"))
+    def __post_init__(self) -> None:
+        _sorted_arrays(self, self.pts_s, self.keyframe_pts_s, self.sample_bytes)
 
 
 def _span(sorted_times: np.ndarray, t0: float, t1: float | None, tolerance: float) -> tuple[int, int]:
@@ -130,9 +178,6 @@ def probe_video(path: Path | str, *, episode: int | None = None, pix_fmt: bool =
             if not container.streams.video:
                 raise EpisodeError(episode, path, "no video stream in the container")
             stream = container.streams.video[0]
-            ctx = stream.codec_context
-            rate = stream.average_rate or stream.guessed_rate or stream.base_rate
-            fps = float(rate) if rate else 0.0
             tb: Fraction = stream.time_base or Fraction(1, 1)
             header_frames = int(stream.frames or 0)
             pts_list: list[int] = []
@@ -150,30 +195,19 @@ def probe_video(path: Path | str, *, episode: int | None = None, pix_fmt: bool =
                 size_list.append(nbytes)
                 key_list.append(packet.is_keyframe)
             pts_s, sizes, keys = _packet_arrays(pts_list, size_list, key_list, tb)
-            if stream.duration is not None:
-                duration = float(stream.duration * tb)
-            elif container.duration is not None:
-                duration = container.duration / 1_000_000
-            else:
-                duration = 0.0
-            fmt = ctx.format.name if ctx.format is not None else (ctx.pix_fmt or UNKNOWN_PIX_FMT)
+            head = _header(container, stream, tb)
             probe = VideoProbe(
                 path=str(path),
                 bytes=size,
-                codec=ctx.codec.canonical_name,
-                width=int(ctx.width),
-                height=int(ctx.height),
-                pix_fmt=fmt,
-                fps=fps,
                 frames_from_header=header_frames,
                 frames_from_packets=len(pts_s),
                 keyframes=int(keys.sum()),
-                duration_s=duration,
                 pts_s=tuple(pts_s.tolist()),
                 keyframe_pts_s=tuple(pts_s[keys].tolist()),
                 packet_bytes=tuple(sizes.tolist()),
                 frames_discarded=discarded,
                 time_base_s=float(tb),
+                **head,
             )
     except EpisodeError:
         raise
@@ -182,3 +216,66 @@ def probe_video(path: Path | str, *, episode: int | None = None, pix_fmt: bool =
     if probe.width <= 0 or probe.height <= 0:
         raise EpisodeError(episode, path, f"invalid video size {probe.width}x{probe.height}")
     return probe
+
+
+INDEXED_FORMATS = ("mov", "mp4", "m4a", "3gp", "3g2", "mj2")  # FFmpeg's mov demuxer: a complete sample index
+
+
+def probe_index(source: str | IO[bytes], *, shown: str, size: int, episode: int | None = None,
+                pix_fmt: bool = False) -> IndexProbe | None:
+    """Header fields and the sample index of the first video stream of `source` (a path, or a seekable reader
+    such as an object-store file: only the header is read). None when the container has no complete index
+    (not an mp4/mov, or the index lists fewer samples than the header): the caller demuxes instead
+    (`probe_video`). Raises `EpisodeError` naming `shown` for an unreadable file."""
+    if size == 0:
+        raise EpisodeError(episode, shown, "zero-byte video file")
+    try:
+        options = {"threads": "1"} if pix_fmt else FAST_OPEN_OPTIONS
+        with av.open(source, mode="r", options=options) as container:
+            if not container.streams.video:
+                raise EpisodeError(episode, shown, "no video stream in the container")
+            if not set(container.format.name.split(",")) & set(INDEXED_FORMATS):
+                return None
+            stream = container.streams.video[0]
+            entries = stream.index_entries
+            n = len(entries)
+            ts = np.fromiter((e.timestamp for e in entries), dtype=np.int64, count=n)
+            sizes = np.fromiter((e.size for e in entries), dtype=np.int64, count=n)
+            keys = np.fromiter((e.is_keyframe for e in entries), dtype=bool, count=n)
+            discard = np.fromiter((e.is_discard for e in entries), dtype=bool, count=n)
+            header_frames = int(stream.frames or 0)
+            if n < header_frames or n == 0:
+                return None
+            shown_ = ~discard & (sizes > 0)
+            ts, sizes, keys = ts[shown_], sizes[shown_], keys[shown_]
+            tb: Fraction = stream.time_base or Fraction(1, 1)
+            if len(ts) and stream.start_time is not None:
+                ts = ts + (int(stream.start_time) - int(ts.min()))  # decode times -> presentation times
+            pts_s, sizes_s, keys_s = _packet_arrays(ts.tolist(), sizes.tolist(), keys.tolist(), tb)
+            head = _header(container, stream, tb)
+            if head["width"] <= 0 or head["height"] <= 0:
+                raise EpisodeError(episode, shown, f"invalid video size {head['width']}x{head['height']}")
+            return IndexProbe(path=shown, bytes=size, frames_from_header=header_frames,
+                              frames_from_index=len(pts_s), keyframes=int(keys_s.sum()),
+                              frames_discarded=int(discard.sum()), time_base_s=float(tb),
+                              pts_s=pts_s, keyframe_pts_s=pts_s[keys_s], sample_bytes=sizes_s, **head)
+    except EpisodeError:
+        raise
+    except (av.FFmpegError, OSError, ValueError) as exc:
+        raise EpisodeError(episode, shown, f"unreadable video ({type(exc).__name__}: {exc})") from None
+
+
+def _header(container: Any, stream: Any, tb: Fraction) -> dict[str, Any]:
+    """The header fields both probes report (codec, size, pixel format, rate, duration)."""
+    ctx = stream.codec_context
+    rate = stream.average_rate or stream.guessed_rate or stream.base_rate
+    if stream.duration is not None:
+        duration = float(stream.duration * tb)
+    elif container.duration is not None:
+        duration = container.duration / 1_000_000
+    else:
+        duration = 0.0
+    fmt = ctx.format.name if ctx.format is not None else (ctx.pix_fmt or UNKNOWN_PIX_FMT)
+    width, height = int(ctx.width), int(ctx.height)
+    return {"codec": ctx.codec.canonical_name, "width": width, "height": height, "pix_fmt": fmt,
+            "fps": float(rate) if rate else 0.0, "duration_s": duration}

@@ -1,0 +1,466 @@
+"""An object-store prefix as a store, through fsspec (s3fs for `s3://`; gcsfs, adlfs and huggingface_hub's
+HfFileSystem for `gs://`, `az://`, `hf://` when installed; only S3 is tested, against moto on loopback).
+
+Configuration is the environment's, read by each process for itself, as boto3 and the AWS CLI read it:
+`AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_S3`, `AWS_PROFILE`, `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` /
+`AWS_SESSION_TOKEN`, `AWS_REGION`, `~/.aws/config` and `~/.aws/credentials`. A location carries only
+`--storage-option` settings (`pipeline.storage.OPTION_KEYS`), never a credential.
+
+Reads are ranged: `open(rel, block_size=HEADER_BLOCK)` fetches a container header or a parquet footer in a few
+small GETs (s3fs's default 50 MiB block would fetch a whole video for it), `STREAM_BLOCK` decodes a video in
+about one GET per block. Writes are whole objects: `writer()` hands out a local temp file (in the process's
+temp folder) and uploads it on success (multipart when large; s3fs aborts the multipart upload when it
+fails); `create()` is a conditional PUT (`If-None-Match: *`); `copy_in()` within one store is a server-side
+copy.
+
+The lock of an output (`lock`) is an object created with `If-None-Match: *` holding the holder's command,
+host, pid, start and heartbeat; a thread refreshes the heartbeat every `LEASE_S / 4` with a conditional
+overwrite (`If-Match: <its ETag>`). A lock is taken over only when its holder is gone: on this host with its
+pid dead, or with a heartbeat older than `LEASE_S` (its holder stopped refreshing); the takeover is itself a
+conditional overwrite of the stale ETag, so of two runs taking over one wins. Release deletes the object only
+if it is still ours (`If-Match`). A holder whose lock was taken over (it stalled past the lease) is told by
+`ObjectLock.check()`, which the jobs call before they publish.
+
+Every request has connect and read timeouts and a bounded number of attempts; what still fails is one
+line naming the URL and what to set (`StorageError`), with any credential value scrubbed (`redact`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from pipeline.storage import (
+    STREAM_BLOCK,
+    Location,
+    MissingFile,
+    NotAFile,
+    OutsideRoot,
+    Stat,
+    StorageError,
+    Store,
+    clean_rel,
+    join_url,
+)
+from pipeline.text import printable
+
+CONNECT_TIMEOUT_S = 10
+READ_TIMEOUT_S = 60
+ATTEMPTS = 3  # per request (botocore's standard retry mode), and s3fs's own retries of transient errors
+PROBE_TIMEOUT_S = 10  # check_reachable: one attempt, short timeouts, so a dead endpoint is one line at once
+SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECURITY_TOKEN",
+              "HF_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN")
+LEASE_S = 120.0  # a lock whose heartbeat is older than this is its dead holder's
+HOLDER_BYTES = 64 * 1024
+PACKAGES = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "az": ("adlfs", "azure"), "hf": ("huggingface_hub", "")}
+DIST = "lerobot-prep"
+
+
+def redact(text: str) -> str:
+    """`text` with the value of every credential in this process's environment replaced by `***`."""
+    for name in SECRET_ENV:
+        value = os.environ.get(name)
+        if value and len(value) >= 4 and value in text:
+            text = text.replace(value, "***")
+    return text
+
+
+def _bool(key: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise StorageError(f"--storage-option {key}={printable(value)}: expected true or false")
+
+
+def filesystem(location: Location, *, probe: bool = False) -> Any:
+    """The fsspec filesystem for `location` (`probe`: one attempt and short timeouts)."""
+    opts = dict(location.options)
+    scheme = location.scheme
+    try:
+        if scheme == "s3":
+            import s3fs
+
+            attempts = 1 if probe else ATTEMPTS
+            timeout = PROBE_TIMEOUT_S if probe else READ_TIMEOUT_S
+            config: dict[str, Any] = {"connect_timeout": min(CONNECT_TIMEOUT_S, timeout), "read_timeout": timeout,
+                                      "retries": {"total_max_attempts": attempts, "mode": "standard"}}
+            kw: dict[str, Any] = {"default_block_size": STREAM_BLOCK,
+                                  "skip_instance_cache": True}  # pipeline.storage caches per environment
+            client: dict[str, Any] = {}
+            if "addressing_style" in opts:
+                config["s3"] = {"addressing_style": opts.pop("addressing_style")}
+            if "endpoint_url" in opts:
+                kw["endpoint_url"] = opts.pop("endpoint_url")
+            if "region" in opts:
+                client["region_name"] = opts.pop("region")
+            if "profile" in opts:
+                kw["profile"] = opts.pop("profile")
+            for key in ("anon", "requester_pays"):
+                if key in opts:
+                    kw[key] = _bool(key, opts.pop(key))
+            if client:
+                kw["client_kwargs"] = client
+            kw["config_kwargs"] = config
+            fs = s3fs.S3FileSystem(**kw)
+            fs.retries = attempts  # s3fs's own retries of transient errors (a class attribute)
+            return fs
+        import fsspec
+
+        return fsspec.filesystem(scheme, **opts)
+    except ImportError:
+        package, extra = PACKAGES.get(scheme, (scheme + "fs", scheme))
+        how = f"pip install '{DIST}[{extra}]'" if extra else f"pip install {package}"
+        raise StorageError(f"{location.shown}: {scheme}:// needs the package {package} ({how})") from None
+
+
+def describe_error(exc: BaseException, url: str) -> str | None:
+    """One line for a failure to reach or use an object store, or None when `exc` is no such failure."""
+    name = type(exc).__name__
+    text = redact(str(exc).splitlines()[0] if str(exc) else name)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    at = f" at {printable(endpoint)}" if endpoint else ""
+    if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
+        return (f"{printable(url)}: no credentials found ({text}); set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (~/.aws/credentials), or --storage-option anon=true "
+                "for a public bucket")
+    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError", "ClientConnectorError",
+                "ServerDisconnectedError", "ConnectionRefusedError", "ProxyConnectionError"):
+        return (f"{printable(url)}: cannot reach the object store{at} ({text}); check AWS_ENDPOINT_URL (or "
+                "--storage-option endpoint_url=...) and the network")
+    if name in ("ReadTimeoutError", "TimeoutError", "ServerTimeoutError", "ReadTimeout"):
+        return (f"{printable(url)}: the object store{at} did not answer in time ({text}); check "
+                "AWS_ENDPOINT_URL and the network")
+    if isinstance(exc, PermissionError) or name in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"):
+        return (f"{printable(url)}: access denied ({text}); check the credentials (AWS_ACCESS_KEY_ID / "
+                "AWS_PROFILE) and the bucket's policy")
+    if name in ("NoSuchBucket",) or "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+        return f"{printable(url)}: no such bucket ({text})"
+    return None
+
+
+@contextlib.contextmanager
+def translated(url: str) -> Iterator[None]:
+    """Turn an object-store failure into one `StorageError` line (FileNotFoundError and StorageError pass)."""
+    try:
+        yield
+    except (StorageError, FileNotFoundError, FileExistsError):
+        raise
+    except Exception as exc:
+        line = describe_error(exc, url)
+        if line is None:
+            cause = exc.__cause__ or exc.__context__
+            line = describe_error(cause, url) if cause is not None else None
+        if line is None:
+            raise
+        raise StorageError(line) from None
+
+
+class ObjectStore(Store):
+    def __init__(self, location: Location) -> None:
+        super().__init__(location)
+        self._fs: Any = None
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None:
+            self._fs = filesystem(self.location)
+        return self._fs
+
+    def key(self, rel: str) -> str:
+        try:
+            rel = clean_rel(rel)
+        except ValueError:
+            raise OutsideRoot(self.url, rel, f"path leaves {self.location.shown}") from None
+        return f"{self.location.root}/{rel}" if rel else self.location.root
+
+    def _url(self, rel: str) -> str:
+        return join_url(self.url, rel)
+
+    # ---- reading ---------------------------------------------------------------------------------------------
+
+    def _info(self, rel: str, what: str) -> dict[str, Any]:
+        with translated(self._url(rel)):
+            try:
+                info: dict[str, Any] = self.fs.info(self.key(rel))
+            except FileNotFoundError:
+                raise MissingFile(self.url, rel, what) from None
+        if info.get("type") != "file":
+            raise NotAFile(self.url, rel, "a folder (a common prefix of objects)", what)
+        return info
+
+    def stat(self, rel: str, what: str = "file") -> Stat:
+        return _stat_of(self._info(rel, what))
+
+    def open(self, rel: str, *, block_size: int | None = None, what: str = "file") -> IO[bytes]:
+        info = self._info(rel, what)
+        with translated(self._url(rel)):
+            fh: IO[bytes] = self.fs.open(self.key(rel), "rb", block_size=block_size or STREAM_BLOCK,
+                                         size=int(info["size"]), cache_type="readahead")
+        return fh
+
+    def iter_files(self, prefix: str = "") -> Iterator[tuple[str, Stat]]:
+        """Objects below `prefix`, streaming page by page (sorted by key, as S3 lists them; one LIST request per
+        1,000 objects, no request per object)."""
+        top = self.key(prefix)
+        base = self.location.root.rstrip("/") + "/"
+        bucket, _, key_prefix = top.partition("/")
+        if key_prefix:
+            key_prefix += "/"
+        if self.location.scheme != "s3":
+            with translated(self._url(prefix)):
+                found = self.fs.find(top, detail=True)
+            for key in sorted(found):
+                if found[key].get("type") == "file" and key.startswith(base):
+                    yield key[len(base):], _stat_of(found[key])
+            return
+        token: dict[str, str] = {}
+        while True:
+            with translated(self._url(prefix)):
+                page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key_prefix, **token)
+            for obj in page.get("Contents", []):
+                key = f"{bucket}/{obj['Key']}"
+                if key.startswith(base) and not obj["Key"].endswith("/"):
+                    yield key[len(base):], _stat_of({**obj, "size": obj.get("Size")})
+            if not page.get("IsTruncated"):
+                return
+            token = {"ContinuationToken": page["NextContinuationToken"]}
+
+    @contextlib.contextmanager
+    def local_copy(self, rel: str, what: str = "file") -> Iterator[Path]:
+        self._info(rel, what)
+        fd, name = tempfile.mkstemp(prefix="prep-download-", suffix=os.path.splitext(rel)[1])
+        os.close(fd)
+        try:
+            with translated(self._url(rel)):
+                self.fs.get_file(self.key(rel), name)
+            yield Path(name)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+
+    # ---- writing ---------------------------------------------------------------------------------------------
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        with translated(self._url(rel)):
+            self.fs.pipe_file(self.key(rel), data)
+
+    @contextlib.contextmanager
+    def writer(self, rel: str) -> Iterator[Path]:
+        fd, name = tempfile.mkstemp(prefix="prep-upload-", suffix=os.path.splitext(rel)[1])
+        os.close(fd)
+        try:
+            yield Path(name)
+            with translated(self._url(rel)):
+                self.fs.put_file(name, self.key(rel))
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+
+    def create(self, rel: str, data: bytes) -> bool:
+        with translated(self._url(rel)):
+            try:
+                self.fs.pipe_file(self.key(rel), data, mode="create")
+            except FileExistsError:
+                return False
+        return True
+
+    def copy_in(self, src: Store, src_rel: str, rel: str) -> None:
+        with translated(self._url(rel)):
+            if isinstance(src, ObjectStore) and src.location.same_store(self.location):
+                src.stat(src_rel)
+                self.fs.copy(src.key(src_rel), self.key(rel))  # server-side (copy_object / upload_part_copy)
+                return
+            from pipeline.storage.local import LocalStore
+
+            if isinstance(src, LocalStore):
+                src.stat(src_rel)
+                self.fs.put_file(str(src.path_of(src_rel)), self.key(rel))
+                return
+            with src.open(src_rel) as fin, self.fs.open(self.key(rel), "wb") as fout:
+                shutil.copyfileobj(fin, fout, STREAM_BLOCK)
+
+    def remove(self, rel: str) -> None:
+        with translated(self._url(rel)), contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self.key(rel))
+
+    @contextlib.contextmanager
+    def lock(self, rel: str, what: str, *, command: str | None = None,
+             lease_s: float = LEASE_S) -> Iterator[str]:
+        held = ObjectLock(self, rel, what, command=command, lease_s=lease_s)
+        held.acquire()
+        try:
+            yield self._url(rel)
+        finally:
+            held.release()
+
+    def refuse_if_held(self, rel: str, what: str) -> None:
+        holder, _etag = ObjectLock(self, rel, what).read()
+        if holder is not None and not ObjectLock.gone(holder):
+            from pipeline.lock import LockedError, describe
+
+            raise LockedError(describe(holder, Path(self._url(rel)), what))
+
+    def check_reachable(self) -> None:
+        """One short request (list at most one object of the prefix): credentials, endpoint and bucket now."""
+        fs = filesystem(self.location, probe=True)
+        bucket, _, prefix = self.location.root.partition("/")
+        with translated(self.url):
+            if self.location.scheme == "s3":
+                fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
+            else:
+                fs.ls(self.location.root, detail=False)
+
+    def abort_uploads(self) -> int:
+        """Abort the incomplete multipart uploads below this prefix (a killed run's); returns how many."""
+        if self.location.scheme != "s3":
+            return 0
+        bucket, _, prefix = self.location.root.partition("/")
+        n = 0
+        with translated(self.url):
+            marker: dict[str, str] = {}
+            while True:
+                page = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **marker)
+                for up in page.get("Uploads", []):
+                    self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
+                    n += 1
+                if not page.get("IsTruncated"):
+                    return n
+                marker = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+
+
+def _stat_of(info: dict[str, Any]) -> Stat:
+    modified: Any = info.get("LastModified") or info.get("mtime") or info.get("last_modified")
+    mtime_ns = int(modified.timestamp() * 1e9) if hasattr(modified, "timestamp") else 0
+    version = str(info.get("ETag") or info.get("etag") or info.get("VersionId") or f"{info.get('size')}:{mtime_ns}")
+    return Stat(int(info.get("size") or 0), mtime_ns, version.strip('"'))
+
+
+class LockLost(StorageError):
+    """This run's lock was taken over (it stopped refreshing it for longer than the lease): it must not publish."""
+
+
+class ObjectLock:
+    """One output's lock object (see the module docstring)."""
+
+    def __init__(self, store: ObjectStore, rel: str, what: str, *, command: str | None = None,
+                 lease_s: float = LEASE_S) -> None:
+        self.store, self.rel, self.what, self.lease_s = store, rel, what, lease_s
+        self.record: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname(),
+                                       "started_utc": _utc_now(), "lease_s": lease_s}
+        if command:
+            self.record["command"] = command
+        self.etag: str | None = None
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def gone(holder: dict[str, Any]) -> bool:
+        """The holder is provably gone: on this host with its pid dead, or silent for longer than its lease."""
+        from pipeline.lock import is_stale
+
+        if is_stale(holder):
+            return True
+        beat, lease = holder.get("heartbeat_unix"), holder.get("lease_s", LEASE_S)
+        return isinstance(beat, (int, float)) and isinstance(lease, (int, float)) and time.time() - beat > lease
+
+    def _call(self, op: str, **kw: Any) -> dict[str, Any]:
+        bucket, _, key = self.store.key(self.rel).partition("/")
+        result: dict[str, Any] = self.store.fs.call_s3(op, Bucket=bucket, Key=key, **kw)
+        return result
+
+    def _body(self) -> bytes:
+        return (json.dumps({**self.record, "heartbeat_unix": time.time()}) + "\n").encode()
+
+    def read(self) -> tuple[dict[str, Any] | None, str | None]:
+        """The current holder and an ETag no newer than it (None, None: no lock). The ETag is read first: a
+        takeover conditional on it succeeds only if the object is still the one judged gone (or older)."""
+        key = self.store.key(self.rel)
+        with translated(self.store._url(self.rel)):
+            try:
+                etag = str(self.store.fs.info(key, refresh=True).get("ETag"))
+                data = self.store.fs.cat_file(key, start=0, end=HOLDER_BYTES)
+            except FileNotFoundError:
+                return None, None
+        try:
+            holder = json.loads(data.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            holder = {}
+        return (holder if isinstance(holder, dict) else {}), etag
+
+    def _put(self, **condition: str) -> bool:
+        with translated(self.store._url(self.rel)):
+            try:
+                out = self._call("put_object", Body=self._body(), **condition)
+            except OSError as exc:
+                if _precondition_failed(exc):
+                    return False
+                raise
+        self.etag = str(out.get("ETag"))
+        return True
+
+    def acquire(self) -> None:
+        from pipeline.lock import LockedError, describe
+
+        if not self._put(IfNoneMatch="*"):
+            holder, etag = self.read()
+            if holder is None:  # released meanwhile
+                if not self._put(IfNoneMatch="*"):
+                    raise LockedError(describe({}, Path(self.store._url(self.rel)), self.what))
+            elif not self.gone(holder) or etag is None or not self._put(IfMatch=etag):
+                raise LockedError(describe(holder, Path(self.store._url(self.rel)), self.what))
+        self._thread = threading.Thread(target=self._beat, name="prep-lock-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.lease_s / 4):
+            try:
+                if not self._put(IfMatch=self.etag or "*"):
+                    self.lost = True
+                    return
+            except Exception:  # a passing network fault: the next beat tries again, the lease allows it
+                continue
+
+    def check(self) -> None:
+        if self.lost:
+            raise LockLost(f"{self.store._url(self.rel)}: this run's lock was taken over by another run (this run "
+                           "stopped refreshing it for longer than its lease); nothing more is published")
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.etag is not None and not self.lost:
+            with translated(self.store._url(self.rel)):
+                try:
+                    self._call("delete_object", IfMatch=self.etag)
+                except OSError as exc:  # gone already, or no longer ours: not ours to delete
+                    if not (isinstance(exc, FileNotFoundError) or _precondition_failed(exc)):
+                        raise
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """A conditional request refused (412): s3fs raises FileExistsError for If-None-Match, an EINVAL OSError
+    caused by the ClientError for If-Match."""
+    if isinstance(exc, FileExistsError):
+        return True
+    cause = getattr(exc, "__cause__", None)
+    response = getattr(cause, "response", None) or {}
+    return response.get("Error", {}).get("Code") in ("PreconditionFailed", "412")
+
+
+def _utc_now() -> str:
+    from pipeline.clock import utc_now
+
+    return utc_now()
