@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from pipeline.storage import StorageError
+from pipeline.storage.base import StorageError
 from pipeline.text import printable
 
 REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from pipeline import atomic
-from pipeline.storage import FileProblem, Location, MissingFile, NotAFile, OutsideRoot, Stat, Store, clean_rel
+from pipeline.storage.base import FileProblem, Location, MissingFile, NotAFile, OutsideRoot, Stat, Store, clean_rel
 
 FILE_KINDS = ((stat_.S_ISDIR, "a folder"), (stat_.S_ISFIFO, "a FIFO (named pipe)"), (stat_.S_ISSOCK, "a socket"),
               (stat_.S_ISCHR, "a character device"), (stat_.S_ISBLK, "a block device"))

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from pipeline.storage import (
+from pipeline.storage.base import (
     STREAM_BLOCK,
     Location,
     MissingFile,
