@@ -27,6 +27,7 @@ from strace_support import available, trace  # noqa: E402
 
 from pipeline import __version__, atomic  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402
+from pipeline.text import printable  # noqa: E402
 
 CAMS = ("observation.images.cam_high", "observation.images.cam_wrist")
 SPECS = {"v21": SynthSpec(version="v2.1", episodes=4, frames=30, height=240, width=320, cameras=CAMS, seed=6),
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             t = trace(c["case"], c["args"], allowed=c["allowed"], source=c["src"], work=work)
             row = {**t.summary(), "expected_exit": c["exit"], "system_writes": _collapse(t.system),
                    "temp_writes": len(t.temp)}
-            row["command"] = " ".join(atomic.shown(a).replace(str(work), "<work>") for a in row["command"])
+            row["command"] = " ".join(printable(a).replace(str(work), "<work>") for a in row["command"])
             if "victim" in c:
                 row["victim_unchanged"] = c["victim"].read_text() == "precious\n"
             row["ok"] = (t.exit == c["exit"] and not t.source and not t.outside

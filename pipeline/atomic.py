@@ -30,7 +30,6 @@ import json
 import os
 import re
 import stat
-import unicodedata
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +37,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from pipeline.errors import PrepError
+from pipeline.text import printable
 
 # Temp names: `.` + target name + TEMP_MARK + 24 hex digits + the target's suffix. Only a name of exactly this
 # form is ever removed as a temp file (`is_temp_name`), and never one that the source holds too.
@@ -84,18 +84,7 @@ class UnsafePathError(PrepError):
 
 # ---- naming what is in the way -------------------------------------------------------------------
 
-
-def shown(path: Path | str) -> str:
-    """A path for a message: control and format characters escaped (`\\x1b`, `\\n`), the rest as is."""
-    text = os.fsdecode(path) if isinstance(path, bytes) else str(path)
-    out = []
-    for ch in text:
-        if unicodedata.category(ch)[0] == "C":
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else (f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"))
-        else:
-            out.append(ch)
-    return "".join(out)
+shown = printable  # the one escaper of a path or value in a message (pipeline.text); this name is kept for edit.py
 
 
 def kind_of(mode: int) -> str | None:
@@ -119,13 +108,13 @@ def _entry(path: Path | str, mode: int) -> str:
     kind = kind_of(mode) or "a file"
     if stat.S_ISLNK(mode):
         with contextlib.suppress(OSError):
-            kind += f" (-> {shown(os.readlink(path))})"
+            kind += f" (-> {printable(os.readlink(path))})"
     return kind
 
 
 def unsafe(path: Path | str, mode: int, where: str) -> UnsafePathError:
     """`PATH is a symbolic link (-> T) in WHERE: ...` (one line, the fix included)."""
-    return UnsafePathError(f"{shown(path)} is {_entry(path, mode)} in {where}: prep writes only regular files and "
+    return UnsafePathError(f"{printable(path)} is {_entry(path, mode)} in {where}: prep writes only regular files and "
                            "folders there, never through a link or into a special file; remove it, or choose "
                            "another --out", str(path))
 
@@ -149,7 +138,7 @@ def check_tree(root: Path, *, what: str = "the output", follow_root: bool = True
         if kind_of(st.st_mode) is not None:
             raise unsafe(root, st.st_mode, f"the place of {what}")
         return
-    where = f"{what} {shown(root)}"
+    where = f"{what} {printable(root)}"
     stack = [str(root)]
     while stack:
         folder = stack.pop()
@@ -186,14 +175,14 @@ def read_regular(path: Path) -> bytes:
         fd = os.open(path, READ_OWN)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise unsafe(path, os.lstat(path).st_mode, f"prep's files ({shown(Path(path).parent)})") from None
+            raise unsafe(path, os.lstat(path).st_mode, f"prep's files ({printable(Path(path).parent)})") from None
         raise
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
         if not stat.S_ISREG(st.st_mode):
-            raise unsafe(path, st.st_mode, f"prep's files ({shown(Path(path).parent)})")
+            raise unsafe(path, st.st_mode, f"prep's files ({printable(Path(path).parent)})")
         chunks: list[bytes] = []
         while True:
             block = os.read(fd, 1 << 20)
@@ -232,7 +221,7 @@ def describe(path: Path | str, exc: OSError) -> str:
             cause += f" (the output disk {mnt} is full: {st.f_bavail * st.f_frsize:,} bytes free)"
         except OSError:
             cause += f" (the output disk {mnt} is full)"
-    return f"cannot write {shown(path)}: {cause}"
+    return f"cannot write {printable(path)}: {cause}"
 
 
 def _written_path(path: Path, tmp: Path | None, exc: OSError) -> str | None:
@@ -298,7 +287,7 @@ def make_dirs(folder: Path, root: Path | None = None) -> None:
         p = root
         for part in rel.parts:
             p = p / part
-            _real_dir(p, f"the output {shown(root)}")
+            _real_dir(p, f"the output {printable(root)}")
         return
     missing = []
     p = folder
@@ -308,9 +297,9 @@ def make_dirs(folder: Path, root: Path | None = None) -> None:
     if not missing:
         return
     if not p.is_dir():  # the nearest existing folder (a link the user made to a folder is followed)
-        raise OSError(errno.ENOTDIR, f"Not a directory ({shown(p)} is a file in the way)", str(folder))
+        raise OSError(errno.ENOTDIR, f"Not a directory ({printable(p)} is a file in the way)", str(folder))
     for m in reversed(missing):
-        _real_dir(m, f"the folder {shown(folder)}")
+        _real_dir(m, f"the folder {printable(folder)}")
 
 
 def check_writable(folder: Path, *, create: bool = True, root: Path | None = None) -> None:
@@ -354,7 +343,7 @@ def check_target(path: Path) -> None:
     path = Path(path)
     check_entry(path, "the place of the report")
     if path.is_dir():
-        raise WriteError(f"cannot write {shown(path)}: {PATH_ERRNOS[errno.EISDIR]} (it is a folder; name a file)",
+        raise WriteError(f"cannot write {printable(path)}: {PATH_ERRNOS[errno.EISDIR]} (it is a folder; name a file)",
                          str(path), errno.EISDIR)
     check_writable(path.parent)
 
@@ -515,7 +504,7 @@ def create_new(path: Path, root: Path | None = None) -> Path:
             if not stat.S_ISREG(st.st_mode):
                 if stat.S_ISDIR(st.st_mode):
                     raise OSError(errno.EISDIR, "Is a directory", str(path))
-                raise unsafe(path, st.st_mode, f"prep's files ({shown(path.parent)})")
+                raise unsafe(path, st.st_mode, f"prep's files ({printable(path.parent)})")
             os.unlink(path)
         os.close(os.open(path, NEW_FILE, 0o666))
     return path

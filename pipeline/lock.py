@@ -25,9 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.atomic import check_entry, make_dirs, shown, unsafe, writing
+from pipeline.atomic import check_entry, make_dirs, unsafe, writing
 from pipeline.clock import utc_now
 from pipeline.errors import PrepError
+from pipeline.text import printable
 
 HOLDER_BYTES = 64 * 1024  # a lock record is one short JSON line; more is not read
 
@@ -63,13 +64,13 @@ def is_stale(holder: dict[str, Any]) -> bool:
 def describe(holder: dict[str, Any], path: Path, what: str) -> str:
     if holder:
         command = holder.get("command")
-        who = (f"`{shown(str(command)[:300])}`, " if command else "") + \
-            f"pid {shown(str(holder.get('pid')))} on {shown(str(holder.get('host')))} since " \
-            f"{shown(str(holder.get('started_utc')))}"
+        who = (f"`{printable(str(command)[:300])}`, " if command else "") + \
+            f"pid {printable(str(holder.get('pid')))} on {printable(str(holder.get('host')))} since " \
+            f"{printable(str(holder.get('started_utc')))}"
     else:
         who = "another process"
     return (f"{what} is in use by another prep run ({who}); wait for it to finish, or choose another output. "
-            f"If no such run exists, delete the lock file {shown(path)}")
+            f"If no such run exists, delete the lock file {printable(path)}")
 
 
 def _open(path: Path, *, create: bool, write: bool = True) -> int | None:

@@ -29,6 +29,7 @@ from pipeline.errors import PrepError
 from pipeline.formats.write import PREP_DIR
 from pipeline.lock import exclusive_lock, refuse_if_held
 from pipeline.schemas import validate
+from pipeline.text import printable
 
 LOCK_REL = f"{PREP_DIR}/output.lock"  # the one lock file of an output folder, whatever the command
 _HELD: dict[str, int] = {}  # realpath of an output -> how deep this process holds its lock
@@ -39,10 +40,10 @@ def check_paths(src: Path, out: Path, *, staged: bool = False) -> None:
     allows the one exception, `reencode_as`'s staged source in `<out>/prep/`."""
     s, o = Path(os.path.realpath(src)), Path(os.path.realpath(out))
     if o == s or s in o.parents:
-        raise PrepError(f"output {atomic.shown(out)} is the source or inside it ({atomic.shown(src)}); the source "
+        raise PrepError(f"output {printable(out)} is the source or inside it ({printable(src)}); the source "
                         "is never written: choose an --out outside it")
     if o in s.parents and not (staged and (o / PREP_DIR) in s.parents):
-        raise PrepError(f"output {atomic.shown(out)} contains the source {atomic.shown(src)}; choose an --out "
+        raise PrepError(f"output {printable(out)} contains the source {printable(src)}; choose an --out "
                         "beside it")
 
 
@@ -56,10 +57,10 @@ def check_outside(sources: Iterable[Path | None], out: Path, *, flag: str = "--o
             continue
         s = Path(os.path.realpath(src))
         if o == s or s in o.parents:
-            how = (f"the default {flag} {atomic.shown(out)} (in the current folder)" if default
-                   else f"{flag} {atomic.shown(out)}")
+            how = (f"the default {flag} {printable(out)} (in the current folder)" if default
+                   else f"{flag} {printable(out)}")
             hint = " (or run from another folder)" if default else ""
-            raise PrepError(f"{how} is inside the dataset {atomic.shown(Path(src).absolute())}; the source is never "
+            raise PrepError(f"{how} is inside the dataset {printable(Path(src).absolute())}; the source is never "
                             f"written: pass {flag} PATH outside it{hint}")
 
 
@@ -69,16 +70,20 @@ def check_output_tree(out: Path) -> None:
     atomic.check_tree(out, what="the output")
 
 
-def command_line(command: str) -> str:
-    """This process's command line as the user typed it (`prep reencode --src ...`), for a lock's holder."""
+def command_line(command: str | None = None) -> str:
+    """This process's command line as the user typed it (`prep reencode --src ...`), for a lock's holder.
+    `command`: the command this process runs for the lock (`prep COMMAND` when it was started otherwise: a
+    test, a job called from Python); None: whatever it was started with."""
     args = sys.argv[1:]
-    return shlex.join(["prep", *args]) if args[:1] == [command] else f"prep {command}"
+    if command is None or args[:1] == [command]:
+        return shlex.join(["prep", *args]) if args else "prep"
+    return f"prep {command}"
 
 
 def refuse_busy(out: Path) -> None:
     """Refuse now (`LockedError`, naming the holder) when another run holds the output's lock; writes nothing."""
     if os.path.realpath(out) not in _HELD:
-        refuse_if_held(out / LOCK_REL, f"output {atomic.shown(out)}")
+        refuse_if_held(out / LOCK_REL, f"output {printable(out)}")
 
 
 @contextlib.contextmanager
@@ -94,7 +99,7 @@ def output_lock(out: Path, command: str) -> Iterator[Path]:
         finally:
             _HELD[key] -= 1
         return
-    with exclusive_lock(out / LOCK_REL, f"output {atomic.shown(out)}", root=out, command=command) as path:
+    with exclusive_lock(out / LOCK_REL, f"output {printable(out)}", root=out, command=command) as path:
         _HELD[key] = 1
         try:
             yield path
@@ -108,11 +113,11 @@ def refuse_foreign(out: Path, options_rel: str, command: str) -> None:
     if not out.exists() or (out / options_rel).is_file():
         return
     if not out.is_dir():
-        raise PrepError(f"output {atomic.shown(out)} exists and is not a folder")
+        raise PrepError(f"output {printable(out)} exists and is not a folder")
     others = sorted(p.name for p in out.iterdir() if p.name != PREP_DIR)
     if others:
-        raise PrepError(f"output {atomic.shown(out)} exists and is not a prep {command} output (holds "
-                        f"{', '.join(atomic.shown(n) for n in others[:3])}); choose another --out")
+        raise PrepError(f"output {printable(out)} exists and is not a prep {command} output (holds "
+                        f"{', '.join(printable(n) for n in others[:3])}); choose another --out")
 
 
 def claim_output(src: Path, out: Path, settings: dict[str, Any], options_rel: str, schema: str) -> None:
@@ -125,8 +130,8 @@ def claim_output(src: Path, out: Path, settings: dict[str, Any], options_rel: st
         except (OSError, ValueError, RecursionError):
             previous = None
         if previous != settings:
-            raise PrepError(f"output {atomic.shown(out)} was started with other settings ({previous}); now asked "
-                            f"for {settings}. Choose another --out, or delete {atomic.shown(out)} to start over")
+            raise PrepError(f"output {printable(out)} was started with other settings ({previous}); now asked "
+                            f"for {settings}. Choose another --out, or delete {printable(out)} to start over")
         return
     validate(settings, schema, source=str(path))
     atomic.write_json(path, settings, root=out)

@@ -28,7 +28,6 @@ import gzip
 import hashlib
 import json
 import re
-import shlex
 import shutil
 import sys
 from collections import deque
@@ -38,19 +37,16 @@ from typing import Any, TypeVar
 
 from pipeline import __version__, atomic
 from pipeline.dataset import Dataset
+from pipeline.jobs.output import check_outside, command_line
 from pipeline.lock import exclusive_lock
 from pipeline.runner import Batch, Engine
+from pipeline.text import printable
 
 U = TypeVar("U")
 R = TypeVar("R")
 
 PLAN_FILE = "plan.json"
 PART_RE = re.compile(r"part-(\d{12})-(\d{12})\.jsonl\.gz")
-
-
-def command_line() -> str:
-    """This process's command line (`prep scan DATASET --out ...`), for the work folder lock's holder."""
-    return shlex.join(["prep", *sys.argv[1:]]) if sys.argv[1:] else "prep"
 
 
 def work_folder_for(output: Path) -> Path:
@@ -62,13 +58,11 @@ def check_report_place(sources: Iterable[Path | None], output: Path, table: Path
     """Before a report job reads or writes anything: the report is outside every source (the source is
     read-only), and the report, its table, its work folder and the folder's lock are not symlinks, FIFOs,
     sockets or devices (one line naming the first)."""
-    from pipeline.jobs.output import check_outside
-
     output = Path(output).absolute()
     check_outside(sources, output, default=default)
     work = work_folder_for(output)
     for path in (output, table, work.with_name(work.name + ".lock")):
-        atomic.check_entry(path, f"the place of the report {atomic.shown(output)}")
+        atomic.check_entry(path, f"the place of the report {printable(output)}")
     atomic.check_tree(work, what="the work folder", follow_root=False)
 
 
@@ -87,7 +81,7 @@ class WorkFolder:
         self.fingerprint = fingerprint
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         atomic.check_tree(self.path, what="the work folder", follow_root=False)  # before the lock is taken
-        self._lock = exclusive_lock(self.lock_path, f"work folder {atomic.shown(self.path)}",
+        self._lock = exclusive_lock(self.lock_path, f"work folder {printable(self.path)}",
                                     command=command_line())
         self._lock.__enter__()  # a second run on the same output is refused while this one lives
         try:
