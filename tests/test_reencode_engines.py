@@ -9,7 +9,8 @@ import av
 import numpy as np
 import pytest
 
-from pipeline.commands.reencode import default_out, parse_size
+from pipeline.commands.reencode import default_out
+from pipeline.commands.reencode import dst_size as parse_size
 from pipeline.errors import PrepError
 from pipeline.stages.reencode import ReencodeOptions, ReencodeUnit, new_spans, reencode_unit
 from pipeline.synth import SynthSpec, camera_frames

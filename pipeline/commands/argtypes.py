@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
+
+SIZE_RE = re.compile(r"\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*", flags=re.ASCII)  # ASCII: never full-width digits
+
+
+def parse_size(text: str) -> tuple[int, int] | None:
+    """`224` -> (224, 224), `320x240` -> (320, 240) as (width, height); None when `text` is not a size (each
+    option says so in its own words: `prep reencode --dst`, `prep verify --size`)."""
+    m = SIZE_RE.fullmatch(text)
+    if not m:
+        return None
+    w = int(m.group(1))
+    return w, int(m.group(2)) if m.group(2) else w
 
 
 def positive_int(text: str) -> int:
@@ -26,8 +39,6 @@ SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx", "inproc")
 
 def scheduler_address(text: str) -> str:
     """A Dask scheduler address `scheme://host:port` (or `host:port`, read as tcp://), checked without Dask."""
-    import re
-
     m = re.fullmatch(r"(?:([a-z]+)://)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})/?", text.strip())
     if not m or (m.group(1) and m.group(1) not in SCHEDULER_SCHEMES) or not 0 < int(m.group(3)) < 65536:
         raise argparse.ArgumentTypeError(f"expected a scheduler address like tcp://host:8786 "

@@ -12,13 +12,12 @@ to `<out>/prep/` (LeRobot ignores the folder). The job (plan, stages, reduce, pu
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.checks import READER_CHOICES, REPAIR_NAMES
 from pipeline.commands import help_of
-from pipeline.commands.argtypes import LazyChoices, LazyHelp, dataset_path
+from pipeline.commands.argtypes import LazyChoices, LazyHelp, dataset_path, parse_size
 from pipeline.commands.common import SmallInput, add_run_options, plural, run_config, warn
 from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.errors import PrepError
@@ -116,13 +115,12 @@ def source_of(args: argparse.Namespace) -> str:
     return str(src)
 
 
-def parse_size(text: str) -> tuple[int, int]:
-    """`224` -> (224, 224); `320x240` -> (320, 240) as (width, height)."""
-    m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*", text, flags=re.ASCII)  # not full-width digits
-    if not m:
+def dst_size(text: str) -> tuple[int, int]:
+    """`--dst`: `224` -> (224, 224); `320x240` -> (320, 240) as (width, height)."""
+    size = parse_size(text)
+    if size is None:
         raise PrepError(f"--dst {text!r}: expected a size like 224 or 320x240")
-    w = int(m.group(1))
-    h = int(m.group(2)) if m.group(2) else w
+    w, h = size
     if not (2 <= w <= 8192 and 2 <= h <= 8192):
         raise PrepError(f"--dst {text!r}: width and height must be between 2 and 8192")
     return w, h
@@ -284,7 +282,7 @@ def format_summary(r: ReencodeAsReport) -> str:
 
 def output_of(args: argparse.Namespace) -> Path:
     src = resolve_src(source_of(args), args.root)
-    return args.out.absolute() if args.out else default_out(src, parse_size(args.dst))
+    return args.out.absolute() if args.out else default_out(src, dst_size(args.dst))
 
 
 def resume_note(args: argparse.Namespace) -> str | None:
@@ -303,7 +301,7 @@ def missing_arguments(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     missing_arguments(args)
-    size = parse_size(args.dst)  # a bad size is refused before anything heavy is imported
+    size = dst_size(args.dst)  # a bad size is refused before anything heavy is imported
     src = resolve_src(source_of(args), args.root)
     out = args.out.absolute() if args.out else default_out(src, size)
     warnings = [*size_warnings(size), *filter(None, [provenance_warning(src, size)])]

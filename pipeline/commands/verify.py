@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.checks import READER_CHOICES
 from pipeline.commands import help_of
-from pipeline.commands.argtypes import dataset_path, positive_int
+from pipeline.commands.argtypes import dataset_path, parse_size, positive_int
 from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
 from pipeline.text import printable, printable_lines
 
@@ -117,21 +117,14 @@ def _episode_list(episodes: list[int], limit: int = 20) -> str:
         f", ... ({len(episodes)} in all)" if len(episodes) > limit else "")
 
 
-def parse_size(text: str) -> tuple[int, int]:
-    """`224x224` -> (224, 224) as (width, height); `224` alone means 224x224, as `prep reencode --dst 224`."""
-    try:
-        if not text.isascii():  # int() would read full-width digits ('２２４') as 224
-            raise ValueError(text)
-        parts = [int(x) for x in text.lower().split("x")]
-        if len(parts) not in (1, 2):
-            raise ValueError(text)
-        w, h = parts if len(parts) == 2 else parts * 2
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT or one size, e.g. 224x224 or 224, got {text!r}"
-                                         ) from None
-    if w <= 0 or h <= 0:
+def size_arg(text: str) -> tuple[int, int]:
+    """`--size`: `224x224` -> (224, 224) as (width, height); `224` alone means 224x224, as `prep reencode --dst 224`."""
+    size = parse_size(text)
+    if size is None:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT or one size, e.g. 224x224 or 224, got {text!r}")
+    if size[0] <= 0 or size[1] <= 0:
         raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
-    return w, h
+    return size
 
 
 def add_parser(sub: Any) -> None:
@@ -145,7 +138,7 @@ def add_parser(sub: Any) -> None:
                    help="dataset root (the folder holding meta/info.json)")
     p.add_argument("--expect-frames", type=positive_int, metavar="N",
                    help="every episode must have exactly N frames (e.g. 90 = 3 s at 30 fps)")
-    p.add_argument("--size", type=parse_size, metavar="WxH",
+    p.add_argument("--size", type=size_arg, metavar="WxH",
                    help="every video must be WxH, e.g. 224x224 (224 alone: 224x224, as reencode --dst)")
     p.add_argument("--all-intra", action="store_true", help="every frame must be a keyframe")
     p.add_argument("--decode", action="store_true", help="also decode every frame (slower; catches corrupt "
