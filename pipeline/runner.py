@@ -119,7 +119,6 @@ class EngineStats:
     """What the session did, for logs, tests and benchmarks."""
 
     clusters_started: int = 0
-    maps: int = 0
     tasks_submitted: int = 0
     units: int = 0
     max_in_flight: int = 0
@@ -276,7 +275,6 @@ class Engine:
         """
         from tqdm import tqdm
 
-        self.stats.maps += 1
         inline = self.runs_inline(total)
         bar = tqdm(total=total, desc=desc, unit=unit_name, disable=not self.config.progress, dynamic_ncols=True,
                    file=sys.stderr)

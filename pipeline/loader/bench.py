@@ -15,7 +15,7 @@ import math
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -275,9 +275,3 @@ def json_safe(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [json_safe(v) for v in obj]
     return obj
-
-
-def spec_dict(spec: RunSpec) -> dict[str, Any]:
-    d = asdict(spec)
-    d["root"] = str(spec.root)
-    return d

@@ -7,7 +7,7 @@ opens the file) must start, in decode order, with a keyframe that is its earlies
 kept episode may be interleaved in decode order with a dropped one's (B-frames reordered across the
 boundary). Consecutive kept episodes need nothing: their packets stay together as in the source, so a source
 with GOP > 1 whose episodes do not start on keyframes can still be edited where whole runs are kept.
-`splice_problems` finds the cuts that break this from one demux (no decode); `splice_stream_copy` refuses
+`splice_problems` finds the cuts that break this from one demux (no decode); `splice_segments` refuses
 them too, so a splice never writes an inexact file.
 """
 
@@ -186,17 +186,12 @@ def _prepare(src: Path, spans: Sequence[SpliceSpan], before: int, out_tb: Fracti
     return ordered, owner, out_tb, offset, before, scale
 
 
-def splice_stream_copy(src: Path, out: Path, spans: Sequence[SpliceSpan], fps_rate: Fraction) -> SpliceResult:
-    """Write the kept spans of `src` back to back into `out` (an mp4), episode k's first frame at
-    `frames_before(k) / fps`; raises `EpisodeError` for a cut off a keyframe or a frame count that is not
-    the metadata's."""
-    return splice_segments([(src, spans)], out, fps_rate)
-
-
 def splice_segments(segments: Sequence[tuple[Path, Sequence[SpliceSpan]]], out: Path,
                     fps_rate: Fraction) -> SpliceResult:
-    """`splice_stream_copy` of several source files one after the other into one output file (a merge packing
-    files together): every segment's codec parameters must be the first's (one `avcC`/`av1C` serves a file)."""
+    """Write each segment's kept spans (a source file and its episodes) back to back into `out` (an mp4), episode
+    k's first frame at `frames_before(k) / fps`; several segments when a merge packs source files together (every
+    segment's codec parameters must be the first's: one `avcC`/`av1C` serves a file). Raises `EpisodeError` for
+    a cut off a keyframe or a frame count that is not the metadata's."""
     if not segments:
         raise ValueError("nothing to splice")
     n = 0
