@@ -245,6 +245,21 @@ class Engine:
         size is not known before they run (streamed plans)."""
         self._size_hint = units
 
+    def prepare(self, size_hint: int | None = None) -> float:
+        """The one call a job makes into the session before it writes anything (a lock, an options file): the
+        session is brought up now, so that one that cannot start (a scheduler out of reach) is refused first.
+        `size_hint`: the job's size in the units its command's small-input threshold counts (it also sizes the
+        job's maps whose own size is not known before they run); a job too large to run inline starts its
+        cluster now. None: only a scheduler is reached now; a local cluster starts with the first map that needs
+        one. Returns the seconds spent starting (0.0 when nothing was started)."""
+        if size_hint is not None:
+            self.size_hint(size_hint)
+        if self.started:
+            return 0.0
+        t0 = time.perf_counter()
+        self.start(local=size_hint is not None and not self.runs_inline(size_hint))
+        return time.perf_counter() - t0 if self.started else 0.0
+
     @property
     def workers(self) -> int:
         """Workers of the session's cluster (the configured count before it starts; 1 inline)."""

@@ -274,6 +274,25 @@ def test_runs_inline_follows_the_threshold_and_the_size_hint() -> None:
         assert not engine.runs_inline(1)  # a --scheduler run always uses the cluster
 
 
+def test_prepare_starts_what_the_job_needs_before_it_writes() -> None:
+    """`engine.prepare(size_hint)`, the one call a job makes into the session: a small job (or one of unknown
+    size) starts no local cluster and costs no time; a large one starts it now, once; an unreachable scheduler is
+    refused by the call itself (before the job writes anything)."""
+    from pipeline.errors import PrepError
+
+    with open_engine(RunConfig(workers=1, progress=False, inline_max=3)) as engine:
+        assert engine.prepare() == 0.0 and engine.prepare(2) == 0.0 and not engine.started
+        assert engine.runs_inline(None)  # the hint sizes the job's streamed maps
+        seconds = engine.prepare(4)
+        assert engine.started and seconds > 0.0 and engine.stats.clusters_started == 1
+        assert engine.prepare(100) == 0.0 and engine.stats.clusters_started == 1
+    with open_engine(RunConfig(backend="inline", progress=False)) as engine:
+        assert engine.prepare(10**6) == 0.0 and not engine.started
+    with open_engine(RunConfig(backend="remote", scheduler="tcp://127.0.0.1:1", connect_timeout=1.0,
+                               progress=False)) as engine, pytest.raises(PrepError):
+        engine.prepare()
+
+
 def test_engine_line_is_not_glued_onto_the_progress_bar(tmp_path: Any) -> None:
     """The cluster starts while the first progress bar is drawn: its `[engine]` line gets a line of its own."""
     import subprocess

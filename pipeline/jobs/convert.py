@@ -361,12 +361,9 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
         _claim_output(src, out, {**options.settings(), **(extra_settings or {})})
         for sub in ("videos", "data", "meta"):  # temp files of a killed run (never the staged source in prep/)
             atomic.remove_stale_temps(out / sub)
+        # a small dataset is converted in this process (the CLI's threshold); the cluster's start-up timed apart
+        report.engine_start_seconds = engine.prepare(_episodes(info))
         t0 = time.perf_counter()
-        engine.size_hint(_episodes(info))  # a small dataset is converted in this process (the CLI's threshold)
-        if not engine.runs_inline(None) and not engine.started:  # the cluster's start-up, timed apart
-            engine.client()
-            report.engine_start_seconds = time.perf_counter() - t0
-            t0 = time.perf_counter()
         if format_of(options.to).layout.shares_files:  # into files episodes share: packed by LeRobot's rule
             units: Iterator[Any] = units_of(plan_to_v30(src, out, info, options))
         else:  # a file per episode: each cut out of its source file, which needs it to start on a keyframe

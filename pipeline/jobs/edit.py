@@ -1044,7 +1044,7 @@ def write_edit(sources: Sequence[Source], out: Path, total: int, engine: Engine,
         settings["reencode_partial"] = True
     report = EditReport(str(first.src), str(out), fmt, settings, engine.backend, source_episodes=total,
                         dropped_total=sum(s.sel.dropped_count for s in sources), dropped=dropped)
-    engine.size_hint(kept)
+    engine.prepare(kept)  # the session is up (a large edit: its cluster started) before anything is written
     if not cuts_checked:
         check_cuts(sources, out, engine, reencode_partial=reencode_partial)
     out.mkdir(parents=True, exist_ok=True)
@@ -1235,7 +1235,7 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
                                         for e in range(total))
         _check_output(out / name)
     sources = {name: Source(src, info, sel, plan_tasks(src, info, sel)) for name, sel in selections.items()}
-    engine.size_hint(max(sel.kept_count for sel in selections.values()))
+    engine.prepare(max(sel.kept_count for sel in selections.values()))
     for name, source in sources.items():
         check_cuts([source], out / name, engine, reencode_partial=reencode_partial)
     if out.exists():

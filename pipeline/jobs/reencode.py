@@ -480,8 +480,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     refuse_foreign(out, OPTIONS_REL, "reencode")  # a folder that is not this command's: refused before any walk
     check_output_tree(out)  # a symlink, FIFO, socket or device in the output (a resume too): refused
     files = sum(len(ds.file_groups(cam)) for cam in ds.camera_keys)
-    # the session is up (scheduler reached, cluster started unless the encode map is small) before anything is written
-    engine.start(local=not engine.runs_inline(files))
+    engine.prepare(files)  # scheduler reached, cluster started unless the encode is small: before anything is written
     source = check_source(src, engine, options.repairs, accept_invalid_source, reader)  # verify without decode
     atomic.check_writable(out / PREP_DIR, root=out)  # read-only, full or blocked outputs are refused before any work
     report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine,

@@ -65,7 +65,7 @@ def scan_dataset(src: Path, out: Path, engine: Engine, *, resume: bool = True,
     out = Path(out).absolute()
     ds, rejected = open_validated(src, "scan")  # metadata checked before any unit (scan refuses fewer rules)
     parts.check_report_place([src], out, table_path_for(out), default=out_is_default)  # in the source: refused
-    engine.start(local=False)  # a scheduler that cannot be reached: refused before anything is written
+    engine.prepare()  # a scheduler that cannot be reached: refused before anything is written
     atomic.check_target(Path(out).absolute())  # a read-only, full or blocked output: refused before any work
     fp = parts.fingerprint("scan", RECORD_VERSION, ds, out=str(Path(out).absolute()))
     with parts.WorkFolder(parts.work_folder_for(out), fingerprint=fp, resume=resume) as work:

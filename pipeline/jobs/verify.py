@@ -439,7 +439,7 @@ def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_pa
     if json_path is not None:  # in the source, or a link in its place: refused before anything is written
         json_path = Path(json_path).absolute()
         parts.check_report_place([src], json_path, table_path_for(json_path))
-    engine.start(local=False)  # a scheduler that cannot be reached: refused before anything is written
+    engine.prepare()  # a scheduler that cannot be reached: refused before anything is written
     if json_path is not None:
         atomic.check_target(Path(json_path).absolute())  # read-only, full, a folder: refused before any work
     first = dataset_failures(ds, rejected, options)
