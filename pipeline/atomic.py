@@ -510,14 +510,17 @@ def create_new(path: Path, root: Path | None = None) -> Path:
     return path
 
 
-def remove_stale_temps(root: Path, *, source: Path | None = None) -> int:
+def remove_stale_temps(root: Path, *, source: Path | None = None, recursive: bool = True) -> int:
     """Remove the temp files a killed run left under `root` (regular files named exactly as `temp_path_for`
     names them; links are not followed); with `source`, a file the source holds at the same place is kept
-    (the copy of a source file whose name happens to look like a temp name). Returns how many."""
+    (the copy of a source file whose name happens to look like a temp name); `recursive=False`: only the files
+    directly in `root`. Returns how many."""
     count = 0
     if not os.path.isdir(root) or os.path.islink(root):
         return 0
-    for dirpath, _dirs, names in os.walk(root):
+    for dirpath, dirs, names in os.walk(root):
+        if not recursive:
+            dirs.clear()
         for name in names:
             if not is_temp_name(name):
                 continue

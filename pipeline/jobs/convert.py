@@ -67,15 +67,7 @@ from pipeline.formats.v30 import (
 )
 from pipeline.formats.validate import metadata_refusals
 from pipeline.formats.write import PREP_DIR
-from pipeline.jobs.output import (
-    check_output_tree,
-    check_paths,
-    claim_output,
-    command_line,
-    output_lock,
-    refuse_busy,
-    refuse_foreign,
-)
+from pipeline.jobs.output import OptionsFile, claim_output, record_settings
 from pipeline.runner import Engine
 from pipeline.schemas import validate
 from pipeline.stages.convert import (
@@ -91,6 +83,7 @@ from pipeline.video.remux import StartProblem
 
 FORMATS = VERSIONS
 OPTIONS_REL = f"{PREP_DIR}/convert_options.json"
+OPTIONS = OptionsFile(OPTIONS_REL, "convert_options", "convert")
 REPORT_REL = f"{PREP_DIR}/convert_report.json"
 STAGED_REL = f"{PREP_DIR}/reencoded"  # `reencode_as`: the re-encode in the source's layout
 FAILURES_LISTED = 10_000
@@ -166,11 +159,6 @@ def check_options(options: ConvertOptions) -> None:
     if options.data_size not in DATA_SIZE_MEASURES:
         raise PrepError(f"unknown data size measure {options.data_size!r} "
                         f"(choose from {', '.join(DATA_SIZE_MEASURES)})")
-
-
-def _claim_output(src: Path, out: Path, settings: dict[str, Any]) -> None:
-    """Record the options in `<out>/prep/convert_options.json`; refuse a run started with other ones."""
-    claim_output(src, out, settings, OPTIONS_REL, "convert_options")
 
 
 # ---- plan ------------------------------------------------------------------------------------------
@@ -350,19 +338,13 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
     info = read_info(src)
     if info["codebase_version"] == options.to:
         raise DatasetError(src / "meta/info.json", f"the dataset already is {options.to}")
-    check_paths(src, out, staged=staged)
+    # in or around the source, busy (any command's), not this command's, or holding a link: refused now
+    claim = claim_output(out, "convert", OPTIONS, sources=[src], staged=staged)
     metadata_refusals(src, "convert")[0].raise_if_any()  # every metadata file checked before anything is written
-    refuse_busy(out)  # a busy output (any command's) is refused at once, naming the holder
-    refuse_foreign(out, OPTIONS_REL, "convert")  # a folder that is not this command's: refused before any walk
-    check_output_tree(out)  # a symlink, FIFO, socket or device in the output (a resume too): refused
-    out.mkdir(parents=True, exist_ok=True)
     report = ConvertReport(str(src), str(out), options.to, options.settings(), engine.backend)
-    with output_lock(out, command_line("convert")):
-        _claim_output(src, out, {**options.settings(), **(extra_settings or {})})
-        for sub in ("videos", "data", "meta"):  # temp files of a killed run (never the staged source in prep/)
-            atomic.remove_stale_temps(out / sub)
-        # a small dataset is converted in this process (the CLI's threshold); the cluster's start-up timed apart
-        report.engine_start_seconds = engine.prepare(_episodes(info))
+    # a small dataset is converted in this process (the CLI's threshold); the cluster's start-up timed apart
+    report.engine_start_seconds = engine.prepare(_episodes(info))
+    with claim.hold({**options.settings(), **(extra_settings or {})}, source=src):
         t0 = time.perf_counter()
         if format_of(options.to).layout.shares_files:  # into files episodes share: packed by LeRobot's rule
             units: Iterator[Any] = units_of(plan_to_v30(src, out, info, options))
@@ -377,8 +359,7 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
             for results in batch.results:
                 for r in results:
                     reduce.add(r)
-        for sub in ("videos", "data"):  # temp files of workers killed mid-task (their task was retried)
-            atomic.remove_stale_temps(out / sub)
+        claim.remove_temps()  # temp files of workers killed mid-task (their task was retried)
         report.seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         try:
@@ -447,11 +428,8 @@ def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engi
     conv = ConvertOptions(to, limits)
     check_options(conv)
     check_reencode_options(options)
-    check_paths(src, out)
-    refuse_busy(out)
-    refuse_foreign(out, OPTIONS_REL, "convert")
-    check_output_tree(out)
-    with output_lock(out, command_line("reencode")):  # held through both steps: no other command comes in between
+    claim = claim_output(out, "reencode", OPTIONS, sources=[src])
+    with claim.hold():  # held through both steps: no other command comes in between
         return _reencode_as(src, out, options, to, conv, engine, keep_staged, reader)
 
 
@@ -462,7 +440,7 @@ def _reencode_as(src: Path, out: Path, options: Any, to: str, conv: ConvertOptio
     staged = out / STAGED_REL
     settings = {**conv.settings(), "reencode": {"source": str(src.resolve()), **options.output_settings()}}
     if (out / "meta/info.json").is_file() and not staged.exists():
-        _claim_output(staged, out, settings)
+        record_settings(staged, out, settings, OPTIONS)
         previous = json.loads(atomic.read_regular_text(out / REPORT_REL))
         report = ConvertReport(**{k: v for k, v in previous.items() if k != "schema"})
         report.written, report.kept, report.written_files = 0, report.files, []

@@ -57,15 +57,7 @@ from pipeline.formats.v30 import V30EpisodesWriter, iter_v30_episodes, next_chun
 from pipeline.formats.validate import metadata_refusals
 from pipeline.formats.write import PREP_DIR
 from pipeline.jobs.convert import copy_root_files, verify_output
-from pipeline.jobs.output import (
-    check_output_tree,
-    check_paths,
-    claim_output,
-    command_line,
-    output_lock,
-    refuse_busy,
-    refuse_foreign,
-)
+from pipeline.jobs.output import OptionsFile, OutputClaim, check_paths, claim_output
 from pipeline.rates import frames_to_seconds
 from pipeline.runner import Engine
 from pipeline.schemas import validate
@@ -91,6 +83,7 @@ from pipeline.video.remux import StartProblem
 
 FORMATS = VERSIONS
 OPTIONS_REL = f"{PREP_DIR}/edit_options.json"
+OPTIONS = OptionsFile(OPTIONS_REL, "edit_options", "edit")
 REPORT_REL = f"{PREP_DIR}/edit_report.json"
 FAILURES_LISTED = 10_000
 DROPPED_LISTED = 10_000
@@ -971,10 +964,9 @@ def _open_source(src: Path, out: Path) -> dict[str, Any]:
     return info
 
 
-def _check_output(out: Path) -> None:
-    refuse_busy(out)
-    refuse_foreign(out, OPTIONS_REL, "edit")
-    check_output_tree(out)
+def _check_output(out: Path) -> OutputClaim:
+    """The edit's output, refused now when busy, not an edit's, or holding a link (`claim_output`)."""
+    return claim_output(out, "edit", OPTIONS)
 
 
 def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, verify: bool = True,
@@ -985,9 +977,9 @@ def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, 
     src, out = Path(src).absolute(), Path(out).absolute()
     info = _open_source(src, out)
     sel, total = select(options, src, info)
-    _check_output(out)
+    claim = _check_output(out)
     source = Source(src, info, sel, plan_tasks(src, info, sel))
-    return write_edit([source], out, total, engine, verify=verify, reencode_partial=reencode_partial)
+    return write_edit([source], claim, total, engine, verify=verify, reencode_partial=reencode_partial)
 
 
 def partial_reencodes(s: Source, out: Path, engine: Engine) -> tuple[dict[tuple[str, int], str], list[StartProblem]]:
@@ -1023,12 +1015,13 @@ def check_cuts(sources: Sequence[Source], out: Path, engine: Engine, *, reencode
         raise refusal(problems)
 
 
-def write_edit(sources: Sequence[Source], out: Path, total: int, engine: Engine, *, verify: bool = True,
+def write_edit(sources: Sequence[Source], claim: OutputClaim, total: int, engine: Engine, *, verify: bool = True,
                settings_extra: dict[str, Any] | None = None, cuts_checked: bool = False,
                info_out: dict[str, Any] | None = None, reencode_partial: bool = False) -> EditReport:
-    """The output `out` holding the episodes each source's selection keeps, in order (the sources and the
+    """The claimed output holding the episodes each source's selection keeps, in order (the sources and the
     output already checked). `info_out`: the output's info.json before its totals (default: the first
     source's)."""
+    out = claim.path
     first = sources[0]
     fmt = first.info["codebase_version"]
     kept = sum(s.sel.kept_count for s in sources)
@@ -1047,11 +1040,7 @@ def write_edit(sources: Sequence[Source], out: Path, total: int, engine: Engine,
     engine.prepare(kept)  # the session is up (a large edit: its cluster started) before anything is written
     if not cuts_checked:
         check_cuts(sources, out, engine, reencode_partial=reencode_partial)
-    out.mkdir(parents=True, exist_ok=True)
-    with output_lock(out, command_line("edit")):
-        claim_output(first.src, out, settings, OPTIONS_REL, "edit_options")
-        for sub in ("videos", "data", "meta"):
-            atomic.remove_stale_temps(out / sub)
+    with claim.hold(settings, source=first.src):
         t0 = time.perf_counter()
         reduce = EditReduce(report)
         for batch in engine.map(edit_unit, units_of(plan(sources, out)), on_error=edit_failed,
@@ -1060,8 +1049,7 @@ def write_edit(sources: Sequence[Source], out: Path, total: int, engine: Engine,
             for results in batch.results:
                 for r in results:
                     reduce.add(r)
-        for sub in ("videos", "data"):
-            atomic.remove_stale_temps(out / sub)
+        claim.remove_temps()  # temp files of workers killed mid-task (their task was retried)
         report.seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         try:
@@ -1228,12 +1216,13 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
         del group_of
     chosen = split_arrays(parts, base, codes, seed=seed, shuffle=shuffle, total=total)
     selections: dict[str, Selection] = {}
+    claims: dict[str, OutputClaim] = {}
     for name, kept in chosen.items():
         members = _Members(kept)
         other = f"in another part of the split (not {name!r})"
         selections[name] = Selection.of((e, None if e in members else base_sel.reason_of(e) or other)
                                         for e in range(total))
-        _check_output(out / name)
+        claims[name] = _check_output(out / name)
     sources = {name: Source(src, info, sel, plan_tasks(src, info, sel)) for name, sel in selections.items()}
     engine.prepare(max(sel.kept_count for sel in selections.values()))
     for name, source in sources.items():
@@ -1247,7 +1236,7 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
                                 for p in parts}, "seed": seed, "shuffle": shuffle, "group_by_task": group_by_task}
     reports = {}
     for name, source in sources.items():
-        reports[name] = write_edit([source], out / name, total, engine, verify=verify,
+        reports[name] = write_edit([source], claims[name], total, engine, verify=verify,
                                    settings_extra=split_settings, cuts_checked=True,
                                    reencode_partial=reencode_partial)
     return SplitReport(reports)
@@ -1317,7 +1306,7 @@ def merge_datasets(srcs: Sequence[Path], out: Path, engine: Engine, *, verify: b
         diff = merge_difference(infos[0], info)
         if diff is not None:
             raise PrepError(f"--merge: {atomic.shown(s)} cannot be merged with {atomic.shown(srcs[0])}: {diff}")
-    _check_output(out)
+    claim = _check_output(out)
     layout = merged_info(infos)
     merged: list[str] = []
     at: dict[str, int] = {}
@@ -1339,7 +1328,7 @@ def merge_datasets(srcs: Sequence[Path], out: Path, engine: Engine, *, verify: b
         offset += n_eps
         index_offset += n_frames
         total += n_eps
-    return write_edit(sources, out, total, engine, verify=verify, info_out=layout)
+    return write_edit(sources, claim, total, engine, verify=verify, info_out=layout)
 
 
 # ---- --to: the edit in the other format ------------------------------------------------------------
@@ -1370,8 +1359,7 @@ def edit_as(to: str, out: Path, engine: Engine, edit: Any, *, verify: bool = Tru
 
     out = Path(out).absolute()
     check_convert(ConvertOptions(to))
-    refuse_busy(out)
-    check_output_tree(out)
+    claim = claim_output(out, "edit", None)  # busy or holding a link: refused now (its options are the convert's)
     staged = out / STAGED_REL
     first: EditReport = edit(staged, False)  # refusals before anything is written; its own lock
     result = EditAsReport(first)
@@ -1381,7 +1369,7 @@ def edit_as(to: str, out: Path, engine: Engine, edit: Any, *, verify: bool = Tru
     limits = Limits(chunks_size=int(info.get("chunks_size", 1000)),
                     data_files_size_in_mb=float(info.get("data_files_size_in_mb", 100)),
                     video_files_size_in_mb=float(info.get("video_files_size_in_mb", 200)))
-    with output_lock(out, command_line("edit")):
+    with claim.hold():
         result.convert = convert_dataset(staged, out, ConvertOptions(to, limits), engine, verify=verify, staged=True)
         if result.convert.ok:
             atomic.write_json(out / REPORT_REL, json.loads(atomic.read_regular_text(staged / REPORT_REL)), indent=2,

@@ -1,16 +1,22 @@
 """What every command that writes shares about its output: where it may be (never in a source), that
 nothing else is in it, that nothing in it redirects a write, the options file that claims it, and the one
-lock that keeps a second command off it.
+lock that keeps a second command off it. Built on the storage seam: an output is a `pipeline.storage.Location`
+(local for now) and its store's `lock`, `refuse_if_held` and `check_output` are the lock and the unsafe-entry
+check, so that an object-store output costs the jobs nothing.
 
-- `check_paths(src, out)`: an output folder (reencode, convert, ...) is neither the source, inside it, nor
-  holding it; `check_outside(sources, out)`: a report (scan, verify, budget, bench) is not written inside a
-  source or over one of its files.
-- `check_output_tree(out)`: no symlink, FIFO, socket or device anywhere in the output (at start and on a
-  resume), so no write is redirected and no read of a kept file blocks.
-- `output_lock(out, command)`: the one lock of an output folder, `<out>/prep/output.lock`, for every command
-  (reencode, convert, edit, ...); a second command on the same output is refused while the first runs,
-  naming the holder's command, pid and start time. Re-entrant within one process (`prep reencode --format`
-  converts into the output it already holds). `refuse_busy(out)` refuses at once, writing nothing.
+- `claim_output(out, command, options, sources=...)`: a writing job's output (reencode, convert, edit). Made,
+  it refuses at once, before the job reads or starts anything heavy, an output that is (or is inside, or holds)
+  one of `sources`, one another run holds (naming it), one another command started (`options.command`'s
+  options file absent from a non-empty folder) and one with a symlink, FIFO, socket or device in it. Held
+  (`with claim.hold(settings, source=src):`), it takes the output's one lock, records the settings in the
+  options file (or refuses a run started with other ones) and removes the temp files a killed run left.
+- `check_paths(src, out)`: an output folder is neither the source, inside it, nor holding it;
+  `check_outside(sources, out)`: a report (scan, verify, budget, bench) is not written inside a source or over
+  one of its files.
+- `output_lock(out, command)`: the one lock of an output folder, `<out>/prep/output.lock`, for every command;
+  a second command on the same output is refused while the first runs, naming the holder's command, pid and
+  start time. Re-entrant within one process (`prep reencode --format` converts into the output it already
+  holds). `refuse_busy(out)` refuses at once, writing nothing.
 """
 
 from __future__ import annotations
@@ -20,19 +26,33 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
 from pipeline.errors import PrepError
 from pipeline.formats.write import PREP_DIR
-from pipeline.lock import exclusive_lock, refuse_if_held
 from pipeline.schemas import validate
+from pipeline.storage import Location, Store, local_location
 from pipeline.text import printable
 
 LOCK_REL = f"{PREP_DIR}/output.lock"  # the one lock file of an output folder, whatever the command
 _HELD: dict[str, int] = {}  # realpath of an output -> how deep this process holds its lock
+# The folders of a dataset output that a run writes; convert and edit clear only these (and the files directly in
+# the output and in prep/) of a killed run's temp files: prep/ may hold a staged source (reencode_as, edit --to)
+DATASET_FOLDERS = ("videos", "data", "meta")
+
+
+@dataclass(frozen=True, slots=True)
+class OptionsFile:
+    """The file that says which command started an output and with which settings: `<out>/<rel>`, checked against
+    `schemas/<schema>.schema.json`; `command` starts such outputs (named when a folder is not one of them)."""
+
+    rel: str
+    schema: str
+    command: str
 
 
 def check_paths(src: Path, out: Path, *, staged: bool = False) -> None:
@@ -64,12 +84,6 @@ def check_outside(sources: Iterable[Path | None], out: Path, *, flag: str = "--o
                             f"written: pass {flag} PATH outside it{hint}")
 
 
-def check_output_tree(out: Path) -> None:
-    """No symlink, FIFO, socket or device anywhere in the output folder (the folder itself may be a link the
-    user made): refused with one line naming it (`atomic.UnsafePathError`), before anything is read or written."""
-    atomic.check_tree(out, what="the output")
-
-
 def command_line(command: str | None = None) -> str:
     """This process's command line as the user typed it (`prep reencode --src ...`), for a lock's holder.
     `command`: the command this process runs for the lock (`prep COMMAND` when it was started otherwise: a
@@ -80,10 +94,20 @@ def command_line(command: str | None = None) -> str:
     return f"prep {command}"
 
 
+def _store(out: Path) -> Store:
+    return local_location(out).store()
+
+
+def check_output_tree(out: Path) -> None:
+    """No symlink, FIFO, socket or device anywhere in the output folder (the folder itself may be a link the
+    user made): refused with one line naming it (`atomic.UnsafePathError`), before anything is read or written."""
+    _store(out).check_output()
+
+
 def refuse_busy(out: Path) -> None:
     """Refuse now (`LockedError`, naming the holder) when another run holds the output's lock; writes nothing."""
     if os.path.realpath(out) not in _HELD:
-        refuse_if_held(out / LOCK_REL, f"output {printable(out)}")
+        _store(out).refuse_if_held(LOCK_REL, f"output {printable(out)}")
 
 
 @contextlib.contextmanager
@@ -99,10 +123,10 @@ def output_lock(out: Path, command: str) -> Iterator[Path]:
         finally:
             _HELD[key] -= 1
         return
-    with exclusive_lock(out / LOCK_REL, f"output {printable(out)}", root=out, command=command) as path:
+    with _store(out).lock(LOCK_REL, f"output {printable(out)}", command=command) as path:
         _HELD[key] = 1
         try:
-            yield path
+            yield Path(path)
         finally:
             del _HELD[key]
 
@@ -120,10 +144,10 @@ def refuse_foreign(out: Path, options_rel: str, command: str) -> None:
                         f"{', '.join(printable(n) for n in others[:3])}); choose another --out")
 
 
-def claim_output(src: Path, out: Path, settings: dict[str, Any], options_rel: str, schema: str) -> None:
-    """Record `settings` (and the source) in `<out>/<options_rel>`; refuse a run started with other ones."""
+def record_settings(src: Path, out: Path, settings: Mapping[str, Any], options: OptionsFile) -> None:
+    """Record `settings` (and the source) in the options file; refuse a run started with other ones."""
     settings = {"source": str(src.resolve()), **settings}
-    path = out / options_rel
+    path = out / options.rel
     if os.path.lexists(path):
         try:
             previous = json.loads(atomic.read_regular_text(path))
@@ -133,5 +157,55 @@ def claim_output(src: Path, out: Path, settings: dict[str, Any], options_rel: st
             raise PrepError(f"output {printable(out)} was started with other settings ({previous}); now asked "
                             f"for {settings}. Choose another --out, or delete {printable(out)} to start over")
         return
-    validate(settings, schema, source=str(path))
+    validate(settings, options.schema, source=str(path))
     atomic.write_json(path, settings, root=out)
+
+
+class OutputClaim:
+    """A writing job's output folder (see `claim_output`). `folders`: where a killed run's temp files are looked
+    for (None: the whole output, a file the source holds at the same place kept: reencode)."""
+
+    def __init__(self, out: Path, command: str, options: OptionsFile | None, *, sources: Iterable[Path] = (),
+                 staged: bool = False, folders: Sequence[str] | None = DATASET_FOLDERS) -> None:
+        self.path = Path(out)
+        self.location: Location = local_location(self.path)
+        self.store: Store = self.location.store()
+        self.command, self.options, self.folders = command, options, folders
+        for src in sources:
+            check_paths(src, self.path, staged=staged)
+        if os.path.realpath(self.path) not in _HELD:  # a busy output (any command's): refused, naming the holder
+            self.store.refuse_if_held(LOCK_REL, f"output {printable(self.path)}")
+        if options is not None:  # a folder that is not this command's: refused before any walk
+            refuse_foreign(self.path, options.rel, options.command)
+        self.store.check_output()  # a symlink, FIFO, socket or device in the output (a resume too)
+
+    @contextlib.contextmanager
+    def hold(self, settings: Mapping[str, Any] | None = None, *, source: Path | None = None) -> Iterator[OutputClaim]:
+        """Hold the output's lock for the duration; with `settings`, record them (with `source`) in the options file
+        (a run started with other ones is refused) and remove the temp files a killed run left."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with output_lock(self.path, command_line(self.command)):
+            if settings is not None:
+                assert self.options is not None and source is not None
+                record_settings(source, self.path, settings, self.options)
+                self.remove_temps(source)
+            yield self
+
+    def remove_temps(self, source: Path | None = None) -> None:
+        """The temp files of a killed run (or of workers killed mid-task, whose task was retried)."""
+        if self.folders is None:
+            atomic.remove_stale_temps(self.path, source=source)
+            return
+        for sub in self.folders:
+            atomic.remove_stale_temps(self.path / sub)
+        for top in (self.path, self.path / PREP_DIR):  # reports and top-level files written beside them
+            atomic.remove_stale_temps(top, recursive=False)
+
+
+def claim_output(out: Path, command: str, options: OptionsFile | None, *, sources: Iterable[Path] = (),
+                 staged: bool = False, folders: Sequence[str] | None = DATASET_FOLDERS) -> OutputClaim:
+    """The output of `prep <command>`, refused now where it may not be written (see the module docstring);
+    `with claim.hold(settings, source=src):` around everything the job writes. `staged`: the source is
+    `<out>/prep/...` (`reencode_as`, `edit --to`); `options` None: no options file of its own (a staged job's
+    outer output)."""
+    return OutputClaim(out, command, options, sources=sources, staged=staged, folders=folders)

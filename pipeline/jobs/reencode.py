@@ -46,15 +46,7 @@ from pipeline.formats.write import (
     write_output_info,
     write_output_metadata,
 )
-from pipeline.jobs.output import (
-    check_output_tree,
-    check_paths,
-    claim_output,
-    command_line,
-    output_lock,
-    refuse_busy,
-    refuse_foreign,
-)
+from pipeline.jobs.output import OptionsFile, claim_output
 from pipeline.jobs.preverify import SOURCE_CHECK_REL, SourceCheck, check_repairs, check_source
 from pipeline.manifest import ByteCounter, ScanTotals, build_manifest, episode_row, episodes_schema, publish_manifest
 from pipeline.runner import Engine
@@ -77,6 +69,7 @@ from pipeline.video.quality import FRAMES_PER_SAMPLE, QUALITY_FRAMES
 from pipeline.video.resize import RESIZE_MODES
 
 OPTIONS_REL = f"{PREP_DIR}/options.json"
+OPTIONS = OptionsFile(OPTIONS_REL, "reencode_options", "reencode")
 REPORT_REL = f"{PREP_DIR}/reencode_report.json"
 MANIFEST_REL = f"{PREP_DIR}/manifest.json"
 COMPARISON_REL = f"{PREP_DIR}/comparison.json"
@@ -139,11 +132,6 @@ def check_options(options: ReencodeOptions) -> None:
         raise PrepError(f"unknown fingerprint {options.fingerprint!r} (choose from {', '.join(FINGERPRINTS)})")
     if options.engine == "ffmpeg" and shutil.which("ffmpeg") is None:
         raise PrepError("--engine ffmpeg needs the `ffmpeg` program on PATH (e.g. apt install ffmpeg)")
-
-
-def _claim_output(src: Path, out: Path, options: ReencodeOptions) -> None:
-    """Refuse an output that holds something else, or a run started with other settings."""
-    claim_output(src, out, options.output_settings(), OPTIONS_REL, "reencode_options")
 
 
 # What the output holds when a phase fails to write (a full disk, a read-only mount): nothing half-written
@@ -473,12 +461,10 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
     whose errors count (`prep verify --reader`; default all: the strictest of the format's line)."""
     src, out = src.absolute(), out.absolute()
     check_options(options)
-    check_paths(src, out)
+    # in or around the source, busy (any command's), not this command's, or holding a link: refused before the session
+    claim = claim_output(out, "reencode", OPTIONS, sources=[src], folders=None)
     ds, rejected = open_validated(src, "reencode", reader)  # metadata checked before any unit
     check_repairs(options.repairs, ds.codebase_version)
-    refuse_busy(out)  # a busy output (any command's) is refused at once, naming the holder, before the session
-    refuse_foreign(out, OPTIONS_REL, "reencode")  # a folder that is not this command's: refused before any walk
-    check_output_tree(out)  # a symlink, FIFO, socket or device in the output (a resume too): refused
     files = sum(len(ds.file_groups(cam)) for cam in ds.camera_keys)
     engine.prepare(files)  # scheduler reached, cluster started unless the encode is small: before anything is written
     source = check_source(src, engine, options.repairs, accept_invalid_source, reader)  # verify without decode
@@ -487,9 +473,7 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
                             source_errors=source.errors_total, source_warnings=source.warnings_total,
                             accepted_invalid_source=source.accepted_invalid,
                             repaired_checks=list(source.repaired_checks))
-    with output_lock(out, command_line("reencode")):
-        _claim_output(src, out, options)
-        atomic.remove_stale_temps(out, source=src)
+    with claim.hold(options.output_settings(), source=src):
         reduce = ReencodeReduce(ds, report, options)
         t0 = time.perf_counter()
         for batch in engine.map(reencode_unit, plan_videos(ds, out, options), on_error=reencode_failed,
@@ -498,11 +482,11 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
             for unit, result in zip(batch.units, batch.results, strict=True):
                 reduce.add_video(unit, result)
         report.seconds = time.perf_counter() - t0
-        atomic.remove_stale_temps(out, source=src)  # temp files of workers killed mid-task (their task was retried)
+        claim.remove_temps(src)  # temp files of workers killed mid-task (their task was retried)
         for d in engine.results(copy_data, plan_data(ds, out, options), on_error=copy_failed, desc="copy data",
                                 unit_name="file", total=len(ds.file_groups("data")), cost_s=COPY_COST_S):
             reduce.add_data(d)
-        atomic.remove_stale_temps(out, source=src)
+        claim.remove_temps(src)
         if reduce.write_errors:
             raise atomic.WriteError(_write_error("copy", reduce.write_errors[0]))
         try:
