@@ -52,7 +52,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("pipeline.video", 3),
     ("pipeline.stages", 4),
     ("pipeline.runner", 5), ("pipeline.engine", 5),
-    ("pipeline.jobs", 6), ("pipeline.manifest", 6),
+    ("pipeline.jobs", 6),
     ("pipeline.budget", 7), ("pipeline.loader", 7), ("pipeline.synth", 7),
     ("pipeline.commands", 8), ("pipeline.cli", 8),
 )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from test_scan import prep
 
-from pipeline.manifest import load_manifest
+from pipeline.jobs.manifest import load_manifest
 from pipeline.schemas import validate
 
 

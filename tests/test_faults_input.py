@@ -30,7 +30,7 @@ import pytest
 from faults_support import check_source, copy_tree, corpus, prep, scenario, short_paths, snapshot
 from parquet_footer import set_num_rows
 
-from pipeline.manifest import table_path_for
+from pipeline.jobs.manifest import table_path_for
 from pipeline.synth import SynthSpec, write_synthetic
 
 pytestmark = pytest.mark.faults

@@ -19,9 +19,9 @@ from test_scan import prep
 
 from pipeline.formats import open_dataset
 from pipeline.jobs import parts
+from pipeline.jobs.manifest import load_manifest
 from pipeline.jobs.scan import scan_dataset
 from pipeline.jobs.verify import verify_in_process, write_report_file
-from pipeline.manifest import load_manifest
 from pipeline.runner import RunConfig, open_engine
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import SynthSpec, write_synthetic

@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.formats import open_dataset
 from pipeline.formats.v30 import Limits
-from pipeline.jobs.convert import ReencodeAsReport, reencode_as
+from pipeline.jobs.reencode_as import ReencodeAsReport, reencode_as
 from pipeline.jobs.verify import verify_in_process
 from pipeline.runner import RunConfig, open_engine
 from pipeline.stages.reencode import ReencodeOptions

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.formats import open_dataset
-from pipeline.manifest import load_manifest
+from pipeline.jobs.manifest import load_manifest
 from pipeline.schemas import validate
 from pipeline.stages.scan import scan_unit, scan_units
 

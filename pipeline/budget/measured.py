@@ -25,7 +25,7 @@ from pipeline.budget.config import (
     origin_of,
 )
 from pipeline.errors import PrepError
-from pipeline.manifest import load_manifest
+from pipeline.jobs.manifest import load_manifest
 
 NO_VIDEO = "no video"
 

@@ -85,10 +85,10 @@ def _demo(args: argparse.Namespace, engine: Any) -> int:
     from pipeline.commands.scan import summary
     from pipeline.formats import VERSIONS
     from pipeline.jobs.convert import ConvertOptions, convert_dataset
+    from pipeline.jobs.manifest import copy_manifest
     from pipeline.jobs.reencode import reencode_dataset
     from pipeline.jobs.scan import scan_dataset
     from pipeline.jobs.verify import verify_dataset
-    from pipeline.manifest import copy_manifest
     from pipeline.stages.reencode import ReencodeOptions
     from pipeline.stages.verify import VerifyOptions
     from pipeline.synth import SynthSpec, write_synthetic

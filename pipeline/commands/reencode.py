@@ -5,7 +5,7 @@ SRC (DATASET or --src) is a dataset path, or a name under `--root` (default: the
 (224x224) or `WxH`. The output goes to `--out`, by default the sibling folder `<SRC>_<DST>`
 (`merged` + `224` -> `merged_224`, `merged` + `320x240` -> `merged_320x240`). prep's own files go
 to `<out>/prep/` (LeRobot ignores the folder). The job (plan, stages, reduce, publish) is
-`pipeline.jobs.reencode`; with `--format` the other layout than the source's, `pipeline.jobs.convert.reencode_as`
+`pipeline.jobs.reencode`; with `--format` the other layout than the source's, `pipeline.jobs.reencode_as`
 (re-encode, then stream-copy into that layout). This module parses, prints and sets the exit code.
 """
 
@@ -24,8 +24,8 @@ from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
 
 if TYPE_CHECKING:
-    from pipeline.jobs.convert import ReencodeAsReport
     from pipeline.jobs.reencode import ReencodeReport
+    from pipeline.jobs.reencode_as import ReencodeAsReport
 
 ENCODE = "pipeline.video.encode"  # PROFILES and ENGINES live there (it imports PyAV: read only when needed)
 
@@ -265,7 +265,7 @@ def summary(r: ReencodeReport) -> str:
 def format_summary(r: ReencodeAsReport) -> str:
     from pipeline.commands.convert import summary as convert_summary
 
-    if not r.converted:
+    if not r.converted and r.reencode is not None:
         return summary(r.reencode)
     lines = []
     if r.reencode is None:
@@ -319,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
                               fingerprint=args.fingerprint)
     try:
         if args.format is not None:
-            from pipeline.jobs.convert import reencode_as
+            from pipeline.jobs.reencode_as import reencode_as
 
             if args.accept_invalid_source:
                 raise PrepError("--accept-invalid-source with --format is not supported: re-encode in the source's "

@@ -40,7 +40,7 @@ def output_of(args: argparse.Namespace) -> Path:
 def check_default_manifest(out: Path) -> None:
     """The default manifest and its per-episode table replace only prep's own, untracked files (commands/defaults)."""
     from pipeline.commands.defaults import check_default_output, prep_json
-    from pipeline.manifest import table_path_for
+    from pipeline.jobs.manifest import table_path_for
 
     table = table_path_for(out)
     if out.exists():

@@ -20,15 +20,12 @@ rerun redoes only the files that are missing or fail their checks. prep's files 
 convert_options.json (a rerun with other options is refused), output.lock while running (any command's),
 convert_report.json.
 
-`reencode_as` is `prep reencode --format` for the other layout: the re-encode job writes the new
-all-intra videos in the source's layout into `<out>/prep/reencoded/`, and this job stream-copies them
-into the target layout (exact: every re-encoded frame is a keyframe). The staged copy is removed once
-the output is complete and verified.
+`prep reencode --format` (`pipeline.jobs.reencode_as`) converts a re-encode staged in the source's layout
+with this job.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -67,7 +64,7 @@ from pipeline.formats.v30 import (
 )
 from pipeline.formats.validate import metadata_refusals
 from pipeline.formats.write import PREP_DIR
-from pipeline.jobs.output import OptionsFile, claim_output, record_settings
+from pipeline.jobs.output import OptionsFile, claim_output
 from pipeline.runner import Engine
 from pipeline.schemas import validate
 from pipeline.stages.convert import (
@@ -85,7 +82,6 @@ FORMATS = VERSIONS
 OPTIONS_REL = f"{PREP_DIR}/convert_options.json"
 OPTIONS = OptionsFile(OPTIONS_REL, "convert_options", "convert")
 REPORT_REL = f"{PREP_DIR}/convert_report.json"
-STAGED_REL = f"{PREP_DIR}/reencoded"  # `reencode_as`: the re-encode in the source's layout
 FAILURES_LISTED = 10_000
 WRITTEN_LISTED = 10_000
 SPLIT_GROUP_MAX = 1000  # episode parquets per task at most (a larger v3.0 file is read once per group)
@@ -382,84 +378,3 @@ def write_report(out: Path, report: ConvertReport) -> None:
     doc = {"schema": "prep.convert_report/1", **asdict(report)}
     validate(doc, "convert_report", source=str(out / REPORT_REL))
     atomic.write_json(out / REPORT_REL, doc, indent=2, root=out)
-
-
-# ---- prep reencode --format -------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class ReencodeAsReport:
-    """`reencode_as`: the re-encode (into the staged copy when the format changes; None: finished by an
-    earlier run whose staged copy is gone), then its conversion (None: not needed, or the re-encode failed)."""
-
-    to: str
-    reencode: Any  # pipeline.jobs.reencode.ReencodeReport | None
-    convert: ConvertReport | None = None
-    converted: bool = True  # the format changed
-    staged_removed: bool = False
-    carried: list[str] = field(default_factory=list)  # the re-encode's reports kept in <out>/prep/
-
-    @property
-    def ok(self) -> bool:
-        if not self.converted:
-            return bool(self.reencode.ok)
-        return (self.reencode is None or bool(self.reencode.ok)) and self.convert is not None and self.convert.ok
-
-
-# the staged copy's reports kept beside the output's (provenance and the source's verdict: pipeline.jobs.reencode)
-CARRIED = ("reencode_report.json", "comparison.json", "provenance.json", "source_check.json")
-
-
-def reencode_as(src: Path, out: Path, options: Any, to: str | None, engine: Engine, *,
-                limits: Limits = DEFAULT_LIMITS, keep_staged: bool = False, reader: str = "all") -> ReencodeAsReport:
-    """`prep reencode --format TO`. Same format as the source (or None): the re-encode job into `out`.
-    The other format: re-encode `src` in its own layout into `<out>/prep/reencoded`, then convert that into
-    `out` by stream copy (exact: every frame is a keyframe; the layout is `pipeline/formats/`'), verify it
-    (all-intra), carry the re-encode's reports into `<out>/prep/`, and remove the staged copy unless
-    `keep_staged`. Both steps resume per file; a rerun of a finished output only verifies it."""
-    from pipeline.jobs.reencode import check_options as check_reencode_options
-    from pipeline.jobs.reencode import reencode_dataset
-
-    src, out = Path(src).absolute(), Path(out).absolute()
-    source_format = read_info(src)["codebase_version"]
-    if to is None or to == source_format:
-        return ReencodeAsReport(source_format, reencode_dataset(src, out, options, engine, reader=reader),
-                                converted=False)
-    conv = ConvertOptions(to, limits)
-    check_options(conv)
-    check_reencode_options(options)
-    claim = claim_output(out, "reencode", OPTIONS, sources=[src])
-    with claim.hold():  # held through both steps: no other command comes in between
-        return _reencode_as(src, out, options, to, conv, engine, keep_staged, reader)
-
-
-def _reencode_as(src: Path, out: Path, options: Any, to: str, conv: ConvertOptions, engine: Engine,
-                 keep_staged: bool, reader: str = "all") -> ReencodeAsReport:
-    from pipeline.jobs.reencode import reencode_dataset
-
-    staged = out / STAGED_REL
-    settings = {**conv.settings(), "reencode": {"source": str(src.resolve()), **options.output_settings()}}
-    if (out / "meta/info.json").is_file() and not staged.exists():
-        record_settings(staged, out, settings, OPTIONS)
-        previous = json.loads(atomic.read_regular_text(out / REPORT_REL))
-        report = ConvertReport(**{k: v for k, v in previous.items() if k != "schema"})
-        report.written, report.kept, report.written_files = 0, report.files, []
-        report.verify = verify_output(out, engine, all_intra=True)
-        carried = [f"{PREP_DIR}/{name}" for name in CARRIED if (out / PREP_DIR / name).is_file()]
-        return ReencodeAsReport(to, None, report, staged_removed=True, carried=carried)
-    first = reencode_dataset(src, staged, options, engine, reader=reader)
-    result = ReencodeAsReport(to, first)
-    if not first.ok:
-        return result
-    result.convert = convert_dataset(staged, out, conv, engine, verify=True, all_intra=True, staged=True,
-                                     extra_settings={"reencode": settings["reencode"]})
-    if result.ok:
-        for name in CARRIED:
-            if (staged / PREP_DIR / name).is_file():
-                with atomic.atomic_path(out / PREP_DIR / name, out) as tmp:
-                    shutil.copyfile(staged / PREP_DIR / name, tmp)
-                result.carried.append(f"{PREP_DIR}/{name}")
-        if not keep_staged:
-            shutil.rmtree(staged)
-            result.staged_removed = True
-    return result

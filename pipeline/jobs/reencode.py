@@ -46,9 +46,16 @@ from pipeline.formats.write import (
     write_output_info,
     write_output_metadata,
 )
+from pipeline.jobs.manifest import (
+    ByteCounter,
+    ScanTotals,
+    build_manifest,
+    episode_row,
+    episodes_schema,
+    publish_manifest,
+)
 from pipeline.jobs.output import OptionsFile, claim_output
 from pipeline.jobs.preverify import SOURCE_CHECK_REL, SourceCheck, check_repairs, check_source
-from pipeline.manifest import ByteCounter, ScanTotals, build_manifest, episode_row, episodes_schema, publish_manifest
 from pipeline.runner import Engine
 from pipeline.schemas import validate
 from pipeline.stages.copy import DataCopied, DataUnit, copy_data, copy_failed, data_stats_sidecar

@@ -20,7 +20,7 @@ from pipeline import atomic
 from pipeline.dataset import Dataset
 from pipeline.formats.validate import open_validated
 from pipeline.jobs import parts
-from pipeline.manifest import (
+from pipeline.jobs.manifest import (
     ScanTotals,
     build_manifest,
     bytes_on_disk,
