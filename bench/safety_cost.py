@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline import __version__, atomic  # noqa: E402
-from pipeline.stages.reencode import content_hash, fingerprint_matches, source_fingerprint  # noqa: E402
+from pipeline.stages.keep import content_hash, fingerprint_matches, source_fingerprint  # noqa: E402
 
 TB = 1e12
 

@@ -14,7 +14,7 @@ import pytest
 from faults_support import check_source, corpus, count_line, scenario, snapshot
 from safety_support import VERSIONS, Watch, args_of, copy, first_video, record_outcome, run
 
-from pipeline.stages.reencode import FINGERPRINT_BLOCK, source_fingerprint
+from pipeline.stages.keep import FINGERPRINT_BLOCK, source_fingerprint
 
 pytestmark = pytest.mark.faults
 

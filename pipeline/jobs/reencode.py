@@ -59,8 +59,8 @@ from pipeline.jobs.preverify import SOURCE_CHECK_REL, SourceCheck, check_repairs
 from pipeline.runner import Engine
 from pipeline.schemas import validate
 from pipeline.stages.copy import DataCopied, DataUnit, copy_data, copy_failed, data_stats_sidecar
+from pipeline.stages.keep import FINGERPRINTS
 from pipeline.stages.reencode import (
-    FINGERPRINTS,
     ReencodeOptions,
     ReencodeResult,
     ReencodeUnit,
@@ -412,7 +412,8 @@ def output_manifest(ds: Dataset, out: Path, reduce: ReencodeReduce, info: dict[s
     for pos in range(len(ds.episodes)):
         s = EpisodeScan(episode=int(cols.index[pos]), frames_expected=int(cols.length[pos]))
         if pos in reduce.parquet_error:
-            s.status, (s.path, s.reason) = "failed", reduce.parquet_error[pos]
+            path, reason = reduce.parquet_error[pos]
+            s.fail(reason, path)
         else:
             s.frames_in_parquet = int(reduce.rows[pos])
             s.parquet_bytes = int(reduce.parquet_bytes[pos])

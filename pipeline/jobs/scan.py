@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
+from pipeline.checks import Status
 from pipeline.dataset import Dataset
 from pipeline.formats.validate import open_validated
 from pipeline.jobs import parts
@@ -51,7 +52,7 @@ def encode(results: list[EpisodeScan]) -> list[dict[str, Any]]:
 
 
 def decode(obj: list[dict[str, Any]]) -> list[EpisodeScan]:
-    return [EpisodeScan(episode=d["episode"], frames_expected=d["frames_expected"], status=d["status"],
+    return [EpisodeScan(episode=d["episode"], frames_expected=d["frames_expected"], status=Status(d["status"]),
                         reason=d["reason"], path=d["path"], frames_in_parquet=d["frames_in_parquet"],
                         parquet_bytes=d["parquet_bytes"],
                         cameras={k: CameraScan(*v) for k, v in d["cameras"].items()}) for d in obj]

@@ -23,7 +23,6 @@ target version's LeRobot writes them (`pipeline/formats/hf.py`).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -34,13 +33,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline import atomic
 from pipeline.bounded import read_json
+from pipeline.checks import Status
 from pipeline.dataset.model import resolve_inside
 from pipeline.errors import EpisodeError
 from pipeline.formats.hf import target_metadata
 from pipeline.formats.plan import DataConcatUnit, DataSplitUnit, KeyframeCheckUnit, VideoConcatUnit, VideoCutUnit
 from pipeline.rates import fps_fraction, frames_to_seconds
+from pipeline.stages.keep import keep_or_write
+from pipeline.stages.result import FileResult, failure_text, file_stage
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, CheckFailure, Span, VideoExpect, check_coverage, check_video
 from pipeline.video.remux import ConcatInput, StartProblem, concat_stream_copy, cut_stream_copy, episodes_off_keyframe
 
@@ -55,32 +56,12 @@ class DataSplitGroup:
 ConvertUnit = VideoConcatUnit | DataConcatUnit | VideoCutUnit | DataSplitGroup
 
 
-@dataclass(slots=True)
-class ConvertResult:
-    kind: str  # "video-concat" | "video-cut" | "data-concat" | "data-split"
-    out_rel: str
-    status: str  # "written" | "kept" (already complete and correct) | "failed"
-    reason: str | None = None
-    episodes: int = 0
-    frames: int = 0
-    out_bytes: int = 0
-    seconds: float = 0.0
-    index_rewritten: int = 0  # rows whose `index` was not continuous in the source
+ConvertResult = FileResult  # kind: "video-concat" | "video-cut" | "data-concat" | "data-split"
 
 
-def _run(kind: str, out_rel: str, episodes: int, frames: int, body: Callable[[], ConvertResult]) -> ConvertResult:
-    t0 = time.perf_counter()
-    try:
-        result = body()
-    except EpisodeError as exc:
-        result = ConvertResult(kind, out_rel, "failed", str(exc))  # the source file it names, and the episode
-    result.episodes, result.frames = episodes, frames
-    result.seconds = time.perf_counter() - t0
-    return result
-
-
-def _failure_text(failures: list[CheckFailure]) -> str:
-    return "; ".join(f.line() for f in failures[:3]) + (f" (+{len(failures) - 3} more)" if len(failures) > 3 else "")
+def _written(kind: str, unit: Any, status: Status, dst: Path, rewritten: int = 0) -> ConvertResult:
+    return FileResult(kind=kind, out_rel=unit.out_rel, status=status, out_bytes=dst.stat().st_size,
+                      index_rewritten=rewritten)
 
 
 # ---- videos ---------------------------------------------------------------------------------------
@@ -101,6 +82,24 @@ def video_failures(path: Path, fps: float, spans: list[Span], total: int, camera
     return [f for f in failures if f.is_error]
 
 
+def video_check(fps: float, spans: list[Span], total: int, camera: str | None) -> Callable[[Path], str | None]:
+    """`video_failures` as the check of `keep_or_write`: the reason a file fails, or None."""
+    def check(path: Path) -> str | None:
+        failures = video_failures(path, fps, spans, total, camera)
+        return "output failed its checks: " + failure_text(failures) if failures else None
+
+    return check
+
+
+def data_check(episodes: Sequence[tuple[int, int]], first_index: int) -> Callable[[Path], str | None]:
+    """`data_failures` as the check of `keep_or_write`: the reason a file fails, or None."""
+    def check(path: Path) -> str | None:
+        problems = data_failures(path, episodes, first_index)
+        return "output failed its checks: " + "; ".join(problems[:3]) if problems else None
+
+    return check
+
+
 def concat_spans(unit: VideoConcatUnit) -> list[Span]:
     """Each episode's span in the output: [frames_before / fps, (frames_before + n) / fps)."""
     spans, before = [], 0
@@ -114,37 +113,35 @@ def concat_spans(unit: VideoConcatUnit) -> list[Span]:
 def concat_video(unit: VideoConcatUnit) -> ConvertResult:
     def body() -> ConvertResult:
         dst = Path(unit.out_root) / unit.out_rel
-        spans, total = concat_spans(unit), unit.frames
-        if dst.is_file() and not video_failures(dst, unit.fps, spans, total, unit.camera):
-            return ConvertResult("video-concat", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
-        src = Path(unit.src_root)
-        inputs = [ConcatInput(i.episode, resolve_inside(src, i.rel, episode=i.episode), i.frames) for i in unit.inputs]
-        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-            concat_stream_copy(inputs, tmp, fps_fraction(unit.fps))
-            failures = video_failures(tmp, unit.fps, spans, total, unit.camera)
-            if failures:
-                raise EpisodeError(None, dst, "output failed its checks: " + _failure_text(failures))
-        return ConvertResult("video-concat", unit.out_rel, "written", out_bytes=dst.stat().st_size)
 
-    return _run("video-concat", unit.out_rel, len(unit.inputs), unit.frames, body)
+        def write(tmp: Path) -> None:
+            src = Path(unit.src_root)
+            inputs = [ConcatInput(i.episode, resolve_inside(src, i.rel, episode=i.episode), i.frames)
+                      for i in unit.inputs]
+            concat_stream_copy(inputs, tmp, fps_fraction(unit.fps))
+
+        status = keep_or_write(dst, Path(unit.out_root), write,
+                               video_check(unit.fps, concat_spans(unit), unit.frames, unit.camera))
+        return _written("video-concat", unit, status, dst)
+
+    return file_stage("video-concat", unit.out_rel, len(unit.inputs), unit.frames, body)
 
 
 def cut_video(unit: VideoCutUnit) -> ConvertResult:
     def body() -> ConvertResult:
         dst = Path(unit.out_root) / unit.out_rel
         out_span = [Span(unit.episode, 0.0, None, unit.frames)]
-        if dst.is_file() and not video_failures(dst, unit.fps, out_span, unit.frames, unit.camera):
-            return ConvertResult("video-cut", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
-        src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.episode)
-        span = Span(unit.episode, unit.from_timestamp, unit.to_timestamp, unit.frames)
-        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-            cut_stream_copy(src, tmp, span, fps_fraction(unit.fps))
-            failures = video_failures(tmp, unit.fps, out_span, unit.frames, unit.camera)
-            if failures:
-                raise EpisodeError(unit.episode, dst, "output failed its checks: " + _failure_text(failures))
-        return ConvertResult("video-cut", unit.out_rel, "written", out_bytes=dst.stat().st_size)
 
-    return _run("video-cut", unit.out_rel, 1, unit.frames, body)
+        def write(tmp: Path) -> None:
+            src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.episode)
+            span = Span(unit.episode, unit.from_timestamp, unit.to_timestamp, unit.frames)
+            cut_stream_copy(src, tmp, span, fps_fraction(unit.fps))
+
+        status = keep_or_write(dst, Path(unit.out_root), write,
+                               video_check(unit.fps, out_span, unit.frames, unit.camera), episode=unit.episode)
+        return _written("video-cut", unit, status, dst)
+
+    return file_stage("video-cut", unit.out_rel, 1, unit.frames, body)
 
 
 # ---- data -----------------------------------------------------------------------------------------
@@ -223,10 +220,10 @@ def concat_data(unit: DataConcatUnit) -> ConvertResult:
     def body() -> ConvertResult:
         dst = Path(unit.out_root) / unit.out_rel
         expected = [(i.episode, i.frames) for i in unit.inputs]
-        if dst.is_file() and not data_failures(dst, expected, unit.first_index):
-            return ConvertResult("data-concat", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
         rewritten = 0
-        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
+
+        def write(tmp: Path) -> None:
+            nonlocal rewritten
             writer: pq.ParquetWriter | None = None
             out_schema: pa.Schema | None = None
             first_episode = unit.inputs[0].episode
@@ -256,13 +253,11 @@ def concat_data(unit: DataConcatUnit) -> ConvertResult:
             finally:
                 if writer is not None:
                     writer.close()
-            problems = data_failures(tmp, expected, unit.first_index)
-            if problems:
-                raise EpisodeError(None, dst, "output failed its checks: " + "; ".join(problems[:3]))
-        return ConvertResult("data-concat", unit.out_rel, "written", out_bytes=dst.stat().st_size,
-                             index_rewritten=rewritten)
 
-    return _run("data-concat", unit.out_rel, len(unit.inputs), unit.frames, body)
+        status = keep_or_write(dst, Path(unit.out_root), write, data_check(expected, unit.first_index))
+        return _written("data-concat", unit, status, dst, rewritten)
+
+    return file_stage("data-concat", unit.out_rel, len(unit.inputs), unit.frames, body)
 
 
 def split_data(units: Sequence[DataSplitUnit]) -> list[ConvertResult]:
@@ -291,28 +286,28 @@ def _split_one_source(units: list[DataSplitUnit]) -> Iterator[ConvertResult]:
     for unit in units:
         def body(unit: DataSplitUnit = unit) -> ConvertResult:
             dst = Path(unit.out_root) / unit.out_rel
-            expected = [(unit.episode, unit.frames)]
-            if dst.is_file() and not data_failures(dst, expected, unit.dataset_from_index):
-                return ConvertResult("data-split", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
-            table, episodes, path = source()
-            rows = np.flatnonzero(episodes == unit.episode)
-            if len(rows) != unit.frames:
-                raise EpisodeError(unit.episode, path, f"{len(rows)} rows (frames_in_parquet) but the metadata "
-                                                       f"length is {unit.frames}")
-            if rows[-1] - rows[0] + 1 != len(rows):
-                raise EpisodeError(unit.episode, path, "the episode's rows are not consecutive")
-            part = table.slice(int(rows[0]), len(rows))
-            part, changed = with_index(part, unit.dataset_from_index, unit.episode, path)
-            meta = target_metadata(part.schema, _source_features(unit.src_root), "v2.1")
-            with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-                pq.write_table(part.replace_schema_metadata(meta), tmp, compression="snappy")
-                problems = data_failures(tmp, expected, unit.dataset_from_index)
-                if problems:
-                    raise EpisodeError(unit.episode, dst, "output failed its checks: " + "; ".join(problems[:3]))
-            return ConvertResult("data-split", unit.out_rel, "written", out_bytes=dst.stat().st_size,
-                                 index_rewritten=changed)
+            changed = 0
 
-        yield _run("data-split", unit.out_rel, 1, unit.frames, body)
+            def write(tmp: Path) -> None:
+                nonlocal changed
+                table, episodes, path = source()
+                rows = np.flatnonzero(episodes == unit.episode)
+                if len(rows) != unit.frames:
+                    raise EpisodeError(unit.episode, path, f"{len(rows)} rows (frames_in_parquet) but the metadata "
+                                                           f"length is {unit.frames}")
+                if rows[-1] - rows[0] + 1 != len(rows):
+                    raise EpisodeError(unit.episode, path, "the episode's rows are not consecutive")
+                part = table.slice(int(rows[0]), len(rows))
+                part, changed = with_index(part, unit.dataset_from_index, unit.episode, path)
+                meta = target_metadata(part.schema, _source_features(unit.src_root), "v2.1")
+                pq.write_table(part.replace_schema_metadata(meta), tmp, compression="snappy")
+
+            status = keep_or_write(dst, Path(unit.out_root), write,
+                                   data_check([(unit.episode, unit.frames)], unit.dataset_from_index),
+                                   episode=unit.episode)
+            return _written("data-split", unit, status, dst, changed)
+
+        yield file_stage("data-split", unit.out_rel, 1, unit.frames, body)
 
 
 def check_keyframes(unit: KeyframeCheckUnit) -> list[StartProblem]:
@@ -361,7 +356,7 @@ def unit_outputs(unit: ConvertUnit) -> list[tuple[str, int, int]]:
 def convert_failed(unit: ConvertUnit, exc: BaseException) -> list[ConvertResult]:
     """The results of a unit whose task raised or whose worker died beyond the retries."""
     reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
-    return [ConvertResult(KINDS[type(unit)], rel, "failed", reason, episodes=n, frames=f)
+    return [FileResult(kind=KINDS[type(unit)], out_rel=rel, status=Status.FAILED, reason=reason, episodes=n, frames=f)
             for rel, n, f in unit_outputs(unit)]
 
 

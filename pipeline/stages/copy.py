@@ -21,8 +21,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import atomic
+from pipeline.checks import Status
 from pipeline.dataset.model import require_file, resolve_inside
 from pipeline.errors import EpisodeError
+from pipeline.stages.result import StageResult
 
 
 @dataclass(slots=True, frozen=True)
@@ -37,12 +39,12 @@ class DataUnit:
 
 
 @dataclass(slots=True)
-class DataCopied:
+class DataCopied(StageResult):
+    """One data parquet copied: status "ok" | "failed" (the source is missing or leaves the dataset; or, with
+    `write_error`, the output cannot be written)."""
+
     rel: str
     episodes: tuple[int, ...]
-    status: str = "ok"  # "ok" | "failed" (the source is missing or leaves the dataset)
-    reason: str | None = None
-    path: str | None = None
     write_error: str | None = None  # the OSError of a failed write, e.g. "No space left on device (...)"
     bytes: int = 0
     rows: list[int | None] = field(default_factory=list)  # per episode; None: the parquet is unreadable
@@ -58,7 +60,7 @@ def copy_data(unit: DataUnit) -> DataCopied:
         src = resolve_inside(Path(unit.src_root), unit.rel, episode=first)
         require_file(src, "parquet file", episode=first)
     except EpisodeError as exc:
-        out.status, out.reason, out.path = "failed", exc.message, exc.path
+        out.fail(exc.message, exc.path)
         return out
     dst = Path(unit.out_root) / unit.rel
     try:
@@ -71,14 +73,14 @@ def copy_data(unit: DataUnit) -> DataCopied:
                 with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
                     shutil.copyfile(src, tmp)
     except atomic.WriteError as exc:  # the output cannot be written: named with its disk, not the source
-        out.status, out.write_error = "failed", str(exc)
+        out.status, out.write_error = Status.FAILED, str(exc)
         return out
     except (pa.ArrowException, KeyError) as exc:
-        out.status, out.reason, out.path = "failed", f"cannot repair timestamps ({exc})", str(src)
+        out.fail(f"cannot repair timestamps ({exc})", str(src))
         return out
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
-        out.status, out.write_error = "failed", f"cannot copy {src}: {exc.strerror or exc}{where}"
+        out.status, out.write_error = Status.FAILED, f"cannot copy {src}: {exc.strerror or exc}{where}"
         return out
     try:
         if not unit.shared:
@@ -98,9 +100,9 @@ def copy_data(unit: DataUnit) -> DataCopied:
                               {str(e): st for e, st in episode_stats(dst, unit.stats_features).items()}, indent=None,
                               root=Path(unit.out_root))
         except (pa.ArrowException, KeyError, ValueError) as exc:
-            out.status, out.reason, out.path = "failed", f"cannot compute stats ({exc})", str(dst)
+            out.fail(f"cannot compute stats ({exc})", str(dst))
         except OSError as exc:
-            out.status, out.write_error = "failed", f"{exc.strerror or exc}"
+            out.status, out.write_error = Status.FAILED, f"{exc.strerror or exc}"
     return out
 
 
@@ -170,4 +172,4 @@ def write_by_episode(table: pa.Table, episodes: np.ndarray, path: Path) -> None:
 
 def copy_failed(unit: DataUnit, exc: BaseException) -> DataCopied:
     reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
-    return DataCopied(unit.rel, unit.episodes, "failed", reason, unit.rel)
+    return DataCopied(unit.rel, unit.episodes, status=Status.FAILED, reason=reason, path=unit.rel)

@@ -8,16 +8,17 @@
 - `check_splice`: which kept episodes of a v3.0 file a splice could not cut exactly (run before anything is
   written, so such an edit is refused whole).
 
-Each stage keeps an output that already exists and passes its checks (resume), and otherwise writes it under
-a temp name, checks it and renames it into place; a failure is a result with a reason, never a partial file.
+Each stage keeps an output that already exists, passes its checks and whose record says it was made by this very
+unit from these very source files (`pipeline.stages.keep`: a file cut short, or a source changed since, even with
+its size and mtime put back, is written again), and otherwise writes it under a temp name, checks it and renames
+it into place; a failure is a result with a reason, never a partial file.
 """
 
 from __future__ import annotations
 
 import shutil
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline import atomic
+from pipeline.checks import Status
 from pipeline.dataset.model import resolve_inside
 from pipeline.errors import EpisodeError
 from pipeline.rates import fps_fraction, frames_to_seconds
-from pipeline.stages.convert import _read_parquet, data_failures, video_failures
+from pipeline.stages.convert import _read_parquet, data_check, video_check
 from pipeline.stages.edit_video import (
     EncodeSettings,
     SpliceSpan,
@@ -39,6 +40,8 @@ from pipeline.stages.edit_video import (
     splice_problems,
     splice_segments,
 )
+from pipeline.stages.keep import OutputRecord, keep_or_write, record_of
+from pipeline.stages.result import FileResult, file_stage
 from pipeline.video.checks import Span
 from pipeline.video.remux import StartProblem
 
@@ -162,32 +165,17 @@ class ReencodeVideoUnit:
 EditUnit = CopyVideoUnit | SpliceVideoUnit | EditDataUnit | ReencodeVideoUnit
 
 
-@dataclass(slots=True)
-class EditResult:
-    kind: str  # "video-copy" | "video-splice" | "data"
-    out_rel: str
-    status: str  # "written" | "kept" | "failed"
-    reason: str | None = None
-    episodes: int = 0
-    frames: int = 0
-    out_bytes: int = 0
-    seconds: float = 0.0
-    note: str | None = None  # a re-encoded file: which episode, why, with what settings
+EditResult = FileResult  # kind: "video-copy" | "video-splice" | "video-reencode" | "data"
 
 
-def _run(kind: str, out_rel: str, episodes: int, frames: int, body: Callable[[], EditResult]) -> EditResult:
-    t0 = time.perf_counter()
-    try:
-        result = body()
-    except EpisodeError as exc:
-        result = EditResult(kind, out_rel, "failed", str(exc))
-    result.episodes, result.frames = episodes, frames
-    result.seconds = time.perf_counter() - t0
-    return result
+def _record(unit: EditUnit, sources: Sequence[Path]) -> OutputRecord:
+    """The record of a unit's output file: the unit (its output folder aside) and its source files."""
+    key = {"unit": type(unit).__name__, **{k: v for k, v in asdict(unit).items() if k != "out_root"}}
+    return record_of(unit.out_root, unit.out_rel, key, sources)
 
 
-def _failure_text(failures: list[Any]) -> str:
-    return "; ".join(f.line() for f in failures[:3]) + (f" (+{len(failures) - 3} more)" if len(failures) > 3 else "")
+def _result(kind: str, unit: EditUnit, status: Status, dst: Path, note: str | None = None) -> EditResult:
+    return FileResult(kind=kind, out_rel=unit.out_rel, status=status, out_bytes=dst.stat().st_size, note=note)
 
 
 # ---- videos ---------------------------------------------------------------------------------------
@@ -201,16 +189,18 @@ def copy_video(unit: CopyVideoUnit) -> EditResult:
             size = src.stat().st_size
         except FileNotFoundError:
             raise EpisodeError(unit.episode, src, "missing video file") from None
-        if dst.is_file() and dst.stat().st_size == size:  # renamed into place only when complete
-            return EditResult("video-copy", unit.out_rel, "kept", out_bytes=size)
-        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
+
+        def write(tmp: Path) -> None:
             try:
                 shutil.copyfile(src, tmp)
             except OSError as exc:
                 raise EpisodeError(unit.episode, src, f"cannot copy: {exc.strerror or exc}") from None
-        return EditResult("video-copy", unit.out_rel, "written", out_bytes=size)
 
-    return _run("video-copy", unit.out_rel, 1, unit.frames, body)
+        status = keep_or_write(dst, Path(unit.out_root), write, lambda _path: None, record=_record(unit, [src]),
+                               keep=lambda path: path.stat().st_size == size)
+        return _result("video-copy", unit, status, dst)
+
+    return file_stage("video-copy", unit.out_rel, 1, unit.frames, body)
 
 
 def out_spans(unit: SpliceVideoUnit) -> list[Span]:
@@ -228,19 +218,15 @@ def out_spans(unit: SpliceVideoUnit) -> list[Span]:
 def splice_video(unit: SpliceVideoUnit) -> EditResult:
     def body() -> EditResult:
         dst = Path(unit.out_root) / unit.out_rel
-        spans, total = out_spans(unit), unit.frames
-        if dst.is_file() and not video_failures(dst, unit.fps, spans, total, unit.camera):
-            return EditResult("video-splice", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
         segments = [(resolve_inside(Path(g.src_root), g.src_rel, episode=g.spans[0].episode if g.spans else None),
                      g.spans) for g in unit.segments]
-        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-            splice_segments(segments, tmp, fps_fraction(unit.fps))
-            failures = video_failures(tmp, unit.fps, spans, total, unit.camera)
-            if failures:
-                raise EpisodeError(None, dst, "output failed its checks: " + _failure_text(failures))
-        return EditResult("video-splice", unit.out_rel, "written", out_bytes=dst.stat().st_size)
+        status = keep_or_write(dst, Path(unit.out_root),
+                               lambda tmp: splice_segments(segments, tmp, fps_fraction(unit.fps)),
+                               video_check(unit.fps, out_spans(unit), unit.frames, unit.camera),
+                               record=_record(unit, [path for path, _spans in segments]))
+        return _result("video-splice", unit, status, dst)
 
-    return _run("video-splice", unit.out_rel, len(unit.new_episodes), unit.frames, body)
+    return file_stage("video-splice", unit.out_rel, len(unit.new_episodes), unit.frames, body)
 
 
 def check_splice(unit: SpliceCheckUnit) -> list[StartProblem]:
@@ -282,17 +268,14 @@ def reencode_video(unit: ReencodeVideoUnit) -> EditResult:
         settings: EncodeSettings = encode_settings(src, json.loads(unit.feature_info))
         note = (f"episode {unit.span.episode} -> {unit.new_episode} ({unit.camera}) re-encoded with "
                 f"{settings.describe()}: {unit.why}")
-        if dst.is_file() and not video_failures(dst, unit.fps, spans, n, unit.camera):
-            return EditResult("video-reencode", unit.out_rel, "kept", out_bytes=dst.stat().st_size, note=note)
-        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-            reencode_span(src, tmp, unit.span, fps_fraction(unit.fps), settings)
-            failures = video_failures(tmp, unit.fps, spans, n, unit.camera)
-            if failures:
-                raise EpisodeError(unit.span.episode, dst, "re-encoded output failed its checks: "
-                                   + _failure_text(failures))
-        return EditResult("video-reencode", unit.out_rel, "written", out_bytes=dst.stat().st_size, note=note)
+        check = video_check(unit.fps, spans, n, unit.camera)
+        status = keep_or_write(dst, Path(unit.out_root),
+                               lambda tmp: reencode_span(src, tmp, unit.span, fps_fraction(unit.fps), settings),
+                               lambda path: None if (reason := check(path)) is None else "re-encoded " + reason,
+                               record=_record(unit, [src]), episode=unit.span.episode)
+        return _result("video-reencode", unit, status, dst, note)
 
-    return _run("video-reencode", unit.out_rel, 1, unit.frames, body)
+    return file_stage("video-reencode", unit.out_rel, 1, unit.frames, body)
 
 
 # ---- data -----------------------------------------------------------------------------------------
@@ -330,9 +313,10 @@ def edit_data(unit: EditDataUnit) -> EditResult:
         dst = Path(unit.out_root) / unit.out_rel
         expected = [(p.new_episode, p.frames) for p in unit.parts]
         first_index = unit.parts[0].new_from_index
-        if dst.is_file() and not data_failures(dst, expected, first_index):
-            return EditResult("data", unit.out_rel, "kept", out_bytes=dst.stat().st_size)
-        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
+        sources = [resolve_inside(Path(inp.src_root), inp.src_rel, episode=inp.parts[0].episode)
+                   for inp in unit.inputs]
+
+        def write(tmp: Path) -> None:
             writer: pq.ParquetWriter | None = None
             schema: pa.Schema | None = None
             try:
@@ -363,12 +347,12 @@ def edit_data(unit: EditDataUnit) -> EditResult:
             finally:
                 if writer is not None:
                     writer.close()
-            problems = data_failures(tmp, expected, first_index)
-            if problems:
-                raise EpisodeError(None, dst, "output failed its checks: " + "; ".join(problems[:3]))
-        return EditResult("data", unit.out_rel, "written", out_bytes=dst.stat().st_size)
 
-    return _run("data", unit.out_rel, len(unit.parts), unit.frames, body)
+        status = keep_or_write(dst, Path(unit.out_root), write, data_check(expected, first_index),
+                               record=_record(unit, sources))
+        return _result("data", unit, status, dst)
+
+    return file_stage("data", unit.out_rel, len(unit.parts), unit.frames, body)
 
 
 # ---- the stage the job maps -----------------------------------------------------------------------
@@ -394,4 +378,5 @@ def edit_failed(unit: EditUnit, exc: BaseException) -> list[EditResult]:
     reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
     episodes = 1 if isinstance(unit, CopyVideoUnit | ReencodeVideoUnit) else len(unit.new_episodes) if isinstance(
         unit, SpliceVideoUnit) else len(unit.parts)
-    return [EditResult(KINDS[type(unit)], unit.out_rel, "failed", reason, episodes=episodes, frames=unit.frames)]
+    return [FileResult(kind=KINDS[type(unit)], out_rel=unit.out_rel, status=Status.FAILED, reason=reason,
+                       episodes=episodes, frames=unit.frames)]

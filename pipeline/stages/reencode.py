@@ -1,21 +1,20 @@
 """The reencode stage: one unit = one source video file (v3.0: all the episodes it holds).
 
 For a unit: probe the source (demux only) and check each episode's frame count against the
-metadata; map each episode to its span in the new file (frame i at i/fps); if the output already
-exists and passes the checks, keep it (resume); otherwise encode to a temp name, check it
-(size, frame count per episode and in total, pts grid, every frame a keyframe) and rename it into
-place. Finally compute the image stats of the new frames, saved beside the output
-(`prep/stats/<file>.json`) so a resumed file is not decoded again. Failures are results with reasons.
+metadata; map each episode to its span in the new file (frame i at i/fps); keep the output if it checks out
+(resume: its sidecar says it is this very file, made from this very source with these settings, and it passes
+the checks), else encode to a temp name, check it (size, frame count per episode and in total, pts grid, every
+frame a keyframe), compute the image stats of the new frames, save them beside it (`prep/stats/<file>.json`, so
+a resumed file is not decoded again) and rename it into place (`pipeline.stages.keep.keep_or_write`). Failures
+are results with reasons.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,20 @@ from typing import Any
 import numpy as np
 
 from pipeline import atomic
+from pipeline.checks import Status
 from pipeline.dataset.features import is_depth_feature, is_high_bit_gray
 from pipeline.dataset.model import CameraInfo, Dataset, resolve_inside
 from pipeline.errors import EpisodeError
 from pipeline.formats.base import EpisodeVideo
 from pipeline.formats.write import PREP_DIR
+from pipeline.stages.keep import (
+    DEFAULT_FINGERPRINT,
+    file_identity,
+    fingerprint_matches,
+    keep_or_write,
+    source_fingerprint,
+)
+from pipeline.stages.result import StageResult
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,
@@ -44,29 +52,18 @@ from pipeline.video.encode import (
     ENGINES_WITH_HOOK,
     PROFILES,
     EncodeJob,
-    FrameHook,
     filter_frames,
 )
 from pipeline.video.imagestats import SpanImageStats
 from pipeline.video.probe import VideoProbe, probe_video
 from pipeline.video.quality import QualitySample
-from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES, Geometry
+from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES
 from pipeline.video.rotation import display_filters, display_matrix, swaps_sides
 
 FPS_TOLERANCE = 0.01  # relative: a source may jitter, but 25 fps labelled 30 is refused
 # A frame is restamped onto the 1/fps grid only when it is already there up to rounding: LeRobot's tolerance
 # (1e-4 s), half the stream's time base, or timestamps rounded to whole milliseconds by a recorder or muxer.
 RESTAMP_TOLERANCE_S = 0.0005 + 1e-9
-# How a rerun decides that a kept output's source is unchanged (`--fingerprint`):
-# - "ctime" (default): size, mtime, the inode's change time and a hash of three 64 KiB blocks. Any write to the
-#   file (and chmod, chown, a new hard link, a rename) moves its ctime, which no user tool can set back (cp -p,
-#   rsync -a and touch -r restore the mtime only): a change with size and mtime kept is caught for one stat
-#   and three small reads per kept file. A copy of the corpus to another place looks changed (all redone).
-# - "content": a BLAKE2b of every byte, recorded when the file is first encoded and recomputed for every kept
-#   file at resume (a full read of the kept sources): catches any change of content and survives a copy.
-FINGERPRINTS = ("ctime", "content")
-DEFAULT_FINGERPRINT = "ctime"
-CHEAP_KEYS = ("bytes", "blake2b")
 
 
 @dataclass(slots=True, frozen=True)
@@ -121,12 +118,13 @@ class OutputCounts:
     spans: list[tuple[int, int, int]] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class ReencodeResult:
+@dataclass(slots=True, kw_only=True)
+class ReencodeResult(StageResult):
+    """One source video file's output: status "encoded" | "kept" (already complete and correct) | "copied" (a
+    depth map) | "failed"."""
+
     rel: str
     camera: str
-    status: str  # "encoded" | "kept" (already complete and correct) | "failed"
-    reason: str | None = None
     episodes: list[EpisodeVideo] = field(default_factory=list)
     frames: int = 0
     src_bytes: int = 0
@@ -193,7 +191,7 @@ def check_source(probe: VideoProbe, unit: ReencodeUnit, quarter_turn: bool = Fal
 def reencode_failed(unit: ReencodeUnit, exc: BaseException) -> ReencodeResult:
     reason = exc.message if isinstance(exc, EpisodeError) else (
         str(exc) if isinstance(exc, atomic.WriteError) else f"{type(exc).__name__}: {exc}")
-    return ReencodeResult(unit.rel, unit.camera, "failed", reason)
+    return ReencodeResult(rel=unit.rel, camera=unit.camera, status=Status.FAILED, reason=reason)
 
 
 def new_spans(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> list[Span]:
@@ -291,50 +289,6 @@ def stats_sidecar(unit: ReencodeUnit) -> Path:
     return Path(unit.out_root) / PREP_DIR / "stats" / f"{unit.rel}.json"
 
 
-FINGERPRINT_BLOCK = 65_536  # bytes hashed at the start, middle and end of a source file
-CONTENT_CHUNK = 1 << 20
-
-
-def content_hash(path: Path) -> str:
-    """BLAKE2b (16 bytes) of every byte of the file."""
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        while block := fh.read(CONTENT_CHUNK):
-            h.update(block)
-    return h.hexdigest()
-
-
-def source_fingerprint(path: Path, *, content: bool = True) -> dict[str, Any]:
-    """Size, mtime, inode change time (ctime), a hash of three blocks and (`content`) of every byte: what a
-    rerun compares (`fingerprint_matches`) to keep an output made from this very file."""
-    st = os.stat(path)
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        for offset in sorted({0, max(0, st.st_size // 2 - FINGERPRINT_BLOCK // 2),
-                              max(0, st.st_size - FINGERPRINT_BLOCK)}):
-            fh.seek(offset)
-            h.update(fh.read(FINGERPRINT_BLOCK))
-    fp: dict[str, Any] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
-                          "blake2b": h.hexdigest()}
-    if content:
-        fp["content_blake2b"] = content_hash(path)
-    return fp
-
-
-def fingerprint_matches(recorded: Any, path: Path, mode: str = DEFAULT_FINGERPRINT) -> bool:
-    """Whether the source at `path` is the one `recorded` was taken of: "ctime" compares size, mtime, ctime and
-    the three-block hash (no full read); "content" compares size, the three-block hash and the hash of every
-    byte (mtime and ctime may differ: a copy of the same bytes matches)."""
-    if not isinstance(recorded, dict):
-        return False
-    now = source_fingerprint(path, content=False)
-    if any(recorded.get(k) != now[k] for k in CHEAP_KEYS):
-        return False
-    if mode == "content":
-        return isinstance(recorded.get("content_blake2b"), str) and recorded["content_blake2b"] == content_hash(path)
-    return recorded.get("mtime_ns") == now["mtime_ns"] and recorded.get("ctime_ns") == now["ctime_ns"]
-
-
 def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[str, Any]:
     """What the output file and its stats depend on: the output settings, the source file and the episode
     spans (as JSON reads back). The source's fingerprint is kept beside the key (`load_stats`)."""
@@ -345,9 +299,10 @@ def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[
 
 
 def load_stats(path: Path, key: dict[str, Any], source: Path | None = None,
-               mode: str = DEFAULT_FINGERPRINT) -> list[dict[str, Any]] | None:
+               mode: str = DEFAULT_FINGERPRINT, output: Path | None = None) -> list[dict[str, Any]] | None:
     """The stats saved beside an earlier output of the same settings and spans, made from this very source
-    (`source`: its fingerprint matches by `mode`), else None."""
+    (`source`: its fingerprint matches by `mode`) into this very file (`output`: its size and block hash are the
+    recorded ones), else None."""
     try:
         doc = json.loads(atomic.read_regular_text(path))
     except (OSError, ValueError, RecursionError):
@@ -356,6 +311,8 @@ def load_stats(path: Path, key: dict[str, Any], source: Path | None = None,
     if not (isinstance(stats, list) and len(stats) == len(key["spans"])):
         return None
     if source is not None and not fingerprint_matches(doc.get("source_fingerprint"), source, mode):
+        return None
+    if output is not None and doc.get("output") != file_identity(output):
         return None
     return stats
 
@@ -380,7 +337,7 @@ def save_stats(path: Path, doc: dict[str, Any], root: Path | None = None) -> Non
 
 def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     t0 = time.perf_counter()
-    result = ReencodeResult(unit.rel, unit.camera, "failed")
+    result = ReencodeResult(rel=unit.rel, camera=unit.camera, status=Status.FAILED)
     try:
         src = resolve_inside(Path(unit.src_root), unit.rel)
         dst = Path(unit.out_root) / unit.rel
@@ -406,46 +363,65 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         sidecar, key = stats_sidecar(unit), stats_key(unit, probe, spans)
         if matrix is not None:
             key["display_matrix"] = list(matrix)
-        # A finished output is kept only when its sidecar says it was made from this very source (same
-        # fingerprint, settings and spans) and it still passes its checks; its stats come from the sidecar.
-        kept_stats = load_stats(sidecar, key, src, unit.options.fingerprint) if dst.is_file() else None
-        out_probe, out_failures = inspect_output(dst, unit, spans, total) if kept_stats is not None else (None, [])
-        if out_probe is not None and not failing(out_failures):
-            result.status = "kept"
+        hooked = unit.options.engine in ENGINES_WITH_HOOK
+        sample = QualitySample(total)
+        fingerprint: dict[str, Any] = {}
+        seen: dict[str, Any] = {}  # the output's probe, and a kept output's stats
+
+        def keep(path: Path) -> bool:
+            """A finished output is kept only when its sidecar says it was made from this very source (same
+            fingerprint, settings and spans) into this very file, and it still passes its checks."""
+            kept_stats = load_stats(sidecar, key, src, unit.options.fingerprint, output=path)
+            out_probe, found = inspect_output(path, unit, spans, total) if kept_stats is not None else (None, [])
+            if out_probe is None or failing(found):
+                return False
+            seen.update(probe=out_probe, stats=kept_stats)
+            return True
+
+        def frame_seen(i: int, frame: Any) -> None:
+            stats.add(i, frame)
+            sample.add(i, frame)
+
+        def write(tmp: Path) -> None:
+            fingerprint.update(source_fingerprint(src))  # before the encode reads it (then from the page cache)
+            opts = unit.options
+            ENGINES[opts.engine](EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality,
+                                           frame_seen if hooked else None, tuple(rotate)))
+
+        def check(tmp: Path) -> str | None:
+            out_probe, found = inspect_output(tmp, unit, spans, total)
+            failures = failing(found)  # a warning or info finding does not refuse the file
+            if failures or out_probe is None:
+                return "output failed its checks: " + "; ".join(
+                    f"{f.check}: expected {f.expected}, found {f.found}" for f in failures[:3])
+            seen["probe"] = out_probe
+            return None
+
+        def checked(written: Path) -> None:
+            """The output passed its checks: its stats, its quality sample and the sidecar (which says what the
+            output was made from, and what it is) are written before the output is renamed into place, so a kept
+            output always has one."""
+            if not hooked:
+                filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, frame_seen, tuple(rotate))
+            result.quality = sample.measure(written)
+            save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": stats.result(),
+                                 "quality": result.quality, "output": file_identity(written)}, Path(unit.out_root))
+
+        if keep_or_write(dst, Path(unit.out_root), write, check, keep=keep, saved=checked, blame=src) == Status.KEPT:
+            result.status = Status.KEPT
             result.quality = load_quality(sidecar)
         else:
-            kept_stats = None
-            hooked = unit.options.engine in ENGINES_WITH_HOOK
-            fingerprint = source_fingerprint(src)  # before the encode reads it (then from the page cache)
-            sample = QualitySample(total)
-
-            def frame_seen(i: int, frame: Any) -> None:
-                stats.add(i, frame)
-                sample.add(i, frame)
-
-            def checked(written: Path) -> None:
-                """The output passed its checks: its stats, its quality sample and the sidecar (which says what
-                the output was made from) are written before the output is renamed into place, so a kept output
-                always has one."""
-                if not hooked:
-                    filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, frame_seen, tuple(rotate))
-                result.quality = sample.measure(written)
-                save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": stats.result(),
-                                     "quality": result.quality}, Path(unit.out_root))
-
-            out_probe = _encode_checked(src, dst, unit, geometry, spans, total, frame_seen if hooked else None,
-                                        checked, tuple(rotate))
             result.quality_s = sample.seconds
-            result.status = "encoded"
-        span_stats = kept_stats if kept_stats is not None else stats.result()
+            result.status = Status.ENCODED
+        span_stats = seen["stats"] if result.status == Status.KEPT else stats.result()
         result.episodes = [
             EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, st)
             for s, st in zip(spans, span_stats, strict=True)
         ]
         result.frames, result.out_bytes = total, dst.stat().st_size
-        result.output = output_counts(out_probe, spans)
+        result.output = output_counts(seen["probe"], spans)
     except EpisodeError as exc:
-        result.status, result.reason = "failed", exc.message
+        result.fail(exc.message)
     result.seconds = time.perf_counter() - t0
     return result
 
@@ -457,16 +433,20 @@ def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, res
     the sidecar's source fingerprint matches."""
     spans = list(unit.spans)
     sidecar, key = stats_sidecar(unit), {**stats_key(unit, probe, spans), "copied": True}
-    if dst.is_file() and dst.stat().st_size == probe.bytes and \
-            load_stats(sidecar, key, src, unit.options.fingerprint) is not None:
-        result.status = "kept"
-    else:
-        fingerprint = source_fingerprint(src)
-        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-            shutil.copyfile(src, tmp)
-        atomic.write_json(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": [{} for _ in spans]},
-                          indent=None, root=Path(unit.out_root))
-        result.status = "copied"
+    fingerprint: dict[str, Any] = {}
+
+    def write(tmp: Path) -> None:
+        fingerprint.update(source_fingerprint(src))
+        shutil.copyfile(src, tmp)
+
+    def saved(tmp: Path) -> None:
+        atomic.write_json(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": [{} for _ in spans],
+                                    "output": file_identity(tmp)}, indent=None, root=Path(unit.out_root))
+
+    status = keep_or_write(dst, Path(unit.out_root), write, lambda _path: None, saved=saved,
+                           keep=lambda path: path.stat().st_size == probe.bytes and load_stats(
+                               sidecar, key, src, unit.options.fingerprint, output=path) is not None)
+    result.status = Status.KEPT if status == Status.KEPT else Status.COPIED
     result.copied = True
     result.episodes = [EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, {})
                        for s in spans]
@@ -475,18 +455,3 @@ def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, res
     result.seconds = time.perf_counter() - t0
     return result
 
-
-def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry, spans: list[Span],
-                    total: int, hook: FrameHook | None, checked: Callable[[Path], None],
-                    rotate: tuple[tuple[str, dict[str, str]], ...] = ()) -> VideoProbe:
-    opts = unit.options
-    with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-        job = EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality, hook, rotate)
-        ENGINES[opts.engine](job)
-        probe, found = inspect_output(tmp, unit, spans, total)
-        failures = failing(found)  # a warning or info finding does not refuse the file
-        if failures or probe is None:  # atomic_path removes the temp file
-            raise EpisodeError(None, src, "output failed its checks: " + "; ".join(
-                f"{f.check}: expected {f.expected}, found {f.found}" for f in failures[:3]))
-        checked(tmp)
-    return probe

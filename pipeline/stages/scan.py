@@ -15,8 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.checks import Status
 from pipeline.dataset.model import Dataset, Episode
 from pipeline.errors import EpisodeError
+from pipeline.stages.result import StageResult
 from pipeline.storage import HEADER_BLOCK, Location, Store, local_location
 from pipeline.video.probe import IndexProbe, VideoProbe, probe_index, probe_video
 
@@ -36,12 +38,11 @@ class CameraScan:
 
 
 @dataclass(slots=True)
-class EpisodeScan:
+class EpisodeScan(StageResult):
+    """One episode's scan: status "ok" | "failed" (its reason and the file at fault)."""
+
     episode: int | None
     frames_expected: int
-    status: str = "ok"
-    reason: str | None = None
-    path: str | None = None
     frames_in_parquet: int | None = None
     parquet_bytes: int = 0
     cameras: dict[str, CameraScan] = field(default_factory=dict)
@@ -67,11 +68,11 @@ def failed(ep: Episode | None, exc: BaseException, frames_expected: int = 0) -> 
     if isinstance(exc, EpisodeError):
         return EpisodeScan(
             episode=ep.index if ep else exc.episode, frames_expected=ep.frames_expected if ep else frames_expected,
-            status="failed", reason=exc.message, path=exc.path,
+            status=Status.FAILED, reason=exc.message, path=exc.path,
         )
     return EpisodeScan(
         episode=ep.index if ep else None, frames_expected=ep.frames_expected if ep else frames_expected,
-        status="failed", reason=f"{type(exc).__name__}: {exc}",
+        status=Status.FAILED, reason=f"{type(exc).__name__}: {exc}",
     )
 
 
@@ -144,8 +145,8 @@ def scan_unit(unit: ScanUnit) -> list[EpisodeScan]:
     def fail(exc: EpisodeError) -> None:
         for ep in unit.episodes:
             r = results[ep.index]
-            if r.status == "ok":
-                r.status, r.reason, r.path = "failed", exc.message, exc.path
+            if r.status == Status.OK:
+                r.fail(exc.message, exc.path)
                 r.episode = ep.index
 
     try:

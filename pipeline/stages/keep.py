@@ -1,0 +1,164 @@
+"""How every stage writes an output file (reencode, convert, edit): keep it if it checks out, else write it under a
+temp name, check it and rename it into place (`keep_or_write`), so that a rerun keeps exactly the files a new run
+would write and a killed run never leaves a part of one under its final name.
+
+A kept file must pass the same checks as a new one, and it must be the very file a new run would have written:
+its record (`OutputRecord`, saved beside it before it was renamed into place) names what it was made by (the
+unit's key), what it was made from (each source file's fingerprint) and what it is (its size and a hash of three
+blocks). A record that is missing, unreadable or of another key, a source changed since (its fingerprint), or an
+output cut or replaced since (its identity) means the file is written again.
+
+Source fingerprints (`--fingerprint` of `prep reencode`; convert and edit use the default):
+- "ctime" (default): size, mtime, the inode's change time and a hash of three 64 KiB blocks. Any write to the
+  file (and chmod, chown, a new hard link, a rename) moves its ctime, which no user tool can set back (cp -p,
+  rsync -a and touch -r restore the mtime only): a change with size and mtime kept is caught for one stat
+  and three small reads per kept file. A copy of the corpus to another place looks changed (all redone).
+- "content": a BLAKE2b of every byte, recorded when the file is first written and recomputed for every kept
+  file at resume (a full read of the kept sources): catches any change of content and survives a copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline import atomic
+from pipeline.checks import Status
+from pipeline.errors import EpisodeError
+from pipeline.formats.write import PREP_DIR
+
+FINGERPRINTS = ("ctime", "content")
+DEFAULT_FINGERPRINT = "ctime"
+CHEAP_KEYS = ("bytes", "blake2b")
+FINGERPRINT_BLOCK = 65_536  # bytes hashed at the start, middle and end of a file
+CONTENT_CHUNK = 1 << 20
+RECORDS_DIR = f"{PREP_DIR}/records"  # convert's and edit's records: <out>/prep/records/<rel>.json
+
+
+def content_hash(path: Path) -> str:
+    """BLAKE2b (16 bytes) of every byte of the file."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        while block := fh.read(CONTENT_CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def source_fingerprint(path: Path, *, content: bool = True) -> dict[str, Any]:
+    """Size, mtime, inode change time (ctime), a hash of three blocks and (`content`) of every byte: what a
+    rerun compares (`fingerprint_matches`) to keep an output made from this very file."""
+    st = os.stat(path)
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for offset in sorted({0, max(0, st.st_size // 2 - FINGERPRINT_BLOCK // 2),
+                              max(0, st.st_size - FINGERPRINT_BLOCK)}):
+            fh.seek(offset)
+            h.update(fh.read(FINGERPRINT_BLOCK))
+    fp: dict[str, Any] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+                          "blake2b": h.hexdigest()}
+    if content:
+        fp["content_blake2b"] = content_hash(path)
+    return fp
+
+
+def fingerprint_matches(recorded: Any, path: Path, mode: str = DEFAULT_FINGERPRINT) -> bool:
+    """Whether the source at `path` is the one `recorded` was taken of: "ctime" compares size, mtime, ctime and
+    the three-block hash (no full read); "content" compares size, the three-block hash and the hash of every
+    byte (mtime and ctime may differ: a copy of the same bytes matches)."""
+    if not isinstance(recorded, dict):
+        return False
+    try:
+        now = source_fingerprint(path, content=False)
+    except OSError:  # the source is gone or unreadable: nothing made from it is kept
+        return False
+    if any(recorded.get(k) != now[k] for k in CHEAP_KEYS):
+        return False
+    if mode == "content":
+        return isinstance(recorded.get("content_blake2b"), str) and recorded["content_blake2b"] == content_hash(path)
+    return recorded.get("mtime_ns") == now["mtime_ns"] and recorded.get("ctime_ns") == now["ctime_ns"]
+
+
+def file_identity(path: Path) -> dict[str, Any]:
+    """What an output file is, for its record: its size and the hash of three blocks (a file cut short, padded or
+    replaced since it was written is not the recorded one)."""
+    fp = source_fingerprint(path, content=False)
+    return {k: fp[k] for k in CHEAP_KEYS}
+
+
+def _as_json(value: Any) -> Any:
+    """`value` as JSON reads it back (tuples become lists), so that a recorded key compares equal."""
+    return json.loads(json.dumps(value))
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRecord:
+    """The record of one output file (`path`): the unit's `key` (what else the file depends on: settings, spans,
+    episodes), the fingerprints of its `sources` (compared by `mode`; `content`: also the hash of every byte,
+    so that a later run may resume by content) and the file's identity."""
+
+    path: Path
+    key: Any
+    sources: tuple[Path, ...] = ()
+    mode: str = DEFAULT_FINGERPRINT
+    content: bool = False
+    root: Path | None = None  # the output folder the record is in (no folder below it may be a link)
+
+    def load(self, output: Path) -> dict[str, Any] | None:
+        """The record, when it says `output` is the file written for this key from these very sources."""
+        try:
+            doc = json.loads(atomic.read_regular_text(self.path))
+        except (OSError, ValueError, RecursionError):
+            return None
+        if not isinstance(doc, dict) or doc.get("key") != _as_json(self.key):
+            return None
+        sources = doc.get("sources")
+        if not isinstance(sources, list) or len(sources) != len(self.sources):
+            return None
+        if not all(fingerprint_matches(fp, src, self.mode) for fp, src in zip(sources, self.sources, strict=True)):
+            return None
+        try:
+            same = doc.get("output") == file_identity(output)
+        except OSError:
+            return None
+        return doc if same else None
+
+    def save(self, output: Path, **extra: Any) -> None:
+        """Record `output` (the temp file about to be renamed into place) with `extra` fields. Renamed into place,
+        not fsynced: a record lost to a power loss only means the file is written again."""
+        sources = [source_fingerprint(s, content=self.content) for s in self.sources]
+        doc = {"key": _as_json(self.key), "sources": sources, "output": file_identity(output), **extra}
+        with atomic.atomic_path(self.path, self.root, fsync=False) as tmp:
+            tmp.write_text(json.dumps(doc), encoding="utf-8")
+
+
+def record_of(out_root: str | Path, rel: str, key: Any, sources: Sequence[Path]) -> OutputRecord:
+    """The record of the output `<out_root>/<rel>` (convert, edit): `<out_root>/prep/records/<rel>.json`."""
+    return OutputRecord(Path(out_root) / RECORDS_DIR / f"{rel}.json", key, tuple(sources), root=Path(out_root))
+
+
+def keep_or_write(dst: Path, root: Path, write: Callable[[Path], object], check: Callable[[Path], str | None], *,
+                  record: OutputRecord | None = None, keep: Callable[[Path], bool] | None = None,
+                  saved: Callable[[Path], None] | None = None, episode: int | None = None,
+                  blame: Path | None = None) -> Status:
+    """`Status.KEPT` when `dst` is a file whose `record` (if any) says it is this very output and that passes
+    `keep` (default: `check`, the checks of a new file); else `Status.WRITTEN`: `write(tmp)` under a temp name beside
+    `dst`, `check(tmp)` (a reason refuses it: `EpisodeError(episode, blame or dst, reason)`, and the temp file is
+    removed), `saved(tmp)` (the stage's own sidecar) and the record saved, then the rename."""
+    if dst.is_file() and (record is None or record.load(dst) is not None) and \
+            (keep(dst) if keep is not None else check(dst) is None):
+        return Status.KEPT
+    with atomic.atomic_path(dst, root) as tmp:
+        write(tmp)
+        reason = check(tmp)
+        if reason is not None:
+            raise EpisodeError(episode, blame or dst, reason)
+        if saved is not None:
+            saved(tmp)
+        if record is not None:
+            record.save(tmp)
+    return Status.WRITTEN
