@@ -27,10 +27,12 @@ import av
 from pipeline.errors import EpisodeError
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, Span, in_span
 from pipeline.video.remux import (
+    PacketCopy,
     StartProblem,
     StreamSignature,
     _open,
     _video_stream,
+    demuxed,
     mp4_options,
     output_time_base,
     signature,
@@ -120,8 +122,7 @@ def _packet_index(path: Path, episode: int | None) -> tuple[Fraction, list[tuple
     with _open(path, episode) as c:
         stream = _video_stream(c, episode, path)
         tb = Fraction(stream.time_base or Fraction(1, 1))
-        packets = [(int(p.pts), int(p.dts), bool(p.is_keyframe)) for p in c.demux(stream)
-                   if p.dts is not None and p.size and p.pts is not None]
+        packets = [(int(p.pts), dts, bool(p.is_keyframe)) for p, dts in demuxed(c, stream) if p.pts is not None]
     with _index_lock:
         _index_cache[key] = (tb, packets)
         held = sum(len(v[1]) for v in _index_cache.values())
@@ -194,8 +195,6 @@ def splice_segments(segments: Sequence[tuple[Path, Sequence[SpliceSpan]]], out: 
     a cut off a keyframe or a frame count that is not the metadata's."""
     if not segments:
         raise ValueError("nothing to splice")
-    n = 0
-    last_dts: int | None = None
     out_tb: Fraction | None = None
     before = 0
     ref = None
@@ -203,7 +202,7 @@ def splice_segments(segments: Sequence[tuple[Path, Sequence[SpliceSpan]]], out: 
     try:
         with av.open(str(out), mode="w", format="mp4",
                      options=mp4_options(_out_tb(first_path, segments[0][1], fps_rate))) as oc:
-            ost = None
+            mux: PacketCopy | None = None
             for src, spans in segments:
                 ordered, owner, out_tb, offset, after, scale = _prepare(src, spans, before, out_tb, fps_rate)
                 first_ep = ordered[0].episode if ordered else None
@@ -215,37 +214,31 @@ def splice_segments(segments: Sequence[tuple[Path, Sequence[SpliceSpan]]], out: 
                     elif ref.differences(sig):
                         raise EpisodeError(first_ep, src, "cannot share a file with the previous source file: "
                                            + "; ".join(ref.differences(sig)))
-                    if ost is None:
-                        ost = oc.add_stream_from_template(ist, opaque=True)
-                        ost.time_base = out_tb
-                    tpf = ticks_per_frame(out_tb, fps_rate)
+                    if mux is None:
+                        mux = PacketCopy(oc, out_tb, ticks_per_frame(out_tb, fps_rate))
+                    mux.start(ist)
                     i = 0
-                    for pkt in ic.demux(ist):
-                        if pkt.dts is None or pkt.size == 0 or pkt.pts is None:
+                    for pkt, src_dts in demuxed(ic, ist):
+                        if pkt.pts is None:
                             continue
                         k = owner[i]
                         i += 1
                         if k < 0 or not ordered[k].keep:
                             continue
                         pts = int(pkt.pts) * int(scale) + offset[k]
-                        dts = int(pkt.dts) * int(scale) + offset[k]
-                        if last_dts is not None and dts <= last_dts:
+                        dts = src_dts * int(scale) + offset[k]
+                        if mux.overlaps(dts):
                             raise EpisodeError(ordered[k].episode, src, f"decode timestamps overlap the previous kept "
-                                                                        f"episode's ({dts} <= {last_dts} ticks of "
+                                                                        f"episode's ({dts} <= {mux.last_dts} ticks of "
                                                                         f"{out_tb})")
-                        pkt.pts, pkt.dts, pkt.duration = pts, dts, tpf
-                        pkt.time_base = out_tb
-                        pkt.stream = ost
-                        oc.mux(pkt)
-                        last_dts = dts
-                        n += 1
+                        mux.write(pkt, pts, dts)
                 before = after
     except EpisodeError:
         raise
     except (av.FFmpegError, OSError, ValueError) as exc:
         raise EpisodeError(None, first_path, f"stream copy failed ({type(exc).__name__}: {exc})") from None
-    assert out_tb is not None
-    return SpliceResult(n, out_tb)
+    assert out_tb is not None and mux is not None
+    return SpliceResult(mux.frames, out_tb)
 
 
 def _out_tb(src: Path, spans: Sequence[SpliceSpan], fps_rate: Fraction) -> Fraction:

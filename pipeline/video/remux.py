@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -112,6 +112,47 @@ def _video_stream(container: av.container.InputContainer, episode: int | None,
     return container.streams.video[0]
 
 
+def demuxed(container: av.container.InputContainer,
+            stream: av.video.stream.VideoStream) -> Iterator[tuple[av.Packet, int]]:
+    """A stream's packets in decode order and their decode timestamps, without the demuxer's flush packets (no
+    dts, or no bytes: LeRobot skips them too)."""
+    for pkt in container.demux(stream):
+        if pkt.dts is not None and pkt.size:
+            yield pkt, int(pkt.dts)
+
+
+class PacketCopy:
+    """The one mux loop of every stream copy (concat, cut, splice): source packets, their payload untouched, re-timed
+    into one output stream made from the first input stream (its codec parameters), in `time_base`; each packet
+    lasts `tpf` ticks when given. `frames`: packets written; `last_dts`: the last one's decode timestamp."""
+
+    def __init__(self, oc: av.container.OutputContainer, time_base: Fraction, tpf: int | None) -> None:
+        self.oc, self.time_base, self.tpf = oc, time_base, tpf
+        self.stream: av.video.stream.VideoStream | None = None
+        self.frames = 0
+        self.last_dts: int | None = None
+
+    def start(self, ist: av.video.stream.VideoStream) -> None:
+        """The output stream, from the first input stream (later ones must have the same codec parameters)."""
+        if self.stream is None:
+            self.stream = self.oc.add_stream_from_template(ist, opaque=True)
+            self.stream.time_base = self.time_base
+
+    def overlaps(self, dts: int) -> bool:
+        """A packet at `dts` would not come after the last one in decode order (its caller names the episode)."""
+        return self.last_dts is not None and dts <= self.last_dts
+
+    def write(self, pkt: av.Packet, pts: int, dts: int) -> None:
+        pkt.pts, pkt.dts = pts, dts
+        if self.tpf is not None:
+            pkt.duration = self.tpf
+        pkt.time_base = self.time_base
+        pkt.stream = self.stream
+        self.oc.mux(pkt)
+        self.last_dts = dts
+        self.frames += 1
+
+
 def concat_stream_copy(inputs: Sequence[ConcatInput], out: Path, fps_rate: Fraction) -> ConcatResult:
     """Write `inputs` back to back into `out` (an mp4); raises `EpisodeError` naming the episode at fault."""
     if not inputs:
@@ -122,10 +163,9 @@ def concat_stream_copy(inputs: Sequence[ConcatInput], out: Path, fps_rate: Fract
     tb = output_time_base(ref.time_base, fps_rate)
     tpf = ticks_per_frame(tb, fps_rate)
     frames_before = 0
-    last_dts: int | None = None
     try:
         with av.open(str(out), mode="w", format="mp4", options=mp4_options(tb)) as oc:
-            ost = None
+            mux = PacketCopy(oc, tb, tpf)
             for item in inputs:
                 with _open(item.path, item.episode) as ic:
                     ist = _video_stream(ic, item.episode, item.path)
@@ -139,26 +179,18 @@ def concat_stream_copy(inputs: Sequence[ConcatInput], out: Path, fps_rate: Fract
                     if scale.denominator != 1:
                         raise EpisodeError(item.episode, item.path,
                                            f"time base {sig.time_base} is finer than the output's {tb}")
-                    if ost is None:
-                        ost = oc.add_stream_from_template(ist, opaque=True)
-                        ost.time_base = tb
+                    mux.start(ist)
                     offset = frames_before * tpf
                     n = 0
-                    for pkt in ic.demux(ist):
-                        if pkt.dts is None or pkt.size == 0:  # demuxer flush packets (as LeRobot skips them)
-                            continue
+                    for pkt, src_dts in demuxed(ic, ist):
                         if pkt.pts is None:
                             raise EpisodeError(item.episode, item.path, f"packet {n} has no pts")
-                        pts, dts = int(pkt.pts * scale) + offset, int(pkt.dts * scale) + offset
-                        if last_dts is not None and dts <= last_dts:
+                        pts, dts = int(pkt.pts * scale) + offset, int(src_dts * scale) + offset
+                        if mux.overlaps(dts):
                             raise EpisodeError(item.episode, item.path,
                                                f"decode timestamps overlap the previous episode's ({dts} <= "
-                                               f"{last_dts} ticks of {tb})")
-                        pkt.pts, pkt.dts, pkt.duration = pts, dts, tpf
-                        pkt.time_base = tb
-                        pkt.stream = ost
-                        oc.mux(pkt)
-                        last_dts = dts
+                                               f"{mux.last_dts} ticks of {tb})")
+                        mux.write(pkt, pts, dts)
                         n += 1
                     if n != item.frames:
                         raise EpisodeError(item.episode, item.path,
@@ -197,11 +229,9 @@ def cut_stream_copy(src: Path, out: Path, span: Span, fps_rate: Fraction) -> Cut
             if seek > 0:
                 ic.seek(seek, stream=ist, backward=True, any_frame=False)
             with av.open(str(out), mode="w", format="mp4", options=mp4_options(tb)) as oc:
-                ost = oc.add_stream_from_template(ist, opaque=True)
-                ost.time_base = tb
-                for pkt in ic.demux(ist):
-                    if pkt.dts is None or pkt.size == 0:
-                        continue
+                mux = PacketCopy(oc, tb, tpf)
+                mux.start(ist)
+                for pkt, dts in demuxed(ic, ist):
                     if pkt.pts is None:
                         raise EpisodeError(episode, src, "a packet has no pts")
                     t = float(pkt.pts * tb)
@@ -219,24 +249,19 @@ def cut_stream_copy(src: Path, out: Path, span: Span, fps_rate: Fraction) -> Cut
                             raise EpisodeError(episode, src, f"a frame of the previous episode ({t:.6f} s) is decoded "
                                                              "after this episode's keyframe (open GOP)")
                         state = "after"
-                        if float(pkt.dts * tb) >= hi + margin:
+                        if float(dts * tb) >= hi + margin:
                             break
                         continue
                     elif state == "after":
                         if inside:
                             raise EpisodeError(episode, src, f"a frame of this episode ({t:.6f} s) is decoded after "
                                                              "the next episode's first frame (it depends on it)")
-                        if float(pkt.dts * tb) >= hi + margin:
+                        if float(dts * tb) >= hi + margin:
                             break
                         continue
                     if pkt.pts < base:
                         raise EpisodeError(episode, src, f"a frame at {t:.6f} s precedes the episode's keyframe")
-                    pkt.pts, pkt.dts = int(pkt.pts) - base, int(pkt.dts) - base
-                    if tpf is not None:
-                        pkt.duration = tpf
-                    pkt.time_base = tb
-                    pkt.stream = ost
-                    oc.mux(pkt)
+                    mux.write(pkt, int(pkt.pts) - base, dts - base)
                     n += 1
         except EpisodeError:
             raise
@@ -266,12 +291,8 @@ def decode_order_packets(path: Path, episode: int | None = None) -> list[tuple[i
     """(pts, dts, keyframe) of every packet in decode order, in ticks of the stream's time base."""
     with _open(path, episode) as c:
         stream = _video_stream(c, episode, path)
-        out = []
-        for pkt in c.demux(stream):
-            if pkt.dts is None or pkt.size == 0 or pkt.pts is None:
-                continue
-            out.append((int(pkt.pts), int(pkt.dts), bool(pkt.is_keyframe)))
-        return out
+        return [(int(pkt.pts), dts, bool(pkt.is_keyframe)) for pkt, dts in demuxed(c, stream)
+                if pkt.pts is not None]
 
 
 def episodes_off_keyframe(path: Path, spans: Sequence[Span], camera: str | None = None) -> list[StartProblem]:
