@@ -229,15 +229,20 @@ class CountingMiddleware:
 
     def __init__(self, app: Callable[..., Any]) -> None:
         self.app = app
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._records: list[Request] = []
+        self._in_flight = 0
 
-    def records(self) -> list[Request]:
+    def records(self, settle_s: float = 5.0) -> list[Request]:
+        """The records so far. A request is recorded when the server closes its response, which can be just
+        after the client has read it: wait (up to `settle_s`) for requests in flight to be recorded."""
         with self._lock:
+            self._lock.wait_for(lambda: self._in_flight == 0, timeout=settle_s)
             return list(self._records)
 
-    def reset(self) -> None:
+    def reset(self, settle_s: float = 5.0) -> None:
         with self._lock:
+            self._lock.wait_for(lambda: self._in_flight == 0, timeout=settle_s)
             self._records.clear()
 
     def _control(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
@@ -256,6 +261,8 @@ class CountingMiddleware:
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ.get("PATH_INFO", "").startswith(CONTROL):
             return self._control(environ, start_response)
+        with self._lock:
+            self._in_flight += 1
         counted = _CountingInput(environ["wsgi.input"])
         environ["wsgi.input"] = counted
         status = [0]
@@ -273,7 +280,13 @@ class CountingMiddleware:
             status[0] = int(st.split(None, 1)[0])
             return start_response(st, hdrs, exc_info)
 
-        body = self.app(environ, counting_start_response)
+        try:
+            body = self.app(environ, counting_start_response)
+        except BaseException:
+            with self._lock:
+                self._in_flight -= 1
+                self._lock.notify_all()
+            raise
         return self._count_body(body, counted, status, record)
 
     def _count_body(self, body: Iterable[bytes], counted: _CountingInput, status: list[int],
@@ -289,6 +302,8 @@ class CountingMiddleware:
                 close()
             with self._lock:
                 self._records.append(Request(status=status[0], bytes_in=counted.count, bytes_out=sent, **record))
+                self._in_flight -= 1
+                self._lock.notify_all()
 
 
 # ------------------------------------------------------------------------------------------------ server
