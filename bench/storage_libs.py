@@ -29,6 +29,7 @@ import io
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -247,21 +248,35 @@ def decode_all(fh: Any) -> int:
 # ------------------------------------------------------------------------------------------- measuring
 
 
+def cpu_self() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) of process `pid` so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(server: S3Server, fn: Callable[[], Any], repeats: int,
             before: Callable[[], None] | None = None) -> dict[str, Any]:
-    times, counts, value = [], [], None
+    times, cpus, server_cpus, counts, value = [], [], [], [], None
     for _ in range(repeats):
         if before is not None:
             before()
         server.reset_stats()
-        t0 = time.perf_counter()
+        c0, s0, t0 = cpu_self(), cpu_of(server.pid), time.perf_counter()
         value = fn()
         times.append(time.perf_counter() - t0)
+        cpus.append(cpu_self() - c0)
+        server_cpus.append(cpu_of(server.pid) - s0)
         counts.append(server.stats)
     st = counts[0]
     other = st.requests - st.gets - st.puts - st.heads - st.lists
     row = {
         "wall_s": round(statistics.median(times), 4), "wall_s_all": [round(t, 4) for t in times],
+        "client_cpu_s": round(statistics.median(cpus), 4), "server_cpu_s": round(statistics.median(server_cpus), 4),
         "requests": st.requests, "gets": st.gets, "puts": st.puts, "heads": st.heads, "lists": st.lists,
         "other": other, "bytes_read": st.bytes_out, "bytes_written": st.bytes_in, "ops": st.ops,
         "result": value if isinstance(value, (int, float, str, list, tuple)) else None,
@@ -272,7 +287,7 @@ def measure(server: S3Server, fn: Callable[[], Any], repeats: int,
     return row
 
 
-def read_tasks(server: S3Server, clients: Clients, sizes: dict[str, int], repeats: int,
+def read_tasks(server: S3Server, clients: Clients, sizes: dict[str, int], repeats: int, decode_repeats: int,
                only: set[str] | None) -> list[dict[str, Any]]:
     tasks: list[tuple[str, str, Callable[[Any], Any]]] = [
         ("parquet footer + 1 column", "data.parquet", read_parquet),
@@ -294,8 +309,9 @@ def read_tasks(server: S3Server, clients: Clients, sizes: dict[str, int], repeat
                 with clients.open(reader, key) as fh:
                     return fn(fh)
 
-            row = {"task": task, "file": key, "file_bytes": sizes[key], "client": reader.name,
-                   **measure(server, run, repeats)}
+            n = decode_repeats if fn is decode_all else repeats
+            row = {"task": task, "file": key, "file_bytes": sizes[key], "client": reader.name, "repeats": n,
+                   **measure(server, run, n)}
             expected = row["result"] if expected is None else expected
             row["same_result_as_local"] = row["result"] == expected
             rows.append(row)
@@ -382,19 +398,20 @@ def write_tasks(server: S3Server, clients: Clients, files: dict[str, Path], repe
     return rows
 
 
-HEADER = (f"{'task':<27} {'client':<38} {'wall s':>7} {'GET':>4} {'PUT':>4} {'HEAD':>4} {'LIST':>4} "
+HEADER = (f"{'task':<27} {'client':<38} {'wall s':>7} {'cpu s':>6} {'GET':>4} {'PUT':>4} {'HEAD':>4} {'LIST':>4} "
           f"{'other':>5} {'MB read':>8} {'MB written':>10}")
 
 
 def print_row(row: dict[str, Any]) -> None:
-    print(f"{row['task']:<27} {row['client']:<38} {row['wall_s']:>7.3f} {row['gets']:>4} {row['puts']:>4} "
-          f"{row['heads']:>4} {row['lists']:>4} {row['other']:>5} {row['bytes_read'] / 1e6:>8.3f} "
-          f"{row['bytes_written'] / 1e6:>10.3f}", flush=True)
+    counts = " ".join(f"{row[k]:>{w}}" for k, w in (("gets", 4), ("puts", 4), ("heads", 4), ("lists", 4), ("other", 5)))
+    print(f"{row['task']:<27} {row['client']:<38} {row['wall_s']:>7.3f} {row['client_cpu_s']:>6.2f} {counts} "
+          f"{row['bytes_read'] / 1e6:>8.3f} {row['bytes_written'] / 1e6:>10.3f}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--decode-repeats", type=int, default=3, help="repeats of the whole-video decode (CPU-bound)")
     ap.add_argument("--large-chunks", type=int, default=19, help="90-frame chunks in the large video (~1.3 MB each)")
     ap.add_argument("--only", default="", help="comma list of: parquet,mp4,decode,copy,upload (default: all)")
     ap.add_argument("--out", type=Path, default=REPO / "bench/results/storage_libs.json")
@@ -415,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"files built in {build_s:.1f} s: " + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in sizes.items()))
         print(HEADER)
         clients = Clients(server, Path(tmp))
-        rows = read_tasks(server, clients, sizes, args.repeats, only)
+        rows = read_tasks(server, clients, sizes, args.repeats, args.decode_repeats, only)
         rows += write_tasks(server, clients, files, args.repeats, only)
         leftovers = server.multipart_uploads(BUCKET)
 
@@ -431,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"large.mp4: {args.large_chunks} x 90 frames, moov at the end; data.parquet: 150,000 rows, "
                       "3 row groups, observation.state and action float32[14] + 5 scalar columns",
         "repeats": args.repeats,
+        "decode_repeats": args.decode_repeats,
         "build_s": round(build_s, 2),
         "multipart_leftovers_at_end": len(leftovers),
         "versions": versions,
@@ -439,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
         "prep_commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                                       text=True, check=False).stdout.strip() or None,
         "command": "python bench/storage_libs.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "note": "wall_s: median of `repeats`; counts are from the first repeat (requests_varied lists them where "
+        "note": "wall_s: median of `repeats` (decode: `decode_repeats`); client_cpu_s: this process's CPU seconds "
+                "(all threads: s3fs's event loop, obstore's and pyarrow's I/O threads, the decoder), server_cpu_s: the "
+                "moto process's, both medians; counts are from the first repeat (requests_varied lists them where "
                 "repeats differed). bytes_read/bytes_written: HTTP body bytes the server sent/received. gets/puts/"
                 "heads: object requests; lists: List*; other: bucket-level and multipart create/complete/abort. "
                 "One client object per row, reused across repeats, listing cache cleared before each.",
