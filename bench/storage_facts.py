@@ -233,6 +233,45 @@ def check_scan_reads_every_packet(server: S3Server, sample: bytes) -> None:
          f"({index_bytes / len(sample):.1%})")
 
 
+def check_open_without_head(server: S3Server, sample: bytes) -> None:
+    import av
+    import obstore
+    import s3fs
+    from obstore.store import S3Store
+    from pyarrow import fs as pafs
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from storage_libs import ObstoreFile
+
+    server.put_bytes(f"s3://{BUCKET}/episode.mp4", sample)
+    n = len(sample)
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    store = S3Store(BUCKET, client_options={"allow_http": True})
+    pfs = pafs.FileSystem.from_uri(f"s3://{BUCKET}/")[0]
+    info = pfs.get_file_info(f"{BUCKET}/episode.mp4")
+    opens: dict[str, Callable[[bool], Any]] = {
+        "s3fs": lambda known: fs.open(f"{BUCKET}/episode.mp4", "rb", block_size=64 * 1024,
+                                      **({"size": n} if known else {})),
+        "obstore": lambda known: ObstoreFile(obstore.open_reader(store, "episode.mp4", buffer_size=64 * 1024,
+                                                                 **({"size": n} if known else {}))),
+        "pyarrow": lambda known: pfs.open_input_file(info if known else f"{BUCKET}/episode.mp4"),
+    }
+    rows = {}
+    for name, open_ in opens.items():
+        for known in (False, True):
+            fs.invalidate_cache()
+            server.reset_stats()
+            with open_(known) as fh, av.open(fh) as c:
+                _ = len(c.streams.video[0].index_entries)
+            st = server.stats
+            rows[f"{name} size {'given' if known else 'unknown'}"] = {"heads": st.heads, "gets": st.gets}
+    ok = all(v["heads"] == 0 for k, v in rows.items() if k.endswith("given"))
+    fact("read.no_head", "every client HEADs an object before reading it, unless told its size (the listing has it)",
+         "new" if ok else "partly",
+         "; ".join(f"{k}: {v['heads']} HEAD + {v['gets']} GET" for k, v in rows.items())
+         + " (s3fs open(size=), obstore open_reader(size=), pyarrow open_input_file(FileInfo))", rows=rows)
+
+
 # ------------------------------------------------------------------------------------------- writes
 
 
@@ -576,6 +615,7 @@ def main(argv: list[str] | None = None) -> int:
             ("env", lambda: check_env(server)),
             ("obstore_pyav", lambda: check_obstore_pyav(server, sample)),
             ("scan", lambda: check_scan_reads_every_packet(server, sample)),
+            ("no_head", lambda: check_open_without_head(server, sample)),
             ("create", lambda: check_conditional_create(server)),
             ("if_match", lambda: check_if_match(server)),
             ("copy", lambda: check_copy(server)),

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -259,32 +259,54 @@ def cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(server: S3Server, fn: Callable[[], Any], repeats: int,
-            before: Callable[[], None] | None = None) -> dict[str, Any]:
-    times, cpus, server_cpus, counts, value = [], [], [], [], None
+@dataclass
+class Case:
+    """One client doing one task: `fn` measured, `before` run untimed ahead of each repeat."""
+
+    row: dict[str, Any]
+    fn: Callable[[], Any]
+    before: Callable[[], None] | None = None
+    times: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+    server_cpus: list[float] = field(default_factory=list)
+    counts: list[Any] = field(default_factory=list)
+    value: Any = None
+
+
+def measure_interleaved(server: S3Server, cases: list[Case], repeats: int) -> list[dict[str, Any]]:
+    """Each repeat runs every case once, in turn (round robin), so a swing in the machine's load (other
+    processes share its 2 cores) falls on every client alike; then one row per case."""
     for _ in range(repeats):
-        if before is not None:
-            before()
-        server.reset_stats()
-        c0, s0, t0 = cpu_self(), cpu_of(server.pid), time.perf_counter()
-        value = fn()
-        times.append(time.perf_counter() - t0)
-        cpus.append(cpu_self() - c0)
-        server_cpus.append(cpu_of(server.pid) - s0)
-        counts.append(server.stats)
-    st = counts[0]
-    other = st.requests - st.gets - st.puts - st.heads - st.lists
-    row = {
-        "wall_s": round(statistics.median(times), 4), "wall_s_all": [round(t, 4) for t in times],
-        "client_cpu_s": round(statistics.median(cpus), 4), "server_cpu_s": round(statistics.median(server_cpus), 4),
-        "requests": st.requests, "gets": st.gets, "puts": st.puts, "heads": st.heads, "lists": st.lists,
-        "other": other, "bytes_read": st.bytes_out, "bytes_written": st.bytes_in, "ops": st.ops,
-        "result": value if isinstance(value, (int, float, str, list, tuple)) else None,
-    }
-    varying = sorted({c.requests for c in counts})
-    if len(varying) > 1:
-        row["requests_varied"] = varying
-    return row
+        for case in cases:
+            if case.before is not None:
+                case.before()
+            server.reset_stats()
+            c0, s0, t0 = cpu_self(), cpu_of(server.pid), time.perf_counter()
+            case.value = case.fn()
+            case.times.append(time.perf_counter() - t0)
+            case.cpus.append(cpu_self() - c0)
+            case.server_cpus.append(cpu_of(server.pid) - s0)
+            case.counts.append(server.stats)
+    rows = []
+    for case in cases:
+        st = case.counts[0]
+        value = case.value
+        row = {
+            **case.row, "repeats": repeats,
+            "wall_s": round(statistics.median(case.times), 4), "wall_s_all": [round(t, 4) for t in case.times],
+            "client_cpu_s": round(statistics.median(case.cpus), 4),
+            "server_cpu_s": round(statistics.median(case.server_cpus), 4),
+            "requests": st.requests, "gets": st.gets, "puts": st.puts, "heads": st.heads, "lists": st.lists,
+            "other": st.requests - st.gets - st.puts - st.heads - st.lists,
+            "bytes_read": st.bytes_out, "bytes_written": st.bytes_in, "ops": st.ops,
+            "result": value if isinstance(value, (int, float, str, list, tuple)) else None,
+        }
+        varying = sorted({c.requests for c in case.counts})
+        if len(varying) > 1:
+            row["requests_varied"] = varying
+        rows.append(row)
+        print_row(row)
+    return rows
 
 
 def read_tasks(server: S3Server, clients: Clients, sizes: dict[str, int], repeats: int, decode_repeats: int,
@@ -303,19 +325,17 @@ def read_tasks(server: S3Server, clients: Clients, sizes: dict[str, int], repeat
     for task, key, fn in tasks:
         if only and task.split()[0] not in only and not (task.startswith("mp4") and "mp4" in only):
             continue
-        expected = None
+        cases = []
         for reader in READERS:
             def run(reader: Reader = reader, key: str = key, fn: Callable[[Any], Any] = fn) -> Any:
                 with clients.open(reader, key) as fh:
                     return fn(fh)
 
-            n = decode_repeats if fn is decode_all else repeats
-            row = {"task": task, "file": key, "file_bytes": sizes[key], "client": reader.name, "repeats": n,
-                   **measure(server, run, n)}
-            expected = row["result"] if expected is None else expected
-            row["same_result_as_local"] = row["result"] == expected
-            rows.append(row)
-            print_row(row)
+            cases.append(Case({"task": task, "file": key, "file_bytes": sizes[key], "client": reader.name}, run))
+        got = measure_interleaved(server, cases, decode_repeats if fn is decode_all else repeats)
+        for row in got:
+            row["same_result_as_local"] = row["result"] == got[0]["result"]
+        rows += got
     return rows
 
 
@@ -352,12 +372,13 @@ def write_tasks(server: S3Server, clients: Clients, files: dict[str, Path], repe
          lambda: obstore.put(ost, "copy.mp4", obstore.get(ost, src_key).bytes())),
     ]
     if not only or "copy" in only:
-        for name, fn in copies:
-            row = {"task": "copy 25 MB object", "file": src_key, "file_bytes": size, "client": name,
-                   **measure(server, fn, repeats, before=delete("copy.mp4"))}
-            row["result"] = dst_ok("copy.mp4", size)
-            rows.append(row)
-            print_row(row)
+        cases = [Case({"task": "copy 25 MB object", "file": src_key, "file_bytes": size, "client": name}, fn,
+                      before=delete("copy.mp4")) for name, fn in copies]
+        rows += measure_interleaved(server, cases, repeats)
+        for name, fn in copies:  # each once more, checked
+            delete("copy.mp4")()
+            fn()
+            next(r for r in rows if r["client"] == name)["result"] = dst_ok("copy.mp4", size)
 
     payload = np.random.default_rng(1).integers(0, 256, size=40 * 1000 * 1000, dtype=np.uint8).tobytes()
 
@@ -388,13 +409,15 @@ def write_tasks(server: S3Server, clients: Clients, files: dict[str, Path], repe
         ("boto3 upload_fileobj (8 MiB parts)", boto3_write),
     ]
     if not only or "upload" in only:
-        for name, fn in uploads:
-            row = {"task": "upload 40 MB", "file": "upload.bin", "file_bytes": len(payload), "client": name,
-                   **measure(server, fn, repeats, before=delete("upload.bin"))}
+        cases = [Case({"task": "upload 40 MB", "file": "upload.bin", "file_bytes": len(payload), "client": name}, fn,
+                      before=delete("upload.bin")) for name, fn in uploads]
+        rows += measure_interleaved(server, cases, repeats)
+        for name, fn in uploads:  # each once more, checked
+            delete("upload.bin")()
+            fn()
+            row = next(r for r in rows if r["client"] == name)
             row["result"] = dst_ok("upload.bin", len(payload))
             row["multipart_leftovers"] = len(server.multipart_uploads(BUCKET))
-            rows.append(row)
-            print_row(row)
     return rows
 
 
@@ -457,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         "prep_commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                                       text=True, check=False).stdout.strip() or None,
         "command": "python bench/storage_libs.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "note": "wall_s: median of `repeats` (decode: `decode_repeats`); client_cpu_s: this process's CPU seconds "
+        "note": "Clients run round robin within each task (repeat 1 of every client, then repeat 2, ...). "
+                "wall_s: median of `repeats` (decode: `decode_repeats`); client_cpu_s: this process's CPU seconds "
                 "(all threads: s3fs's event loop, obstore's and pyarrow's I/O threads, the decoder), server_cpu_s: the "
                 "moto process's, both medians; counts are from the first repeat (requests_varied lists them where "
                 "repeats differed). bytes_read/bytes_written: HTTP body bytes the server sent/received. gets/puts/"
