@@ -145,6 +145,7 @@ class Reader:
     name: str
     lib: str  # local | s3fs | obstore | pyarrow
     block: int | None = None  # s3fs block_size / obstore buffer_size; None: the library's default
+    cache: str | None = None  # s3fs cache_type; None: its default, "readahead"
 
 
 READERS = [
@@ -153,6 +154,7 @@ READERS = [
     Reader("s3fs 64 KiB", "s3fs", 64 * KiB),
     Reader("s3fs 1 MiB", "s3fs", MiB),
     Reader("s3fs 8 MiB", "s3fs", 8 * MiB),
+    Reader("s3fs 8 MiB blockcache", "s3fs", 8 * MiB, "blockcache"),
     Reader("obstore 64 KiB", "obstore", 64 * KiB),
     Reader("obstore 1 MiB (default)", "obstore"),
     Reader("pyarrow NativeFile", "pyarrow"),
@@ -208,7 +210,9 @@ class Clients:
             with open(self.local_root / key, "rb") as fh:
                 yield fh
         elif reader.lib == "s3fs":
-            kwargs = {"block_size": reader.block} if reader.block else {}
+            kwargs: dict[str, Any] = {"block_size": reader.block} if reader.block else {}
+            if reader.cache:
+                kwargs["cache_type"] = reader.cache
             with self.s3fs(tag).open(f"{BUCKET}/{key}", "rb", **kwargs) as fh:
                 yield fh
         elif reader.lib == "obstore":
