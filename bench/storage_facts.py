@@ -272,6 +272,42 @@ def check_open_without_head(server: S3Server, sample: bytes) -> None:
          + " (s3fs open(size=), obstore open_reader(size=), pyarrow open_input_file(FileInfo))", rows=rows)
 
 
+PICKLE_PROBE = r'''
+import pickle, sys, json
+from support.s3 import DUMMY_SECRET
+out = {}
+def probe(name, make):
+    try:
+        blob = pickle.dumps(make())
+        out[name] = {"bytes": len(blob), "secret_inside": DUMMY_SECRET.encode() in blob}
+    except Exception as exc:
+        out[name] = {"error": type(exc).__name__ + ": " + str(exc)[:120]}
+import os, s3fs
+from pyarrow import fs as pafs
+from obstore.store import S3Store
+probe("s3fs from the environment", lambda: s3fs.S3FileSystem(skip_instance_cache=True))
+probe("s3fs key=/secret= passed", lambda: s3fs.S3FileSystem(
+    skip_instance_cache=True, key=os.environ["AWS_ACCESS_KEY_ID"], secret=os.environ["AWS_SECRET_ACCESS_KEY"]))
+probe("s3fs open file", lambda: s3fs.S3FileSystem(skip_instance_cache=True).open("facts/env.bin", "rb"))
+probe("pyarrow from_uri", lambda: pafs.FileSystem.from_uri("s3://facts/")[0])
+probe("obstore S3Store from the environment", lambda: S3Store("facts"))
+print(json.dumps(out))
+'''
+
+
+def check_pickled_secrets(server: S3Server) -> None:
+    server.put_bytes(f"s3://{BUCKET}/env.bin", b"e" * 1000)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(server.env(client="pickle"), AWS_ALLOW_HTTP="true", PYTHONPATH=str(REPO / "tests"))
+    r = subprocess.run([sys.executable, "-c", PICKLE_PROBE], env=env, capture_output=True, text=True, timeout=120,
+                       check=False)
+    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {"error": r.stderr[-300:]}
+    fact("config.pickle", "what a Dask task carries when it holds a client object (secrets must not travel)", "new",
+         "; ".join(f"{k}: " + (f"secret inside the pickle: {v['secret_inside']}" if "secret_inside" in v
+                               else v.get("error", "?")) for k, v in out.items())
+         + ". Workers should build their client from their own environment; never pass key=/secret=", rows=out)
+
+
 # ------------------------------------------------------------------------------------------- writes
 
 
@@ -616,6 +652,7 @@ def main(argv: list[str] | None = None) -> int:
             ("obstore_pyav", lambda: check_obstore_pyav(server, sample)),
             ("scan", lambda: check_scan_reads_every_packet(server, sample)),
             ("no_head", lambda: check_open_without_head(server, sample)),
+            ("pickle", lambda: check_pickled_secrets(server)),
             ("create", lambda: check_conditional_create(server)),
             ("if_match", lambda: check_if_match(server)),
             ("copy", lambda: check_copy(server)),

@@ -435,6 +435,17 @@ def print_row(row: dict[str, Any]) -> None:
           f"{row['bytes_read'] / 1e6:>8.3f} {row['bytes_written'] / 1e6:>10.3f}", flush=True)
 
 
+def markdown_table(result: dict[str, Any]) -> str:
+    """The results as docs/storage.md shows them."""
+    lines = ["| task | client | GET | PUT | HEAD | LIST | other | MB read | MB written | wall s | client CPU s |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in result["results"]:
+        lines.append(f"| {r['task']} | {r['client']} | {r['gets']} | {r['puts']} | {r['heads']} | {r['lists']} | "
+                     f"{r['other']} | {r['bytes_read'] / 1e6:.3f} | {r['bytes_written'] / 1e6:.3f} | "
+                     f"{r['wall_s']:.3f} | {r['client_cpu_s']:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
@@ -442,7 +453,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--large-chunks", type=int, default=19, help="90-frame chunks in the large video (~1.3 MB each)")
     ap.add_argument("--only", default="", help="comma list of: parquet,mp4,decode,copy,upload (default: all)")
     ap.add_argument("--out", type=Path, default=REPO / "bench/results/storage_libs.json")
+    ap.add_argument("--table", action="store_true", help="print --out's results as a markdown table and stop")
     args = ap.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(args.out.read_text())))
+        return 0
     only = {x for x in args.only.split(",") if x} or None
     os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
     load_before = os.getloadavg()
