@@ -248,17 +248,17 @@ def check_open_without_head(server: S3Server, sample: bytes) -> None:
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     store = S3Store(BUCKET, client_options={"allow_http": True})
     pfs = pafs.FileSystem.from_uri(f"s3://{BUCKET}/")[0]
-    info = pfs.get_file_info(f"{BUCKET}/episode.mp4")
+    pa_info = error_of(lambda: pfs.open_input_file(pfs.get_file_info(f"{BUCKET}/episode.mp4")))
     opens: dict[str, Callable[[bool], Any]] = {
         "s3fs": lambda known: fs.open(f"{BUCKET}/episode.mp4", "rb", block_size=64 * 1024,
                                       **({"size": n} if known else {})),
         "obstore": lambda known: ObstoreFile(obstore.open_reader(store, "episode.mp4", buffer_size=64 * 1024,
                                                                  **({"size": n} if known else {}))),
-        "pyarrow": lambda known: pfs.open_input_file(info if known else f"{BUCKET}/episode.mp4"),
+        "pyarrow": lambda known: pfs.open_input_file(f"{BUCKET}/episode.mp4"),
     }
     rows = {}
     for name, open_ in opens.items():
-        for known in (False, True):
+        for known in ((False,) if name == "pyarrow" else (False, True)):
             fs.invalidate_cache()
             server.reset_stats()
             with open_(known) as fh, av.open(fh) as c:
@@ -269,7 +269,8 @@ def check_open_without_head(server: S3Server, sample: bytes) -> None:
     fact("read.no_head", "every client HEADs an object before reading it, unless told its size (the listing has it)",
          "new" if ok else "partly",
          "; ".join(f"{k}: {v['heads']} HEAD + {v['gets']} GET" for k, v in rows.items())
-         + " (s3fs open(size=), obstore open_reader(size=), pyarrow open_input_file(FileInfo))", rows=rows)
+         + f" (s3fs open(size=), obstore open_reader(size=)); pyarrow's Python open_input_file takes only a str "
+         f"(a FileInfo: {pa_info!r}), so it HEADs every file", rows=rows)
 
 
 PICKLE_PROBE = r'''

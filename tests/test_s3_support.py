@@ -66,6 +66,21 @@ def test_snapshot_sees_every_change(s3: S3Server, tmp_path: Path) -> None:
     assert s3.snapshot("s3://snap/other") == {}
 
 
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+def test_put_many_fills_a_prefix(s3: S3Server, process: bool) -> None:
+    objects = {f"chunk-{i // 100:03d}/file {i:04d}.bin": str(i).encode() for i in range(250)}
+    if process:
+        with S3Server(process=True) as child:
+            child.make_bucket("many")
+            assert child.put_many("s3://many/p", objects) == 250
+            snap = child.snapshot("s3://many/p")
+    else:
+        s3.make_bucket("many")
+        assert s3.put_many("s3://many/p", objects) == 250
+        snap = s3.snapshot("s3://many/p")
+    assert snap == {f"p/{k}": (len(v), hashlib.md5(v).hexdigest()) for k, v in objects.items()}
+
+
 def test_multipart_uploads_in_progress_are_listed_and_aborted(s3: S3Server) -> None:
     s3.make_bucket("parts")
     c = s3.boto3_client("writer")

@@ -501,21 +501,30 @@ class S3Server:
         self.client.put_object(Bucket=bucket, Key=key, Body=data)
 
     def put_many(self, url: str, objects: dict[str, bytes], threads: int = 8) -> int:
-        """PUT every {relative key: body} under `url`, `threads` at a time (10,000 small objects take ~10-20 s
-        on a loaded 2-core machine). Returns the count."""
+        """Store every {relative key: body} under `url`; returns the count. In thread mode straight into moto's
+        backend (10,000 small objects: ~1 s); in process mode by PUTs, `threads` at a time (~30 s for 10,000 on
+        a loaded 2-core machine). Either way they are plain objects with MD5 ETags, and not counted."""
+        bucket, prefix = split_url(url)
+        keyed = {(f"{prefix}/{k}" if prefix else k): v for k, v in objects.items()}
+        if self._app is not None:
+            from moto.core import DEFAULT_ACCOUNT_ID
+            from moto.s3.models import s3_backends
+
+            backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+            for key, body in keyed.items():
+                backend.put_object(bucket, key, body)
+            return len(keyed)
         from concurrent.futures import ThreadPoolExecutor
 
-        bucket, prefix = split_url(url)
         client = self.client
 
         def put(item: tuple[str, bytes]) -> None:
-            key = f"{prefix}/{item[0]}" if prefix else item[0]
-            client.put_object(Bucket=bucket, Key=key, Body=item[1])
+            client.put_object(Bucket=bucket, Key=item[0], Body=item[1])
 
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            for _ in pool.map(put, objects.items()):
+            for _ in pool.map(put, keyed.items()):
                 pass
-        return len(objects)
+        return len(keyed)
 
     def get_bytes(self, url: str) -> bytes:
         bucket, key = split_url(url)
