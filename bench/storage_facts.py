@@ -397,6 +397,19 @@ def check_if_match(server: S3Server) -> None:
          f"moto: wrong ETag -> {wrong!r}, object then {after_wrong!r}; right ETag -> {right!r}, object then "
          f"{after_right!r}; IfMatch on a missing key -> {missing!r}")
 
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    cur = fs.call_s3("put_object", Bucket=BUCKET, Key="hb", Body=b"s3fs-v1")["ETag"]
+    fs_wrong = error_of(lambda: fs.call_s3("put_object", Bucket=BUCKET, Key="hb", Body=b"x", IfMatch='"0000"'))
+    fs_right = error_of(lambda: fs.call_s3("put_object", Bucket=BUCKET, Key="hb", Body=b"s3fs-v2", IfMatch=cur))
+    fact("write.if_match_s3fs", "s3fs has no If-Match mode; its call_s3 passes IfMatch through",
+         "new" if fs_wrong and fs_right is None else "overturned",
+         f"fs.call_s3('put_object', IfMatch=<wrong>) -> {fs_wrong!r} (s3fs turns the 412 into a bare OSError "
+         f"EINVAL, told apart from other errors only by its text); right ETag -> {fs_right!r}. A lock needs the "
+         "status code: boto3 (botocore, the same configuration chain as s3fs) gives ClientError "
+         "Code=PreconditionFailed")
+
     store = S3Store(BUCKET, client_options={"allow_http": True})
     cur = obstore.head(store, "hb")["e_tag"]
     ob_wrong = error_of(lambda: obstore.put(store, "hb", b"v3-wrong", mode={"e_tag": '"0000"'}))
