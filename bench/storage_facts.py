@@ -614,34 +614,47 @@ def check_hub_cache(tmp: Path) -> None:
 
 
 def check_install_trap(tmp: Path) -> None:
+    """Dry-run resolutions in a scratch venv, with the pip that `python -m venv` bundles, then the newest pip."""
     venv = tmp / "pipvenv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     pip = venv / "bin" / "pip"
-    out = {}
-    for reqs in (["s3fs", "boto3", "moto"], ["boto3", "s3fs", "moto"], ["boto3", "s3fs>=2025", "moto"]):
-        label = " ".join(reqs)
-        report = tmp / f"report-{len(out)}.json"
-        t0 = time.perf_counter()
-        r = subprocess.run([str(pip), "install", "--dry-run", "--quiet", "--disable-pip-version-check",
-                            "--report", str(report), *reqs], capture_output=True, text=True, timeout=1200, check=False)
-        got = {}
-        if report.is_file():
-            for item in json.loads(report.read_text()).get("install", []):
-                name = item["metadata"]["name"].lower()
-                if name in ("s3fs", "fsspec", "boto3", "botocore", "aiobotocore", "moto"):
-                    got[name] = item["metadata"]["version"]
-        out[label] = {"resolved": got, "rc": r.returncode, "seconds": round(time.perf_counter() - t0, 1)}
-    pip_version = subprocess.run([str(pip), "--version"], capture_output=True, text=True, check=False).stdout.split()[1]
-    old = {k: v["resolved"].get("s3fs", "") for k, v in out.items()}
-    trap = any(v.startswith("0.") for v in old.values())
-    order_dependent = len({v.startswith("0.") for v in old.values()}) > 1
+    orders = (["s3fs", "boto3", "moto"], ["boto3", "s3fs", "moto"], ["boto3", "s3fs>=2025", "moto"])
+    out: dict[str, dict[str, Any]] = {}
+    for stage in ("bundled", "newest"):
+        if stage == "newest":
+            subprocess.run([str(pip), "install", "--quiet", "--upgrade", "pip"], capture_output=True, timeout=600,
+                           check=False)
+        pip_version = subprocess.run([str(pip), "--version"], capture_output=True, text=True,
+                                     check=False).stdout.split()[1]
+        for reqs in orders:
+            label = f"pip {pip_version}: {' '.join(reqs)}"
+            report = tmp / f"report-{len(out)}.json"
+            t0 = time.perf_counter()
+            r = subprocess.run([str(pip), "install", "--dry-run", "--quiet", "--disable-pip-version-check",
+                                "--report", str(report), *reqs], capture_output=True, text=True, timeout=1200,
+                               check=False)
+            got = {}
+            if report.is_file():
+                for item in json.loads(report.read_text()).get("install", []):
+                    name = item["metadata"]["name"].lower()
+                    if name in ("s3fs", "fsspec", "boto3", "botocore", "aiobotocore", "moto"):
+                        got[name] = item["metadata"]["version"]
+            errors = [line[:200] for line in r.stderr.splitlines() if line.startswith("ERROR")]
+            out[label] = {"resolved": got, "rc": r.returncode, "seconds": round(time.perf_counter() - t0, 1),
+                          "errors": errors[-2:]}
+
+    def say(k: str, v: dict[str, Any]) -> str:
+        if v["rc"]:
+            return f"`{k}` -> fails ({v['errors'][-1] if v['errors'] else 'rc ' + str(v['rc'])})"
+        r = v["resolved"]
+        return f"`{k}` -> s3fs {r.get('s3fs')}, boto3 {r.get('boto3')} ({v['seconds']:.0f} s)"
+
+    olds = [v["resolved"].get("s3fs", "").startswith("0.") for v in out.values() if not v["rc"]]
     fact("install.trap", "`pip install s3fs boto3 moto` unpinned resolves s3fs 0.4.2 (2020)",
-         ("partly" if order_dependent else "confirmed") if trap else "overturned",
-         f"pip {pip_version} --dry-run, Python {platform.python_version()}: "
-         + "; ".join(f"`{k}` -> s3fs {v['resolved'].get('s3fs')}, boto3 {v['resolved'].get('boto3')}, "
-                     f"aiobotocore {v['resolved'].get('aiobotocore')} ({v['seconds']:.0f} s)" for k, v in out.items())
-         + ". The resolver keeps the first-named package newest and backtracks the others: boto3 first drags s3fs "
-           "back to 0.4.2 (no aiobotocore); pin s3fs>=2025", runs=out)
+         ("partly" if not all(olds) else "confirmed") if any(olds) else "overturned",
+         "; ".join(say(k, v) for k, v in out.items())
+         + ". The first-named package stays newest and the resolver backtracks the others: with boto3 named first, "
+           "s3fs falls back to 0.4.2 (before aiobotocore). Pin s3fs>=2025 (and a recent pip)", runs=out)
 
 
 def main(argv: list[str] | None = None) -> int:
