@@ -46,6 +46,20 @@ def test_counts_requests_and_bytes_per_client(s3: S3Server) -> None:
     assert s3.stats.requests == 0 and s3.requests() == []
 
 
+def test_conditional_requests_are_recorded(s3: S3Server) -> None:
+    s3.make_bucket("conditions")
+    c = s3.boto3_client("locker")
+    s3.reset_stats()
+    etag = c.put_object(Bucket="conditions", Key="lock", Body=b"1", IfNoneMatch="*")["ETag"]
+    with pytest.raises(c.exceptions.ClientError) as refused:
+        c.put_object(Bucket="conditions", Key="lock", Body=b"2", IfNoneMatch="*")
+    assert refused.value.response["Error"]["Code"] == "PreconditionFailed"
+    c.put_object(Bucket="conditions", Key="lock", Body=b"3", IfMatch=etag)
+    seen = [(r.op, r.status, r.conditions) for r in s3.requests()]
+    assert seen == [("PutObject", 200, "If-None-Match: *"), ("PutObject", 412, "If-None-Match: *"),
+                    ("PutObject", 200, f"If-Match: {etag}")]
+
+
 def test_snapshot_sees_every_change(s3: S3Server, tmp_path: Path) -> None:
     src = tmp_path / "tree"
     (src / "meta").mkdir(parents=True)

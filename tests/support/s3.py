@@ -97,6 +97,7 @@ class Request:
     bytes_in: int
     bytes_out: int
     user_agent: str
+    conditions: str | None = None  # If-Match / If-None-Match headers, as sent ("If-None-Match: *")
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +275,9 @@ class CountingMiddleware:
             "client": _client_of(environ), "method": method, "path": path, "query": query,
             "op": s3_operation(method, path, query, headers), "range": environ.get("HTTP_RANGE"),
             "user_agent": environ.get("HTTP_USER_AGENT", "")[:120],
+            "conditions": "; ".join(f"{name}: {environ[key]}" for name, key in
+                                    (("If-Match", "HTTP_IF_MATCH"), ("If-None-Match", "HTTP_IF_NONE_MATCH"))
+                                    if key in environ) or None,
         }
 
         def counting_start_response(st: str, hdrs: list[tuple[str, str]], exc_info: Any = None) -> Any:
