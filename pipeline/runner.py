@@ -199,11 +199,15 @@ class Engine:
         self._stack = contextlib.ExitStack()
         self._client: Any = None
         self._checked: dict[str, set[str]] = {}  # module -> workers that import it (remote clusters)
+        self._probes: dict[tuple[str, str], Any] = {}  # (module, worker) -> its import check, in flight
         self._size_hint: int | None = None
 
     # ---- session -------------------------------------------------------------------------------
 
     def close(self) -> None:
+        for probe in self._probes.values():
+            probe.cancel()
+        self._probes.clear()
         self._stack.close()
         self._client = None
 
@@ -323,8 +327,7 @@ class Engine:
                      desc: str, total: int | None, cost_s: float | None) -> Iterator[Batch[U, R]]:
         client = self.client()
         watch = _Watch(self, client, desc)
-        watch.ready(fn)  # a worker is connected and every worker imports the stage (remote), before any task
-        workers = self.workers
+        workers = watch.ready(fn)  # a worker is connected and every worker imports the stage (remote), before any task
         window = self.config.window or max(4, 2 * workers)
         cap = 4 * window  # in flight + finished but waiting for an earlier batch
         sizer = _Sizer(self.config, workers, cost_s)
@@ -451,6 +454,7 @@ class _Watch:
         self.noted: dict[str, float] = {}  # what was noted -> when
         self.since: dict[str, float] = {}  # a condition -> since when it holds
         self.heard: dict[str, tuple[Any, float]] = {}  # worker -> (last heartbeat seen, when it changed here)
+        self.module = "pipeline"  # the map's stage module (ready()): what every worker must import
         self.memory_advice = ("raise --memory-limit or lower --workers" if engine.backend == "local" else
                               "give the workers more memory (dask worker --memory-limit) or fewer threads")
 
@@ -506,65 +510,88 @@ class _Watch:
 
     # ---- before the first task ---------------------------------------------------------------------
 
-    def ready(self, fn: Callable[..., Any]) -> None:
+    def ready(self, fn: Callable[..., Any]) -> int:
         """Wait (with notes, up to stall_timeout) until a worker is connected, then check that every worker
-        imports `fn`'s module (remote clusters: their environment is not this one)."""
+        imports `fn`'s module (remote clusters: their environment is not this one). The number of workers."""
+        self.module = getattr(fn, "__module__", None) or "pipeline"
         if not self.remote:
-            return
+            return self.engine.workers
         while True:
             ident = self.poll()
             workers = ident.get("workers", {})
             if workers:
-                self.check_imports(workers, fn)
+                self.check_imports(workers, wait=True)
                 self.since.pop("no workers", None)
-                return
+                return len(workers)
             if not ident.get("unanswered"):
                 self.no_workers()
             time.sleep(TICK_S)
 
-    def check_imports(self, workers: dict[str, Any], fn: Callable[..., Any] | None = None) -> None:
-        """Every worker not yet checked imports the stage's module, or ClusterError names the worker and error."""
-        module = getattr(fn, "__module__", None) or "pipeline"
-        checked = self.engine._checked.setdefault(module, set())
-        new = [w for w in workers if w not in checked]
-        if not self.remote or not new:
+    def check_imports(self, workers: dict[str, Any], *, wait: bool = False) -> None:
+        """Every worker not yet checked imports the map's module, or ClusterError names the worker and error.
+
+        The checks run in the background (one `client.run` per worker, on the client's event loop): a worker that
+        does not answer (frozen, overloaded) never holds up the watch, whose heartbeat checks name it in time.
+        `wait`: before the map's first task, wait up to connect_timeout for the workers' answers."""
+        checked = self.engine._checked.setdefault(self.module, set())
+        probes = self.engine._probes
+        if not self.remote:
             return
-        probe = _import_probe(module)
-        try:
-            with self.translating():
-                answers = self.client.run(probe, workers=new, on_error="return", callback_timeout=self.timeout)
-        except TimeoutError:  # one worker does not answer: ask each alone, leave the silent ones to the heartbeats
-            answers = {}
-            for w in new:
-                with contextlib.suppress(TimeoutError):
-                    answers.update(self.client.run(probe, workers=[w], on_error="return",
-                                                   callback_timeout=self.timeout))
+        new = [w for w in workers if w not in checked]
+        for w in new:
+            if (self.module, w) not in probes:
+                probes[(self.module, w)] = self._launch_probe(w)
+        if wait and new:  # in short waits, the scheduler looked at between them (a frozen one is a stall)
+            import concurrent.futures as cf
+
+            waiting = [probes[(self.module, w)] for w in new if (self.module, w) in probes]
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline and cf.wait(waiting, timeout=TICK_S).not_done:
+                if time.monotonic() - self.polled_at >= POLL_S:
+                    self.poll()
         from pipeline import __version__
 
         for w in new:
-            got = answers.get(w)
+            probe = probes.get((self.module, w))
+            if probe is None or not probe.done():
+                continue  # no answer yet: looked at again at the next check
+            del probes[(self.module, w)]
+            try:
+                got = probe.result().get(w)
+            except Exception as exc:  # the run itself failed (the scheduler went away, the worker left)
+                if self.client.status != "running":
+                    raise self.lost_scheduler(exc) from None
+                continue
             if isinstance(got, BaseException):
-                raise ClusterError(f"Dask worker {_worker_name(w, workers)} cannot import {module}: "
+                raise ClusterError(f"Dask worker {_worker_name(w, workers)} cannot import {self.module}: "
                                    f"{type(got).__name__}: {_first_line(got)}; install prep {__version__} (the "
                                    "version running here) in the workers' environment, then rerun")
             if got is None:
-                continue  # did not answer in time: checked again at the next look
+                continue  # the worker left before it answered
             checked.add(w)
             if got != __version__ and f"version {w}" not in self.noted:
                 self.noted[f"version {w}"] = time.monotonic()
                 _note(f"worker {_worker_name(w, workers)} runs prep {got}, this client prep {__version__}")
 
+    def _launch_probe(self, worker: str) -> Any:
+        """`client.run(probe, workers=[worker])` as a concurrent future on the client's event loop."""
+        import asyncio
+
+        coro = self.client._run(_import_probe(self.module), workers=[worker], on_error="return")
+        return asyncio.run_coroutine_threadsafe(coro, self.client.loop.asyncio_loop)
+
     # ---- while waiting -----------------------------------------------------------------------------
 
     def poll(self) -> dict[str, Any]:
         """The scheduler's view (its identity with every worker), bounded: an unresponsive scheduler is a stall."""
-        self.polled_at = time.monotonic()
+        self.polled_at = asked = time.monotonic()
         try:
             with self.translating():
                 ident: dict[str, Any] = self.client.sync(self.client.scheduler.identity, n_workers=-1,
                                                          callback_timeout=self.timeout)
-        except TimeoutError:
-            self.stalled("scheduler", f"the Dask scheduler {self.address} has not answered for {{s}}", None)
+        except TimeoutError:  # unanswered since it was asked, not since the answer was given up on
+            self.stalled("scheduler", f"the Dask scheduler {self.address} has not answered for {{s}}",
+                         time.monotonic() - asked)
             return {"workers": {}, "unanswered": True}
         self.since.pop("scheduler", None)
         return ident
@@ -678,6 +705,12 @@ def _worker_name(address: str, workers: dict[str, Any]) -> str:
     return f"{address} (worker {name})" if isinstance(name, int) or str(name).isdigit() else f"{address} ({name})"
 
 
+def _type_name(exc: BaseException) -> str:
+    """`struct.error`, `MemoryError`: a name that says what it is (struct's exception is called `error`)."""
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__name__}" if kind.__name__ == "error" else kind.__name__
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -711,16 +744,21 @@ class _Rates:
 
 
 def _log_start(backend: str, client: Any, config: RunConfig) -> None:
-    workers = len(client.nthreads())
-    where = "LocalCluster" if backend == "local" else client.scheduler.address
-    link = dashboard_link(client, enabled=backend != "local" or config.dashboard is not None)
-    _note(f"{backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {link}, {_memory_text(client)}")
+    try:  # bounded: a scheduler that froze just after the handshake is the first map's stall, not a hang here
+        info: dict[str, Any] = client.sync(client.scheduler.identity, n_workers=-1,
+                                           callback_timeout=config.connect_timeout)
+    except Exception:
+        info = {}
+    workers = len(info.get("workers", {}))
+    where = {"local": "LocalCluster"}.get(backend) or client.scheduler.address
+    link = dashboard_link(client, enabled=backend != "local" or config.dashboard is not None, info=info)
+    _note(f"{backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {link}, {_memory_text(info)}")
 
 
-def dashboard_link(client: Any, *, enabled: bool = True) -> str:
+def dashboard_link(client: Any, *, enabled: bool = True, info: dict[str, Any] | None = None) -> str:
     """The dashboard's address as it is bound: the embedded scheduler's own HTTP server (127.0.0.1 unless
     --dashboard opened it; 0.0.0.0 is named as every interface), else the remote scheduler's host and its
-    dashboard port; `off` when there is none."""
+    dashboard port (from `info`, the scheduler's identity, when given); `off` when there is none."""
     if not enabled:
         return "off"
     cluster = getattr(client, "cluster", None)
@@ -735,8 +773,7 @@ def dashboard_link(client: Any, *, enabled: bool = True) -> str:
             return f"http://{socket.gethostname()}:{server.port}/status (listening on every interface)"
         return f"http://{'[' + host + ']' if ':' in host else host}:{server.port}/status"
     try:
-        info = client.scheduler_info(n_workers=0)
-        port = info.get("services", {}).get("dashboard")
+        port = (info if info is not None else client.scheduler_info(n_workers=0)).get("services", {}).get("dashboard")
     except Exception:
         port = None
     if not port:
@@ -745,11 +782,12 @@ def dashboard_link(client: Any, *, enabled: bool = True) -> str:
     return f"http://{host}:{port}/status"
 
 
-def _memory_text(client: Any) -> str:
-    """`memory limit 11.7 GiB per worker` (Dask's own limit, from the scheduler), or `no memory limit`."""
+def _memory_text(info: dict[str, Any]) -> str:
+    """`memory limit 11.7 GiB per worker` (Dask's own limit, from the scheduler's identity `info`), or `no memory
+    limit`."""
     try:
-        limits = {int(w.get("memory_limit") or 0) for w in client.scheduler_info()["workers"].values()}
-    except Exception:  # an old scheduler without the field: say nothing wrong
+        limits = {int(w.get("memory_limit") or 0) for w in info["workers"].values()}
+    except Exception:  # an old scheduler without the field, or no answer: say nothing wrong
         return "memory limit unknown"
     if not limits or limits == {0}:
         return "no memory limit"
@@ -767,7 +805,7 @@ def remote_client(config: RunConfig) -> Iterator[Any]:
 
     timeout = config.connect_timeout
     try:
-        _handshake(str(config.scheduler), timeout)
+        _handshake(str(config.scheduler), timeout, config.stall_timeout)
         client = Client(config.scheduler, timeout=f"{timeout}s")
     except (OSError, TimeoutError) as exc:
         raise PrepError(f"cannot reach Dask scheduler {config.scheduler}: {exc}") from None
@@ -786,25 +824,62 @@ def remote_client(config: RunConfig) -> Iterator[Any]:
             _close_quietly(client)
 
 
-def _handshake(address: str, timeout: float) -> None:
-    """Connect to `address` and complete Dask's handshake within `timeout` seconds (Dask's own connect bounds
-    the TCP connect but waits for the handshake forever: an address that accepts connections and never speaks
-    Dask, such as another service on that port, would hang the client)."""
+class NotDask(PrepError):
+    """The address answered, but not with Dask's handshake (another service on that port)."""
+
+
+def _handshake(address: str, timeout: float, stall: float = 0.0) -> None:
+    """Connect to `address` and complete Dask's handshake (Dask's own connect bounds the TCP connect but waits for
+    the handshake forever).
+
+    - refused, unroutable: OSError (Dask's own connect retries for `timeout` seconds first);
+    - an answer that is not Dask's handshake (another service, junk bytes, a closed connection): NotDask, one
+      line, whatever the bytes made Dask's reader raise (struct.error, a 2 EiB allocation, msgpack's errors);
+    - the connection accepted and no answer (a frozen or overloaded scheduler, or a service that never speaks):
+      the unresponsive scheduler of `--stall-timeout`, tried again until it answers, with a note every NOTE_S, and
+      ClusterError (exit 4) once `stall` seconds have passed (0 = wait forever)."""
     import asyncio
 
     from distributed.comm import connect
+    from distributed.comm.addressing import parse_address
     from distributed.security import Security
 
+    scheme, _ = parse_address(address)  # a malformed address: ValueError, before any connection
+    args = Security().get_connection_args("client")
+    if scheme == "tls" and args.get("ssl_context") is None:
+        raise TypeError("TLS expects a `ssl_context` argument of type ssl.SSLContext (perhaps check your TLS "
+                        "configuration?)")
+
     async def probe() -> None:
-        comm = await connect(address, timeout=timeout, **Security().get_connection_args("client"))
+        comm = await connect(address, timeout=timeout, **args)
         await comm.close()
 
     bound = 2 * timeout  # connect's own bound first (a refused or unroutable address), then the handshake's
-    try:
-        asyncio.run(asyncio.wait_for(probe(), bound))
-    except TimeoutError:
-        raise TimeoutError(f"it accepted the connection but did not answer Dask's handshake within {bound:g} s "
-                           "(is it a Dask scheduler? a TLS scheduler needs tls://)") from None
+    t0 = time.monotonic()
+    noted = 0.0
+    while True:
+        left = stall - (time.monotonic() - t0) if stall else bound
+        try:  # never cut short the connect's own retries (a refused address must still say so)
+            asyncio.run(asyncio.wait_for(probe(), max(timeout + 1, min(bound, left))))
+            return
+        except TimeoutError:
+            pass  # accepted, no answer: below
+        except OSError:
+            raise
+        except Exception as exc:
+            raise NotDask(f"cannot reach Dask scheduler {address}: it answered with something other than Dask's "
+                          f"handshake ({_type_name(exc)}: {_first_line(exc)[:200]}); is it a Dask scheduler? (a "
+                          "TLS scheduler needs tls://)") from None
+        held = time.monotonic() - t0
+        what = (f"the Dask scheduler {address} accepted the connection but has not answered Dask's handshake for "
+                f"{held:.0f} s (a frozen or overloaded scheduler? is it a Dask scheduler? a TLS scheduler needs "
+                "tls://)")
+        if stall and held >= stall:
+            raise ClusterError(f"{what} (--stall-timeout {stall:g})", kept=False)
+        if time.monotonic() - noted >= NOTE_S:
+            noted = time.monotonic()
+            _note(what + (f"; stopping after --stall-timeout {stall:g} s" if stall else
+                          "; waiting (--stall-timeout 0)"))
 
 
 # Settings of the embedded cluster's scheduler, nannies and workers (applied while it starts; a worker takes
