@@ -13,7 +13,10 @@ Backends are chosen by name (`BACKENDS`, the keys are `RunConfig.backend`'s valu
 - `local`: an embedded `distributed.LocalCluster` of single-threaded worker processes (the default),
   started lazily on the first map that needs it and reused by every later map of the session;
 - `remote`: an existing scheduler (`--scheduler ADDRESS`: `dask scheduler` + `dask worker` on many
-  nodes, or dask-jobqueue).
+  nodes, or dask-jobqueue);
+- `slurm`: a scheduler in this process whose workers are SLURM jobs (`--cluster slurm`): `pipeline.slurm`
+  submits, watches, replaces and cancels the jobs; the watch below tells it which jobs' workers connected and
+  says what the queue is doing while no worker is there.
 
 `map` streams: units are pulled lazily from an iterator and grouped into tasks sized so that a task
 runs about `task_seconds` (from a cost hint, then from the measured cost of finished tasks); at most
@@ -39,9 +42,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pipeline.errors import ClusterError, PrepError, WorkerLost
+from pipeline.slurm import JobController, SlurmSpec
 
 U = TypeVar("U")
 R = TypeVar("R")
@@ -54,7 +59,8 @@ BALANCE_TASKS_PER_WORKER = 4  # a short map is split into at least this many tas
 class RunConfig:
     """How to execute.
 
-    `backend`: "inline" | "local" | "remote"; None picks "remote" when `scheduler` is set, else "local".
+    `backend`: "inline" | "local" | "remote" | "slurm"; None picks "slurm" when `slurm` is set, "remote" when
+    `scheduler` is, else "local".
     `workers`: LocalCluster worker processes (default: the machine's cores).
     `batch`: units per task (None: sized so that a task runs about `task_seconds`).
     `window`: tasks in flight at most (None: 2 per worker, at least 4).
@@ -69,6 +75,11 @@ class RunConfig:
     the import check).
     `dashboard`: where the LocalCluster's dashboard listens, `HOST:PORT` (port 0 = a free one); the default is
     this machine only; None = no dashboard.
+    `slurm`: the worker jobs of the slurm backend; `records`: the folder where a session keeps its own records
+    (the slurm backend: one folder per run with the job script, the job ids and states, the workers' logs; it
+    must be on the filesystem the nodes share).
+    `shared`: paths on this machine that every worker of a remote or slurm cluster must see at the same place
+    (the source, the output): a worker that cannot see one is one ClusterError before any task.
     """
 
     scheduler: str | None = None
@@ -85,13 +96,18 @@ class RunConfig:
     stall_timeout: float = 300.0
     connect_timeout: float = 10.0
     dashboard: str | None = "127.0.0.1:0"
+    slurm: SlurmSpec | None = None
+    records: str | None = None
+    shared: tuple[str, ...] = ()
 
     def backend_name(self) -> str:
-        name = self.backend or ("remote" if self.scheduler else "local")
+        name = self.backend or ("slurm" if self.slurm else "remote" if self.scheduler else "local")
         if name not in BACKENDS:
             raise PrepError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
         if name == "remote" and not self.scheduler:
             raise PrepError("the remote backend needs a scheduler address (--scheduler ADDRESS)")
+        if name == "slurm" and (self.slurm is None or not self.records):
+            raise PrepError("the slurm backend needs its jobs (--cluster slurm) and a records folder")
         return name
 
 
@@ -198,6 +214,7 @@ class Engine:
         self.stats = EngineStats()
         self._stack = contextlib.ExitStack()
         self._client: Any = None
+        self._jobs: JobController | None = None  # the slurm backend's worker jobs
         self._checked: dict[str, set[str]] = {}  # module -> workers that import it (remote clusters)
         self._probes: dict[tuple[str, str], Any] = {}  # (module, worker) -> its import check, in flight
         self._size_hint: int | None = None
@@ -218,7 +235,7 @@ class Engine:
     def start(self, *, local: bool = True) -> None:
         """Bring the session up now (connect to the scheduler; with `local`, also start the LocalCluster),
         so that a job writes nothing (lock, options) for a session that cannot start. Inline: nothing."""
-        if self.backend == "remote" or (self.backend == "local" and local):
+        if self.backend in ("remote", "slurm") or (self.backend == "local" and local):
             self.client()
 
     def client(self) -> Any:
@@ -232,9 +249,11 @@ class Engine:
 
             _quiet_gather_helpers()
             self._stack.enter_context(dask.config.set(SESSION_SETTINGS))  # restored when the session ends
-            self._client = self._stack.enter_context(BACKENDS[self.backend](self.config))
+            opened = self._stack.enter_context(BACKENDS[self.backend](self.config))
+            self._client, self._jobs = (opened.client, opened.jobs) if isinstance(opened, SlurmSession) else \
+                (opened, None)
             self.stats.clusters_started += 1
-            _log_start(self.backend, self._client, self.config)
+            _log_start(self.backend, self._client, self.config, self._jobs)
         return self._client
 
     def runs_inline(self, total: int | None) -> bool:
@@ -251,10 +270,20 @@ class Engine:
         self._size_hint = units
 
     @property
+    def expected_workers(self) -> int:
+        """The workers the session is meant to have: the slurm backend's jobs x cores (they join as their jobs
+        start), else the workers there are."""
+        if self.backend == "slurm" and self.config.slurm is not None:
+            return self.config.slurm.jobs * self.config.slurm.cores
+        return self.workers
+
+    @property
     def workers(self) -> int:
         """Workers of the session's cluster (the configured count before it starts; 1 inline)."""
         if self.backend == "inline":
             return 1
+        if self.backend == "slurm" and self._client is None:
+            return self.expected_workers
         if self._client is not None:
             n = len(self._client.nthreads())  # every worker (scheduler_info() may list only the first few)
             if n:
@@ -328,6 +357,8 @@ class Engine:
         client = self.client()
         watch = _Watch(self, client, desc)
         workers = watch.ready(fn)  # a worker is connected and every worker imports the stage (remote), before any task
+        if self.backend == "slurm":  # workers join as their jobs start: size for the ones on their way too
+            workers = max(workers, self.expected_workers)
         window = self.config.window or max(4, 2 * workers)
         cap = 4 * window  # in flight + finished but waiting for an earlier batch
         sizer = _Sizer(self.config, workers, cost_s)
@@ -433,6 +464,8 @@ POLL_S = 2.0  # the cluster's state is read at most this often while nothing fin
 POLL_BUSY_S = 10.0  # ... and this often while tasks finish (a frozen worker among busy ones)
 NOTE_S = 30.0  # a waiting map prints a note this often
 SLOW_NOTE_S = 60.0  # a map none of whose tasks finished for this long says what runs where
+SQUEUE_S = 5.0  # the slurm backend reads the queue this often while a job waits, starts or was lost ...
+SQUEUE_IDLE_S = 30.0  # ... and this often while every job's worker is connected
 HEARTBEAT_SLACK_S = 5.0  # a worker not heard from for this long (heartbeats come every ~0.5-5 s) may be frozen
 
 
@@ -444,8 +477,10 @@ class _Watch:
 
     def __init__(self, engine: Engine, client: Any, desc: str) -> None:
         self.engine, self.client, self.desc = engine, client, desc
-        self.remote = engine.backend == "remote"
-        self.address = str(engine.config.scheduler or "the embedded scheduler")
+        self.remote = engine.backend in ("remote", "slurm")  # workers in another environment: checked
+        self.jobs = engine._jobs  # the slurm backend's worker jobs
+        self.address = str(engine.config.scheduler or (client.scheduler.address if self.jobs is not None else
+                                                       "the embedded scheduler"))
         self.stall = float(engine.config.stall_timeout)
         self.timeout = float(engine.config.connect_timeout)
         now = time.monotonic()
@@ -455,8 +490,13 @@ class _Watch:
         self.since: dict[str, float] = {}  # a condition -> since when it holds
         self.heard: dict[str, tuple[Any, float]] = {}  # worker -> (last heartbeat seen, when it changed here)
         self.module = "pipeline"  # the map's stage module (ready()): what every worker must import
+        self.connected_jobs: set[str] = set()  # SLURM jobs with a worker connected, at the last look
         self.memory_advice = ("raise --memory-limit or lower --workers" if engine.backend == "local" else
+                              "give the jobs more memory (--slurm-memory) or fewer cores (--slurm-cores)"
+                              if self.jobs is not None else
                               "give the workers more memory (dask worker --memory-limit) or fewer threads")
+        self.paths = tuple(engine.config.shared) + (
+            (str(engine.config.records),) if self.jobs is not None and engine.config.records else ())
 
     # ---- waiting -----------------------------------------------------------------------------------
 
@@ -568,6 +608,11 @@ class _Watch:
                                    "version running here) in the workers' environment, then rerun")
             if got is None:
                 continue  # the worker left before it answered
+            got, missing = got if isinstance(got, tuple) else (got, [])
+            if missing:
+                raise ClusterError(f"Dask worker {_worker_name(w, workers)} cannot see {missing[0]}, a path of "
+                                   "this machine: the workers need the same paths (a shared filesystem mounted at "
+                                   "the same place on every node; docs/cluster.md)", kept=False)
             checked.add(w)
             if got != __version__ and f"version {w}" not in self.noted:
                 self.noted[f"version {w}"] = time.monotonic()
@@ -577,7 +622,7 @@ class _Watch:
         """`client.run(probe, workers=[worker])` as a concurrent future on the client's event loop."""
         import asyncio
 
-        coro = self.client._run(_import_probe(self.module), workers=[worker], on_error="return")
+        coro = self.client._run(_import_probe(self.module, self.paths), workers=[worker], on_error="return")
         return asyncio.run_coroutine_threadsafe(coro, self.client.loop.asyncio_loop)
 
     # ---- while waiting -----------------------------------------------------------------------------
@@ -594,6 +639,8 @@ class _Watch:
                          time.monotonic() - asked)
             return {"workers": {}, "unanswered": True}
         self.since.pop("scheduler", None)
+        if self.jobs is not None:
+            self.track_jobs(ident.get("workers", {}))
         return ident
 
     def check(self, inflight: dict[Any, tuple[Any, int, int, list[Any]]]) -> None:
@@ -646,8 +693,49 @@ class _Watch:
                   "(their workers answer: slow tasks, or tasks blocked on I/O)")
 
     def no_workers(self) -> None:
+        if self.jobs is not None:
+            self.no_slurm_workers(self.jobs)
+            return
         self.stalled("no workers", f"no Dask worker has been connected to {self.address} for {{s}}: start workers "
                      f"(dask worker {self.address}) or raise --stall-timeout", None)
+
+    # ---- the slurm backend's jobs --------------------------------------------------------------------------
+
+    def track_jobs(self, workers: dict[str, Any]) -> None:
+        """Tell the jobs which of them have a worker connected; look at the queue when it is due (every
+        SQUEUE_S while a job waits, starts or was lost, else every SQUEUE_IDLE_S); print what happened."""
+        from pipeline.slurm import job_of_worker
+
+        assert self.jobs is not None
+        connected = {job_of_worker(info.get("name")) for info in workers.values()} - {None}
+        for job_id in connected:
+            self.jobs.worker_connected(str(job_id))
+        lost = bool(self.connected_jobs - connected)
+        self.connected_jobs = {str(j) for j in connected}
+        since = time.monotonic() - self.jobs.refreshed_at
+        busy = lost or any(not j.worker_connected for j in self.jobs.alive()) or not connected
+        if since >= SQUEUE_IDLE_S or (busy and since >= SQUEUE_S):
+            for event in self.jobs.refresh():
+                _note(event)
+
+    def no_slurm_workers(self, jobs: JobController) -> None:
+        """No worker connected: jobs waiting in the queue (or starting) are not a stall, a note every NOTE_S says
+        the queue's state; with no job of the run left (every one ended and none replaced), the stall clock
+        runs, and its one line names the jobs and their SLURM states."""
+        waiting = jobs.waiting()
+        if waiting:
+            self.since.pop("no workers", None)
+            now = time.monotonic()
+            first = self.since.setdefault("queued", now)
+            if now - first >= NOTE_S / 3 and now - self.noted.get("queued", 0.0) >= NOTE_S:
+                self.noted["queued"] = now
+                _note(f"{self.desc}: no Dask worker yet, waiting for SLURM for {now - first:.0f} s: "
+                      f"{jobs.describe(waiting)} (jobs in the queue are not a stall)")
+            return
+        self.since.pop("queued", None)
+        why = f"; {jobs.gave_up}" if jobs.gave_up else ""
+        self.stalled("no workers", f"no Dask worker has been connected to {self.address} for {{s}} and no SLURM "
+                     f"job of this run is left: {jobs.describe()}{why}", None)
 
     def stalled(self, what: str, message: str, seconds: float | None) -> None:
         """A condition that holds: a note every NOTE_S, ClusterError once it has lasted stall_timeout.
@@ -683,15 +771,18 @@ class _Watch:
                           advice=self.memory_advice)
 
 
-def _import_probe(module: str) -> Callable[[], str]:
-    """A function for the workers that imports `module` and returns prep's version there. It is made here (a
-    closure), so it travels by value: a worker without prep can still run it and say why the import fails."""
+def _import_probe(module: str, paths: Sequence[str] = ()) -> Callable[[], Any]:
+    """A function for the workers that imports `module` and returns prep's version there, with the `paths` it
+    cannot see (a (version, missing) pair when paths are asked). It is made here (a closure), so it travels by
+    value: a worker without prep can still run it and say why the import fails."""
 
-    def probe() -> str:
+    def probe() -> Any:
         import importlib
+        import os
 
         importlib.import_module(module)
-        return str(importlib.import_module("pipeline").__version__)
+        version = str(importlib.import_module("pipeline").__version__)
+        return (version, [p for p in paths if not os.path.exists(p)]) if paths else version
 
     return probe
 
@@ -743,7 +834,7 @@ class _Rates:
         self.bar.update(len(batch.units))
 
 
-def _log_start(backend: str, client: Any, config: RunConfig) -> None:
+def _log_start(backend: str, client: Any, config: RunConfig, jobs: JobController | None = None) -> None:
     try:  # bounded: a scheduler that froze just after the handshake is the first map's stall, not a hang here
         info: dict[str, Any] = client.sync(client.scheduler.identity, n_workers=-1,
                                            callback_timeout=config.connect_timeout)
@@ -751,7 +842,13 @@ def _log_start(backend: str, client: Any, config: RunConfig) -> None:
         info = {}
     workers = len(info.get("workers", {}))
     where = {"local": "LocalCluster"}.get(backend) or client.scheduler.address
-    link = dashboard_link(client, enabled=backend != "local" or config.dashboard is not None, info=info)
+    link = dashboard_link(client, enabled=backend not in ("local", "slurm") or config.dashboard is not None,
+                          info=info)
+    if jobs is not None:  # the slurm backend: the scheduler is this process's, its workers are jobs on their way
+        where = f"scheduler {where} in this process, SLURM jobs {', '.join(jobs.jobs)} ({jobs.name}; records in " \
+                f"{jobs.records})"
+        _note(f"{backend}: {where}, {workers} worker{'s' * (workers != 1)} yet, dashboard {link}")
+        return
     _note(f"{backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {link}, {_memory_text(info)}")
 
 
@@ -880,6 +977,86 @@ def _handshake(address: str, timeout: float, stall: float = 0.0) -> None:
             noted = time.monotonic()
             _note(what + (f"; stopping after --stall-timeout {stall:g} s" if stall else
                           "; waiting (--stall-timeout 0)"))
+
+
+@dataclass(slots=True)
+class SlurmSession:
+    """What the slurm backend opens: the client of the scheduler in this process, and the worker jobs."""
+
+    client: Any
+    jobs: JobController
+
+
+WORKER_DEATH_TIMEOUT_S = 60  # a SLURM worker whose scheduler is gone this long exits (prep killed: its jobs end)
+
+
+def worker_command(address: str, spec: SlurmSpec) -> list[str]:
+    """The job's Dask worker: `spec.cores` single-threaded processes (as the LocalCluster's), named after the job
+    (`slurm-<id>`, `slurm-<id>-<n>`), the job's memory split among them, no dashboard, and an exit when the
+    scheduler has been gone for WORKER_DEATH_TIMEOUT_S (prep killed with SIGKILL: its jobs still end)."""
+    from pipeline.slurm import JOB_ID
+
+    return [sys.executable, "-m", "distributed.cli.dask_worker", address, "--name", f"slurm-{JOB_ID}",
+            "--nworkers", str(spec.cores), "--nthreads", "1", "--memory-limit", str(spec.worker_memory_limit()),
+            "--no-dashboard", "--death-timeout", str(WORKER_DEATH_TIMEOUT_S)]
+
+
+def worker_environment() -> dict[str, str]:
+    """CLUSTER_SETTINGS as Dask's environment variables, for workers this process does not start."""
+    return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value)
+            for key, value in CLUSTER_SETTINGS.items()}
+
+
+def scheduler_host() -> str:
+    """This machine's address as the nodes see it: the one its default route leaves from (127.0.0.1 without
+    one: a single-node SLURM)."""
+    try:
+        from distributed.utils import get_ip
+
+        return str(get_ip())
+    except Exception:
+        return "127.0.0.1"
+
+
+@contextlib.contextmanager
+def slurm_client(config: RunConfig) -> Iterator[SlurmSession]:
+    """A scheduler in this process (a LocalCluster with no worker of its own) whose workers are SLURM jobs: the
+    jobs are submitted now (sbatch's refusal is one line, before any work) and every one of them is cancelled
+    when the session ends, however it ends (the signals are held meanwhile, as `_close_quietly` does)."""
+    from distributed import Client, LocalCluster
+
+    from pipeline import slurm
+    from pipeline.clock import utc_now
+
+    spec = config.slurm
+    assert spec is not None and config.records
+    spec.check()
+    name = slurm.new_run_name()
+    records = Path(config.records) / f"{utc_now().replace(':', '').replace('-', '')}-{name}"
+    cluster = LocalCluster(n_workers=0, processes=True, host=spec.scheduler_host or scheduler_host(),
+                           scheduler_port=0, dashboard_address=config.dashboard or "127.0.0.1:0",
+                           silence_logs=logging.CRITICAL)
+    client = Client(cluster)
+    jobs: slurm.JobController | None = None
+    try:
+        address = str(cluster.scheduler_address)
+        script = slurm.render_script(spec, name=name, log_dir=records, worker=worker_command(address, spec),
+                                     env=worker_environment(),
+                                     about=f"prep's Dask worker for the scheduler at {address} (pid {os.getpid()})")
+        jobs = slurm.JobController(spec, script, name, records)
+        jobs.start()
+        yield SlurmSession(client, jobs)
+    finally:
+        in_main = threading.current_thread() is threading.main_thread()
+        saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+        try:
+            left = jobs.cancel_all() if jobs is not None and jobs.attempted else []
+            if left:
+                _note(f"SLURM jobs still listed by squeue after scancel: {', '.join(left)} (scancel {' '.join(left)})")
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+            _close_quietly(client, cluster)
 
 
 # Settings of the embedded cluster's scheduler, nannies and workers (applied while it starts; a worker takes
@@ -1018,6 +1195,7 @@ BACKENDS: dict[str, Callable[[RunConfig], contextlib.AbstractContextManager[Any]
     "inline": _no_client,
     "local": local_client,
     "remote": remote_client,
+    "slurm": slurm_client,
 }
 
 
