@@ -713,7 +713,7 @@ class _Watch:
         lost = bool(self.connected_jobs - connected)
         self.connected_jobs = {str(j) for j in connected}
         since = time.monotonic() - self.jobs.refreshed_at
-        busy = lost or any(not j.worker_connected for j in self.jobs.alive()) or not connected
+        busy = lost or not connected or self.jobs.unsettled()
         if since >= SQUEUE_IDLE_S or (busy and since >= SQUEUE_S):
             for event in self.jobs.refresh():
                 _note(event)
@@ -733,9 +733,9 @@ class _Watch:
                       f"{jobs.describe(waiting)} (jobs in the queue are not a stall)")
             return
         self.since.pop("queued", None)
-        why = f"; {jobs.gave_up}" if jobs.gave_up else ""
+        why = f" ({jobs.gave_up})" if jobs.gave_up else ""
         self.stalled("no workers", f"no Dask worker has been connected to {self.address} for {{s}} and no SLURM "
-                     f"job of this run is left: {jobs.describe()}{why}", None)
+                     f"job of this run is left{why}: {jobs.describe()}", None)
 
     def stalled(self, what: str, message: str, seconds: float | None) -> None:
         """A condition that holds: a note every NOTE_S, ClusterError once it has lasted stall_timeout.
@@ -1033,9 +1033,17 @@ def slurm_client(config: RunConfig) -> Iterator[SlurmSession]:
     spec.check()
     name = slurm.new_run_name()
     records = Path(config.records) / f"{utc_now().replace(':', '').replace('-', '')}-{name}"
-    cluster = LocalCluster(n_workers=0, processes=True, host=spec.scheduler_host or scheduler_host(),
-                           scheduler_port=0, dashboard_address=config.dashboard or "127.0.0.1:0",
-                           silence_logs=logging.CRITICAL)
+    host = spec.scheduler_host or scheduler_host()
+    try:
+        cluster = LocalCluster(n_workers=0, processes=True, host=host, scheduler_port=0,
+                               dashboard_address=config.dashboard or "127.0.0.1:0", silence_logs=logging.CRITICAL)
+    except Exception as exc:  # an address that is not this machine's, a port in use: one line, the root cause
+        cause: BaseException = exc
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        raise PrepError(f"--cluster slurm: cannot start the Dask scheduler on {host} ({_type_name(cause)}: "
+                        f"{_first_line(cause)}); --slurm-scheduler-host names an address of this machine that "
+                        "the nodes reach") from None
     client = Client(cluster)
     jobs: slurm.JobController | None = None
     try:

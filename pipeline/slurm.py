@@ -41,6 +41,7 @@ from pipeline.errors import PrepError
 from pipeline.text import one_line
 
 MAX_FAILED_STARTS = 3  # jobs in a row that ended before their worker connected: no more replacements after that
+COMPLETING_WAIT_S = 30.0  # a job seen COMPLETING is acted on once it has its final state, or after this long
 CANCEL_WAIT_S = 30.0  # cancel_all waits this long for squeue to list none of the run's jobs
 COMMAND_TIMEOUT_S = 60.0  # one sbatch/squeue/scontrol/scancel call at most
 NAME_PREFIX = "prep-"
@@ -211,14 +212,15 @@ class Job:
     worker_connected: bool = False
     replaced_by: str | None = None
     handled: bool = False  # its end has been acted on (replaced, or not)
+    completing_since: float | None = None  # monotonic: first seen COMPLETING (no final state yet)
 
     @property
     def alive(self) -> bool:
         return self.state in ALIVE
 
-    def describe(self) -> str:
+    def describe(self, *, with_id: bool = True) -> str:
         """`101 RUNNING on node7`, `102 PENDING (Resources)`, `103 TIMEOUT on node7 after 01:00:02`."""
-        text = f"{self.id} {self.state}"
+        text = f"{self.id} {self.state}" if with_id else str(self.state)
         if self.node and self.state not in WAITING:
             text += f" on {self.node}"
         if self.state in WAITING and self.reason and self.reason != "None":
@@ -339,7 +341,14 @@ class JobController:
             else:  # it left the queue, or is completing: its final state from scontrol
                 self._final_state(job)
             changed |= before != (job.state, job.node, job.reason)
-        ended = [j for j in self.jobs.values() if not j.handled and not j.alive]
+        now = self.clock()
+        for job in self.jobs.values():
+            if job.state == JobState.COMPLETING and job.completing_since is None:
+                job.completing_since = now
+        # a job that is completing has no final state yet (TIMEOUT, CANCELLED, ...): acted on once it has one
+        # (its worker is gone already: at most COMPLETING_WAIT_S later, whatever scontrol says)
+        ended = [j for j in self.jobs.values() if not j.handled and not j.alive and (
+            j.state != JobState.COMPLETING or now - (j.completing_since or now) >= COMPLETING_WAIT_S)]
         if ended:
             events += self._act_on(ended)
             changed = True
@@ -381,8 +390,9 @@ class JobController:
             all(j.state == JobState.CANCELLED for j in ended)
         if everyone_cancelled and not self.operator_cancelled:
             self.operator_cancelled = True
-            self.gave_up = f"every SLURM job of this run was cancelled ({self.describe(ended)}): not replaced"
-            events.append(self.gave_up + "; rerun the command to submit new ones")
+            self.gave_up = "every job of this run was cancelled: not replaced"
+            events.append(f"every SLURM job of this run was cancelled ({self.describe(ended)}): not replaced; "
+                          "rerun the command to submit new ones")
         for job in ended:
             job.handled = True
             if not job.worker_connected:
@@ -390,21 +400,28 @@ class JobController:
             if self.operator_cancelled:
                 continue
             if self.failed_starts >= MAX_FAILED_STARTS and self.gave_up is None:
-                self.gave_up = (f"{self.failed_starts} SLURM jobs in a row ended before their Dask worker connected "
-                                f"(the last: {job.describe()}; its log: {self.log_of(job)}): not replaced")
-                events.append(self.gave_up)
+                self.gave_up = (f"{self.failed_starts} jobs in a row ended before their Dask worker connected "
+                                f"(see the log of job {job.id}: {self.log_of(job)}): not replaced")
+                events.append(f"SLURM job {job.id} ended ({job.describe(with_id=False)}); {self.gave_up}")
             if self.gave_up is not None:
                 continue
             try:
                 new = self.submit()
             except SlurmError as exc:
-                events.append(f"SLURM job {job.describe()} ended, and its replacement was refused: {exc}")
+                events.append(f"SLURM job {job.id} ended ({job.describe(with_id=False)}), and its replacement was "
+                              f"refused: {exc}")
                 continue
             job.replaced_by = new.id
-            events.append(f"SLURM job {job.describe()} ended; submitted job {new.id} in its place")
+            events.append(f"SLURM job {job.id} ended ({job.describe(with_id=False)}); submitted job {new.id} in its "
+                          "place")
         return events
 
     # ---- what there is -------------------------------------------------------------------------------
+
+    def unsettled(self) -> bool:
+        """A job waits in the queue, starts (no worker yet), or ended and was not acted on yet: look again soon."""
+        return any((j.alive and not j.worker_connected) or (not j.alive and not j.handled)
+                   for j in self.jobs.values())
 
     def alive(self) -> list[Job]:
         return [j for j in self.jobs.values() if j.alive]

@@ -151,6 +151,7 @@ OverTimeLimit=0
 InactiveLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=60
+DefMemPerCPU=500
 NodeName={NODE} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
 PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
 PartitionName={HOLD_PARTITION} Nodes={NODE} Default=NO MaxTime=INFINITE State=DOWN
