@@ -208,6 +208,8 @@ class Job:
     run_time: str = ""
     exit_code: str = ""
     started: float | None = None  # monotonic: first seen running
+    started_utc: str | None = None  # first seen running
+    connected_utc: str | None = None  # its Dask worker first seen connected
     ended_utc: str | None = None
     worker_connected: bool = False
     replaced_by: str | None = None
@@ -230,10 +232,10 @@ class Job:
         return text
 
     def record(self) -> dict[str, Any]:
-        return {"id": self.id, "submitted_utc": self.submitted_utc, "state": str(self.state), "reason": self.reason,
-                "node": self.node, "run_time": self.run_time, "exit_code": self.exit_code,
-                "ended_utc": self.ended_utc, "worker_connected": self.worker_connected,
-                "replaced_by": self.replaced_by}
+        return {"id": self.id, "state": str(self.state), "reason": self.reason, "node": self.node,
+                "run_time": self.run_time, "exit_code": self.exit_code, "submitted_utc": self.submitted_utc,
+                "started_utc": self.started_utc, "connected_utc": self.connected_utc, "ended_utc": self.ended_utc,
+                "worker_connected": self.worker_connected, "replaced_by": self.replaced_by}
 
 
 Runner = Callable[[list[str], str | None], subprocess.CompletedProcess[str]]
@@ -306,7 +308,7 @@ class JobController:
         job_id = r.stdout.strip().split(";", 1)[0]  # --parsable: "ID" or "ID;CLUSTER"
         if not job_id.isdigit():
             raise SlurmError(f"sbatch answered {one_line(r.stdout.strip(), 200)!r}, not a job id")
-        job = Job(job_id, utc_now(), self.clock())
+        job = Job(job_id, utc_now_ms(), self.clock())
         self.jobs[job_id] = job
         self.write_records()
         return job
@@ -317,7 +319,7 @@ class JobController:
         """The runner saw a Dask worker of this job connected: the job started, and the run's environment works."""
         job = self.jobs.get(job_id)
         if job is not None and not job.worker_connected:
-            job.worker_connected = True
+            job.worker_connected, job.connected_utc = True, utc_now()
             self.failed_starts = 0
             self.write_records()
 
@@ -337,7 +339,7 @@ class JobController:
             if row is not None and row[0] in ALIVE:
                 job.state, job.reason, job.node, job.run_time = row
                 if job.state == JobState.RUNNING and job.started is None:
-                    job.started = self.clock()
+                    job.started, job.started_utc = self.clock(), utc_now()
             else:  # it left the queue, or is completing: its final state from scontrol
                 self._final_state(job)
             changed |= before != (job.state, job.node, job.reason)
@@ -478,6 +480,13 @@ class JobController:
         except OSError as exc:
             raise PrepError(f"cannot write the SLURM records to {atomic.shown(self.records)}: "
                             f"{atomic.describe(self.records, exc)}") from None
+
+
+def utc_now_ms() -> str:
+    """`2026-12-05T08:21:42.123Z`: a job's submission, to the millisecond (its start latency is seconds)."""
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _missing_parents(folder: Path) -> list[Path]:
