@@ -92,8 +92,9 @@ root_pids() {  # processes whose root directory is the fresh root (chrooted ther
     local p r
     for p in /proc/[0-9]*; do
         r="$(readlink "$p/root" 2>/dev/null)" || continue
-        [[ $r == "$ROOT" || $r == "$ROOT"/* ]] && printf '%s\n' "${p#/proc/}"
+        if [[ $r == "$ROOT" || $r == "$ROOT"/* ]]; then printf '%s\n' "${p#/proc/}"; fi
     done
+    return 0
 }
 stop_root_processes() {  # daemons a command left running in the root (a test's munged, slurmctld, slurmd, slurmstepd):
     local pids p  # they live in its mount namespace and keep its mounts; TERM, then KILL (slurmstepd ignores TERM)
@@ -112,7 +113,7 @@ cleanup() {
     trap '' PIPE  # the log's reader may be gone (a signal to the whole group): a failed write must not stop the clean-up
     [[ -n $WATCH_PID ]] && kill "$WATCH_PID" 2>/dev/null
     [[ -n $RUN_PID ]] && kill -TERM -- "-$RUN_PID" 2>/dev/null
-    stop_root_processes
+    stop_root_processes || true
     local m
     for m in $(mounts_under "$ROOT"); do umount -l "$m" 2>/dev/null || true; done
     if [[ -n "$(mounts_under "$ROOT")" ]]; then
