@@ -103,16 +103,37 @@ def start_latencies(out: Path) -> list[float]:
     doc, folder = jobs_of(out)
     found = []
     for job in doc.get("jobs", []):
-        log = folder / f"{job['id']}.out"
-        text = log.read_text(errors="replace") if log.exists() else ""
-        m = re.search(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - distributed.worker - INFO -\s+Registered to:",
-                      text, re.M)
-        if not m:
+        registered = registered_at(folder / f"{job['id']}.out")
+        if registered is None:
             continue
-        registered = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone(dt.UTC)
         submitted = dt.datetime.fromisoformat(job["submitted_utc"].replace("Z", "+00:00"))
         found.append(round((registered - submitted).total_seconds(), 2))
     return found
+
+
+def replacement_gaps(out: Path) -> list[float]:
+    """Per replaced job: SLURM's end of the job (scontrol EndTime, local time) to its replacement's worker registered
+    (its log): the time the run had one worker fewer."""
+    doc, folder = jobs_of(out)
+    by_id = {j["id"]: j for j in doc.get("jobs", [])}
+    gaps = []
+    for job in by_id.values():
+        new = by_id.get(job.get("replaced_by") or "")
+        if not new or not job.get("end_time"):
+            continue
+        registered = registered_at(folder / f"{new['id']}.out")
+        if registered is None:
+            continue
+        ended = dt.datetime.strptime(job["end_time"], "%Y-%m-%dT%H:%M:%S").astimezone(dt.UTC)
+        gaps.append(round((registered - ended).total_seconds(), 1))
+    return gaps
+
+
+def registered_at(log: Path) -> dt.datetime | None:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    m = re.search(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - distributed.worker - INFO -\s+Registered to:",
+                  text, re.M)
+    return dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone(dt.UTC) if m else None
 
 
 def left_in_queue(slurm: SingleNodeSlurm, out: Path) -> int:
@@ -183,6 +204,7 @@ def fault(slurm: SingleNodeSlurm, name: str, src: Path, out: Path, reference: di
     doc, _ = jobs_of(out)
     row["jobs"] = [f"{j['id']} {j['state']}" + (f" -> {j['replaced_by']}" if j.get("replaced_by") else "")
                    for j in doc.get("jobs", [])]
+    row["replacement_gap_s"] = replacement_gaps(out)
     row["equal_to_local"] = (out / "meta" / "info.json").exists() and digest(out) == reference
     print(f"  {name:<24} exit {rc}{' (rerun ' + str(row['rerun_exit']) + ')' if rerun else ''}  "
           f"{run.seconds:6.1f} s  equal {row['equal_to_local']}  left {row['jobs_left_in_squeue']}  jobs "
@@ -287,10 +309,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['run']:<26} {r['exit']:>4} {r['wall_s']:>7} {r['encode_s'] or '-':>8} {r['frames_per_s'] or '-':>8}"
               f"  {', '.join(map(str, r['job_start_latency_s'])) or '-':<21}  {r['equal_to_local']}")
     print()
-    print(f"{'fault':<20} {'exit':>4} {'rerun':>5} {'s':>6}  equal  left  jobs")
+    print(f"{'fault':<20} {'exit':>4} {'rerun':>5} {'s':>6}  equal  left  gap s  jobs")
     for r in faults:
         print(f"{r['case']:<20} {r['exit']:>4} {r.get('rerun_exit', '-')!s:>5} {r['seconds']:>6}  "
-              f"{r['equal_to_local']!s:<5}  {r['jobs_left_in_squeue']:>4}  {', '.join(r['jobs'])}")
+              f"{r['equal_to_local']!s:<5}  {r['jobs_left_in_squeue']:>4}  "
+              f"{','.join(map(str, r['replacement_gap_s'])) or '-':<5}  {', '.join(r['jobs'])}")
     atomic.write_json(args.out, masked(result), indent=2)
     print(f"wrote {args.out}")
     return 0

@@ -211,6 +211,7 @@ class Job:
     started_utc: str | None = None  # first seen running
     connected_utc: str | None = None  # its Dask worker first seen connected
     ended_utc: str | None = None
+    end_time: str = ""  # SLURM's own EndTime (scontrol; the cluster's local time), once it ended
     worker_connected: bool = False
     replaced_by: str | None = None
     handled: bool = False  # its end has been acted on (replaced, or not)
@@ -235,6 +236,7 @@ class Job:
         return {"id": self.id, "state": str(self.state), "reason": self.reason, "node": self.node,
                 "run_time": self.run_time, "exit_code": self.exit_code, "submitted_utc": self.submitted_utc,
                 "started_utc": self.started_utc, "connected_utc": self.connected_utc, "ended_utc": self.ended_utc,
+                "end_time": self.end_time,
                 "worker_connected": self.worker_connected, "replaced_by": self.replaced_by}
 
 
@@ -383,6 +385,7 @@ class JobController:
         job.node = fields.get("NodeList", job.node) if fields.get("NodeList") not in (None, "(null)") else job.node
         job.run_time = fields.get("RunTime", job.run_time)
         job.exit_code = fields.get("ExitCode", job.exit_code)
+        job.end_time = fields.get("EndTime", job.end_time) if fields.get("EndTime") != "Unknown" else job.end_time
         job.ended_utc = job.ended_utc or utc_now()
 
     def _act_on(self, ended: list[Job]) -> list[str]:

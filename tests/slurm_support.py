@@ -267,8 +267,11 @@ def _kill_leftover_steps(root: Path) -> None:
 
 
 def main() -> int:  # pragma: no cover - a tool for people
+    # SIGTERM as Ctrl-C (a `cmd &` of a script ignores SIGINT): the daemons are stopped either way
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with single_node_slurm() as cluster:
-        print(f"export SLURM_CONF={cluster.conf}\n(Ctrl-C stops it; logs in {cluster.root})", flush=True)
+        print(f"export SLURM_CONF={cluster.conf}\n(Ctrl-C or SIGTERM stops it; logs in {cluster.root})", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             signal.pause()
     return 0
