@@ -136,7 +136,8 @@ def add_slurm_options(p: argparse.ArgumentParser) -> None:
                    "--mem (4G, 4000M): split among its worker processes as Dask's memory limit (default: the "
                    "cluster's, and no Dask limit)")
     g.add_argument("--slurm-extra", type=_checked(check_extra), action="append", metavar="LINE",
-                   help="one more #SBATCH option, e.g. --constraint=avx2 (repeatable)")
+                   help="one more #SBATCH option, written with '=' since it starts with --: "
+                   "--slurm-extra=--constraint=avx2 (repeatable)")
     g.add_argument("--slurm-scheduler-host", type=_checked(lambda t: check_name(t, "--slurm-scheduler-host")),
                    metavar="HOST", help="the address of this machine that the nodes reach (default: the one its "
                    "default route leaves from)")
