@@ -71,7 +71,8 @@ def add_run_options(p: argparse.ArgumentParser, small: SmallInput | None = None)
     g.add_argument("--stall-timeout", type=seconds, default=STALL_TIMEOUT_S, metavar="SECONDS",
                    help="stop (exit 4, finished work kept) after this long with no worker connected, a worker "
                    "holding a task that stopped answering, or an unresponsive scheduler; a note is printed every "
-                   f"30 s meanwhile (default: {STALL_TIMEOUT_S:g}; 0 = wait forever)")
+                   f"30 s meanwhile (default: {STALL_TIMEOUT_S:g}; 0 = wait forever). With --cluster slurm, jobs "
+                   "waiting in the queue are not a stall")
     g.add_argument("--dashboard", type=dashboard_address, default="127.0.0.1:0", metavar="HOST:PORT",
                    help="where the embedded LocalCluster's dashboard listens (default: 127.0.0.1:0, this machine "
                    "only, a free port: reach it from elsewhere with ssh -L; 0.0.0.0:8787 opens it to the network; "
