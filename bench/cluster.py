@@ -143,8 +143,8 @@ def left_in_queue(slurm: SingleNodeSlurm, out: Path) -> int:
 
 def engine_lines(run: Run) -> list[str]:
     return [line for line in run.err.splitlines() if line.startswith(("[engine] SLURM", "[engine] every SLURM",
-                                                                      "[engine] reencode: no Dask worker yet",
-                                                                      f"prep {run.args[0]}: error:"))]
+                                                                      f"prep {run.args[0]}: error:"))
+            or "no Dask worker yet, waiting for SLURM" in line]
 
 
 def wait_for(cond: Any, timeout: float = 600) -> bool:
@@ -197,13 +197,14 @@ def fault(slurm: SingleNodeSlurm, name: str, src: Path, out: Path, reference: di
     rc = run.wait()
     row: dict[str, Any] = {"case": name, "action": did, "exit": rc, "seconds": round(run.seconds, 1),
                            "lines": engine_lines(run), "jobs_left_in_squeue": left_in_queue(slurm, out)}
+    doc, _ = jobs_of(out)
+    row["jobs"] = [f"{j['id']} {j['state']}" + (f" -> {j['replaced_by']}" if j.get("replaced_by") else "")
+                   for j in doc.get("jobs", [])]
     if rerun:
         again = Run(slurm.env, *args)
         row["rerun_exit"] = again.wait()
         row["rerun_seconds"] = round(again.seconds, 1)
-    doc, _ = jobs_of(out)
-    row["jobs"] = [f"{j['id']} {j['state']}" + (f" -> {j['replaced_by']}" if j.get("replaced_by") else "")
-                   for j in doc.get("jobs", [])]
+        row["rerun_jobs_left_in_squeue"] = left_in_queue(slurm, out)
     row["replacement_gap_s"] = replacement_gaps(out)
     row["equal_to_local"] = (out / "meta" / "info.json").exists() and digest(out) == reference
     print(f"  {name:<24} exit {rc}{' (rerun ' + str(row['rerun_exit']) + ')' if rerun else ''}  "
@@ -276,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-walltime", action="store_true", help="leave out the walltime row (several minutes)")
     ap.add_argument("--out", type=Path, default=REPO / "bench/results/cluster.json")
     args = ap.parse_args(argv)
+    # a `cmd &` of a script starts this with SIGINT ignored, and prep would inherit that: the interrupt row
+    # needs prep's own Ctrl-C handling (tests/conftest.py does the same for the tests)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     reason = skip_reason()
     if reason:
         print(f"bench/cluster.py: cannot start a single-node SLURM here: {reason}", file=sys.stderr)
