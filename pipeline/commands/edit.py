@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.commands import help_of
-from pipeline.commands.common import SmallInput, add_run_options, outcome_lines, plural, run_config
+from pipeline.commands.common import (
+    SmallInput,
+    add_run_options,
+    outcome_lines,
+    output_records,
+    plural,
+    run_config,
+)
 from pipeline.errors import PrepError
 from pipeline.text import printable_lines
 
@@ -152,6 +159,13 @@ def resume_note(args: argparse.Namespace) -> str | None:
     return f"finished files are kept in {args.out.absolute()}"
 
 
+def engine_config(args: argparse.Namespace) -> Any:
+    """The engine settings: --cluster slurm keeps its records in <out>/prep/slurm/; the workers must see the
+    sources."""
+    sources = [p for p in (args.merge or [args.src]) if p is not None]
+    return run_config(args, records=output_records(args.out.absolute()), shared=sources)
+
+
 def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.edit import EditOptions, SplitPart, edit_dataset, merge_datasets, split_dataset
     from pipeline.runner import open_engine
@@ -165,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         if args.src is not None or args.split or any(getattr(args, k) is not None for k in SELECTIONS):
             raise PrepError("--merge takes its datasets after it (prep edit --merge A B --out OUT) and no other "
                             "selection or --split; edit the merged dataset afterwards")
-        with open_engine(run_config(args)) as engine:
+        with open_engine(engine_config(args)) as engine:
             report = merge_datasets(args.merge, args.out.absolute(), engine, verify=not args.no_verify)
         print(f"merged    {', '.join(str(p.absolute()) for p in args.merge)}")
         print(summary(report))
@@ -178,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
                           drop_tasks=tuple(args.drop_tasks) if args.drop_tasks else None,
                           keep_tasks=tuple(args.keep_tasks) if args.keep_tasks else None)
     if args.split:
-        with open_engine(run_config(args)) as engine:
+        with open_engine(engine_config(args)) as engine:
             parts = [SplitPart(name, fraction, episodes) for name, fraction, episodes in args.split]
             split = split_dataset(args.src.absolute(), args.out.absolute(), parts, options, engine,
                                   seed=args.seed, shuffle=not args.no_shuffle, group_by_task=args.group_by_task,
@@ -187,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"part      {name}: {plural(part.episodes, 'episode')}")
             print(summary(part))
         return 0 if split.ok else 1
-    with open_engine(run_config(args)) as engine:
+    with open_engine(engine_config(args)) as engine:
         report = edit_dataset(args.src.absolute(), args.out.absolute(), options, engine,
                               verify=not args.no_verify, reencode_partial=args.reencode_partial)
     print(summary(report))
@@ -221,7 +235,7 @@ def run_to(args: argparse.Namespace) -> int:
         return edit_dataset(args.src.absolute(), staged, options, engine, verify=verify,
                             reencode_partial=args.reencode_partial)
 
-    with open_engine(run_config(args)) as engine:
+    with open_engine(engine_config(args)) as engine:
         result = edit_as(args_to, out, engine, edit, verify=not args.no_verify)
     print(summary(result.edit))
     if result.convert is not None:

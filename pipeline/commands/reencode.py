@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.checks import READER_CHOICES, REPAIR_NAMES
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import LazyChoices, LazyHelp, dataset_path
-from pipeline.commands.common import SmallInput, add_run_options, plural, run_config, warn
+from pipeline.commands.common import SmallInput, add_run_options, output_records, plural, run_config, warn
 from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
@@ -330,14 +330,14 @@ def run(args: argparse.Namespace) -> int:
                 limits = limits_of(args)
             except ValueError as exc:
                 raise PrepError(str(exc)) from None
-            with open_engine(run_config(args)) as engine:
+            with open_engine(run_config(args, records=output_records(out), shared=[src])) as engine:
                 result = reencode_as(src, out, options, args.format, engine, limits=limits,
                                      keep_staged=args.keep_staged, reader=args.reader)
             print(format_summary(result))
             for w in warnings:
                 print(f"warning   {printable(w)}")
             return 0 if result.ok else 1
-        with open_engine(run_config(args)) as engine:
+        with open_engine(run_config(args, records=output_records(out), shared=[src])) as engine:
             report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source,
                                       reader=args.reader)
     except SourceRefused as exc:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.checks import READER_CHOICES
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import dataset_path, positive_int
-from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
+from pipeline.commands.common import SmallInput, add_run_options, plural, report_records, run_config
 from pipeline.text import printable, printable_lines
 
 if TYPE_CHECKING:
@@ -178,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
     out = args.out.absolute() if args.out else None
     options = VerifyOptions(expect_frames=args.expect_frames, size=args.size, all_intra=args.all_intra,
                             decode=args.decode, reader=args.reader)
-    with open_engine(run_config(args)) as engine:
+    config = run_config(args, records=report_records(out) if out else None, shared=[args.dataset])
+    with open_engine(config) as engine:
         report = verify_dataset(args.dataset, options, engine, json_path=out, resume=not args.fresh)
     print(summary(report))
     if out:
