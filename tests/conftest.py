@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.datasets import real_fixture, small_spec
 
 from pipeline.synth import SynthSpec, write_synthetic
 
@@ -29,21 +30,10 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
-REAL_FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real" / "g1_inspire_v21"
-
-
-def _real_fixture() -> Path:
-    for candidate in (REAL_FIXTURE, Path(__file__).resolve().parents[1].parent / "shared/fixtures/real/g1_inspire_v21"):
-        if (candidate / "meta/info.json").is_file():
-            return candidate
-    pytest.skip(f"real fixture not found at {REAL_FIXTURE}")
-    raise AssertionError  # unreachable
-
-
 @pytest.fixture(scope="session")
 def real_v21() -> Path:
     """The real LeRobot v2.1 fixture (read-only; copy before writing)."""
-    return _real_fixture()
+    return real_fixture()
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +48,18 @@ def synth_v30(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_synthetic(
         tmp_path_factory.mktemp("synth") / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2)
     )
+
+
+@pytest.fixture(scope="session")
+def small_v21(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """7 episodes x 2 cameras x 24 frames of 48x64 h264, GOP 12, format v2.1 (support.datasets.small_spec)."""
+    return write_synthetic(tmp_path_factory.mktemp("small") / "v21", small_spec("v2.1"))
+
+
+@pytest.fixture(scope="session")
+def small_v30(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same in v3.0, 3 episodes per file (files hold 0-2, 3-5, 6)."""
+    return write_synthetic(tmp_path_factory.mktemp("small") / "v30", small_spec("v3.0"))
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import av
-import inject
 import pyarrow.parquet as pq
 import pytest
+from support import inject
 
 from pipeline.dataset import open_dataset, resolve_inside
 from pipeline.synth import SynthSpec, write_synthetic

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     KnownBug,
     Row,
     baseline_digest,
@@ -36,7 +36,7 @@ from faults_support import (
     snapshot,
     temp_files,
 )
-from inject import reencode_video, remux_faststart, truncate_file, write_video
+from support.inject import reencode_video, remux_faststart, truncate_file, write_video
 
 pytestmark = pytest.mark.faults
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     check_source,
     copy_tree,
     corpus,

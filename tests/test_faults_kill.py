@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     BASELINE_SECONDS,
     TEMP_MARK,
     Row,

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     baseline,
     baseline_digest,
     check_source,

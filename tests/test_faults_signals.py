@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     baseline_digest,
     check_source,
     corpus,

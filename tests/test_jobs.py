@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from faults_support import group_members, wait_group_gone
-from inject import drop_frame
+from support.faults import group_members, wait_group_gone
+from support.inject import drop_frame
 from test_scan import prep
 
 from pipeline.dataset import open_dataset

@@ -101,8 +101,8 @@ def _dropped_frames_kept_rows(root: Path, drop: tuple[int, ...] = (12, 13)) -> N
     """What LeRobot 0.4.4's streaming recorder does when its encoder queue drops frames: the video holds
     fewer frames for episode 0, restamped consecutively; the episode spans follow the video; the rows stay."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from inject import _decode, write_video
     from parity_cases.meta import episodes_files, rewrite_parquet, set_column
+    from support.inject import _decode, write_video
 
     video = next((root / "videos").rglob("*.mp4"))
     frames, gop, _ = _decode(video)

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
-from faults_support import check_source, corpus, count_line, scenario, snapshot
-from safety_support import VERSIONS, Watch, args_of, copy, first_video, record_outcome, run
+from support.faults import check_source, corpus, count_line, scenario, snapshot
+from support.safety import VERSIONS, Watch, args_of, copy, first_video, record_outcome, run
 
 from pipeline.stages.reencode import FINGERPRINT_BLOCK, source_fingerprint
 

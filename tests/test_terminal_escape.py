@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults_support import check_source, copy_tree, prep, scenario, scratch, short_paths, snapshot
+from support.faults import check_source, copy_tree, prep, scenario, scratch, short_paths, snapshot
 
 from pipeline.synth import SynthSpec, write_synthetic
 from pipeline.text import printable

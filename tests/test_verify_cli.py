@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from inject import drop_frame, truncate_video
+from support.inject import drop_frame, truncate_video
 
 from pipeline.atomic import TEMP_MARK
 from pipeline.cli import main

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from inject import (
+from support.inject import (
     add_frame,
     delete_parquet_row,
     drop_frame,

@@ -1,5 +1,5 @@
 """Helpers of the safety suite (tests/test_safety_*.py): one prep command run as a real process against a
-planted hazard, and the exact outcome recorded in the scenario table (tests/faults_support.py's `scenario`
+planted hazard, and the exact outcome recorded in the scenario table (tests/support/faults.py's `scenario`
 rows, with the command, exit code, traceback, outside writes and temps left columns).
 
 - `run(row, *args)`: `prep ARGS` to completion (bounded by a subprocess timeout, never a speed assertion);
@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from faults_support import Row, Snapshot, changed, corpus, prep, scratch, short_paths, snapshot
+from support.faults import Row, Snapshot, changed, corpus, prep, scratch, short_paths, snapshot
 
 from pipeline import atomic
 
