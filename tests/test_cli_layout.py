@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import os
 import shlex
 import shutil
 import signal
@@ -17,18 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
+from support.cli import child_env, prep_cmd
+from support.cli import run_prep as prep
 
 from pipeline.cli import build_parser
 from pipeline.commands import COMMANDS
 from pipeline.synth import SynthSpec, write_synthetic
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-
-
-def prep(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=ENV, timeout=timeout, check=False)
+ENV = child_env()  # a child of this checkout
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +182,7 @@ def test_reencoding_a_prep_output_warns(tiny: Path, tmp_path: Path) -> None:
 
 def _start_and_signal(args: list[str], out: Path, sig: int, cwd: Path) -> subprocess.CompletedProcess[str]:
     """Start `prep ARGS`, wait for its first finished output video, then send `sig`."""
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(prep_cmd(*args), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=cwd, env=ENV)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
@@ -244,8 +239,8 @@ def test_sigterm_while_the_cluster_starts_is_one_clean_message(real_v21: Path, t
     exit 143, no traceback from a half-built cluster, no worker left behind."""
     psutil = pytest.importorskip("psutil")
     out = tmp_path / "m.json"
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "scan", str(real_v21), "--out", str(out),
-                             "--workers", "1", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(prep_cmd("scan", real_v21, "--out", out, "--workers", "1", "--no-progress"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=ENV)
     me = psutil.Process(proc.pid)
     deadline = time.monotonic() + 120

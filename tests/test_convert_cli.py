@@ -5,35 +5,29 @@ the unfinished output files (the result equal to an uninterrupted run's)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from support.cli import child_env, prep_cmd, run_prep
+from support.trees import tree as tree_of
 
 from pipeline.atomic import TEMP_MARK
 from pipeline.lock import exclusive_lock
 from pipeline.synth import SynthSpec, write_synthetic
 
-REPO = Path(__file__).resolve().parents[1]
 CAMS = ("observation.images.cam_high", "observation.images.wrist")
 SMALL = ["--data-file-size-mb", "0.012", "--video-file-size-mb", "0.03"]
 
 
-def prep(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
-
-
-def tree(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.relative_to(root).parts[0] != "prep"}
+prep = functools.partial(run_prep, timeout=600)
+tree = functools.partial(tree_of, skip_prep=True)
 
 
 @pytest.fixture(scope="module")
@@ -129,10 +123,9 @@ def _final_outputs(out: Path) -> list[Path]:
 
 def test_killed_conversion_redoes_only_unfinished_files(v21: Path, reference: Path, tmp_path: Path) -> None:
     out = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "pipeline.cli", "convert", str(v21), "--to", "v3.0", "--out", str(out),
-           "--workers", "2", "--batch", "1", "--no-progress", "--no-verify", *SMALL]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    cmd = prep_cmd("convert", v21, "--to", "v3.0", "--out", out, "--workers", "2", "--batch", "1", "--no-progress",
+                   "--no-verify", *SMALL)
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     total = sum(1 for _ in _final_outputs(reference))
     try:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_scan import prep
+from support.cli import run_prep as prep
 
 from pipeline.manifest import load_manifest
 from pipeline.schemas import validate

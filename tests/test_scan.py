@@ -5,33 +5,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_prep as prep
+from support.trees import disk_bytes
 
 from pipeline.dataset import open_dataset
 from pipeline.manifest import load_manifest
 from pipeline.schemas import validate
 from pipeline.stages.scan import scan_unit, scan_units
-
-
-def prep(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
-
-
-def files_on_disk(root: Path) -> int:
-    total = 0
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            p = Path(dirpath) / name
-            if p.is_file() and not p.is_symlink():
-                total += p.stat().st_size
-    return total
 
 
 def test_real_fixture_manifest(real_v21: Path, tmp_path: Path) -> None:
@@ -49,7 +34,7 @@ def test_real_fixture_manifest(real_v21: Path, tmp_path: Path) -> None:
         ("observation.images.cam_high", "av1", 640, 480)
     ]
     assert m["dataset"]["codebase_version"] == "v2.1"
-    assert t["bytes"]["total"] == files_on_disk(real_v21)
+    assert t["bytes"]["total"] == disk_bytes(real_v21)
     assert t["bytes"]["total"] == sum(t["bytes"][k] for k in ("video", "data", "meta", "other"))
     assert t["bytes"]["per_camera"]["observation.images.cam_high"] == t["bytes"]["video"]
     assert t["gb_per_hour"] == pytest.approx(t["bytes"]["total"] / 1e9 / t["hours"])
@@ -121,7 +106,7 @@ def test_v30_manifest_totals(synth_v30: Path, tmp_path: Path) -> None:
     m = json.loads(out.read_text())
     validate(m, "manifest")
     assert m["totals"]["episodes"] == 3 and m["totals"]["frames"] == 270
-    assert m["totals"]["bytes"]["total"] == files_on_disk(synth_v30)
+    assert m["totals"]["bytes"]["total"] == disk_bytes(synth_v30)
     assert sum(m["totals"]["bytes"]["per_camera"].values()) == m["totals"]["bytes"]["video"]
     assert m["totals"]["frames_per_episode"] == {"mean": 90.0, "min": 90, "max": 90}
     assert {(c["codec"], c["width"], c["height"], c["pix_fmt"]) for c in m["dataset"]["cameras"]} == {

@@ -16,15 +16,15 @@ None where the frames were re-encoded (the 224 outputs of the loop).
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from compat_support import run_reencode
+from support.cli import run_prep
 from test_edit_loop import BROKEN, loop_spec, repair_loop
 
 from pipeline.synth import SynthSpec, write_synthetic
@@ -42,21 +42,14 @@ def spec(version: str, episodes: int, seed: int) -> SynthSpec:
                      episodes_per_file=3, seed=seed)
 
 
-def prep(*args: object) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pipeline.cli", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=PREP_TIMEOUT_S, check=False)
+# a command with this interpreter (the reader's venv), as a child process, as the readers' users run it
+prep = functools.partial(run_prep, timeout=PREP_TIMEOUT_S, inprocess=False)
 
 
 def must(r: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     what = " ".join(map(str, r.args[3:]))
     assert r.returncode == 0, f"prep {what}: rc {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r
-
-
-def require_edit(flag: str) -> None:
-    r = prep("edit", "--help")
-    if r.returncode != 0 or flag not in r.stdout:
-        pytest.skip(f"prep edit {flag} is not built yet")
 
 
 def episodes_of(root: Path) -> int:
@@ -125,7 +118,6 @@ class EditOutputs:
         return self.built[name]
 
     def _drop(self, src: Path, out: Path, drop: tuple[int, ...]) -> tuple[Path, Mapping]:
-        require_edit("--drop")
         must(prep("edit", src, "--out", out, "--drop", ",".join(map(str, drop)), "--no-progress"))
         return out, [(src, e) for e in range(episodes_of(src)) if e not in drop]
 
@@ -138,7 +130,6 @@ class EditOutputs:
         if name == "lerobot-drop":
             return self._drop(self.source("L"), out, LEROBOT_DROP)
         if name.startswith("split-"):
-            require_edit("--split")
             split = self.base / "out" / "split"
             if not (split / name.removeprefix("split-") / "meta/info.json").is_file():
                 must(prep("edit", self.source("A"), "--out", split, "--no-shuffle", "--no-progress", "--split",
@@ -146,7 +137,6 @@ class EditOutputs:
             part = name.removeprefix("split-")
             return split / part, [(self.source("A"), e) for e in SPLIT[part]]
         if name == "merge":
-            require_edit("--merge")
             dropped, first = self.get("drop")
             b = self.source("B")
             must(prep("edit", "--merge", dropped, b, "--out", out, "--no-progress"))
@@ -154,7 +144,7 @@ class EditOutputs:
             return out, [*first, *((b, e) for e in range(episodes_of(b)))]
         if name.startswith("loop-"):
             if "loop" not in self.built:
-                loop = repair_loop(self.base / "loop", self.version)
+                loop = repair_loop(self.base / "loop", self.version, inprocess=False)
                 kept = [e for e in range(episodes_of(loop.broken)) if e not in BROKEN]
                 # v2.1: the broken corpus does not open in lerobot 0.3.x (it checks every timestamp at load);
                 # its kept episodes' files are untouched, so they are the clean corpus's

@@ -8,10 +8,10 @@ would have printed (UTF-8; `\\r\\n` and `\\r` read as `\\n`, as `subprocess.run(
   reencode, convert, edit, demo); `progress=False` appends `--no-progress`.
 - In process (the default when safe): `pipeline.cli.main(args)` with stdout and stderr captured, `SystemExit`
   turned into its exit code and any other exception into a traceback on stderr and exit 1 (what the
-  interpreter does), `sys.argv` set to `["prep", *args]` (a lock's holder names the command line from it),
-  `env` applied to `os.environ` (and `tempfile`'s cached folder dropped, so a `TMPDIR` counts) and `cwd`
-  entered. Afterwards everything is put back as it was: the environment, `sys.argv`, the current folder,
-  SIGINT/SIGTERM handlers, logging handlers and levels, warning filters; the output-lock table of
+  interpreter does), `sys.argv` set to what a `python -m pipeline.cli` child has (a lock's holder and the
+  resume hint read it), `env` applied to `os.environ` (and `tempfile`'s cached folder dropped, so a `TMPDIR`
+  counts) and `cwd` entered. Afterwards everything is put back as it was: the environment, `sys.argv`, the
+  current folder, SIGINT/SIGTERM handlers, logging handlers and levels, warning filters; the output-lock table of
   `pipeline.jobs.output` must be as before (a run that leaves a lock held fails the test). A run past `timeout`
   is interrupted (SIGALRM) and fails the test.
 - A subprocess (`sys.executable -m pipeline.cli`, this checkout first on PYTHONPATH) when the caller asks
@@ -175,7 +175,7 @@ def _process_state(argv: list[str], env: Mapping[str, str | None] | None, cwd: P
                 os.environ[key] = value
         if env:
             tempfile.tempdir = None  # read again from TMPDIR, as a new process would
-        sys.argv = ["prep", *argv]
+        sys.argv = [str(REPO / "pipeline" / "cli.py"), *argv]  # what `python -m pipeline.cli ARGS` has
         if cwd is not None:
             os.chdir(cwd)
         with warnings.catch_warnings():
