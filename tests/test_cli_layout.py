@@ -84,7 +84,7 @@ def test_reencode_names_every_missing_argument(tmp_path: Path, argv: list[str], 
 def test_no_default_output_in_the_filesystem_root(argv: list[str], tiny: Path) -> None:
     """Run from `/`, a default output would create /manifests/ (or /prep-bench/): refused, --out named instead."""
     if argv[0] == "bench":
-        pytest.importorskip("torch")
+        pytest.importorskip("torch", reason="needs torch (the bench extra: pip install prep[bench])")
     before = Path("/manifests").exists(), Path("/prep-bench").exists()
     res = prep(*[a.format(tiny=tiny) for a in argv], cwd=Path("/"))
     assert res.returncode == 2, res.stdout + res.stderr
@@ -237,7 +237,7 @@ def test_rerun_command_names_prep_as_the_user_runs_it(tmp_path: Path, monkeypatc
 def test_sigterm_while_the_cluster_starts_is_one_clean_message(real_v21: Path, tmp_path: Path) -> None:
     """A SIGTERM during LocalCluster start-up is held until the cluster is up, then acted on: the resume hint,
     exit 143, no traceback from a half-built cluster, no worker left behind."""
-    psutil = pytest.importorskip("psutil")
+    psutil = pytest.importorskip("psutil", reason="needs psutil (the bench extra)")
     out = tmp_path / "m.json"
     proc = subprocess.Popen(prep_cmd("scan", real_v21, "--out", out, "--workers", "1", "--no-progress"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="needs torch (the bench extra: pip install prep[bench])")
 
 from pipeline.dataset import open_dataset  # noqa: E402
 from pipeline.loader.dataset import PrepFrameDataset  # noqa: E402

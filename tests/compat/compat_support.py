@@ -93,18 +93,6 @@ def writable_copy(src: Path, dst: Path) -> Path:
 # ---------------------------------------------------------------- prep reencode
 
 
-def reencode_missing() -> str | None:
-    """Why `prep reencode` cannot be used here, or None when it can."""
-    if importlib.util.find_spec("pipeline.commands.reencode") is None:
-        return "`prep reencode` is not built yet (pipeline/commands/reencode.py missing)"
-    r = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "reencode", "--help"], capture_output=True, text=True, timeout=120
-    )
-    if r.returncode != 0:
-        return f"`prep reencode --help` failed (rc {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}"
-    return None
-
-
 def run_reencode(src: Path, out: Path, options: list[str] | None = None) -> Path:
     """`prep reencode --src SRC --dst 224 --out OUT [options]`, run with this interpreter."""
     cmd = [sys.executable, "-m", "pipeline.cli", "reencode", "--src", str(src), "--dst", str(TARGET)]
