@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from compat_support import (
+    backend_arg,
     backend_of,
     drop_last_frame,
     iterate_all,
@@ -38,10 +39,6 @@ def corpus_name(kind: str, fmt: str) -> str:
     """("real-224", "v30") -> "real-v30-224"."""
     base, _, suffix = kind.partition("-")
     return f"{base}-{fmt}" + (f"-{suffix}" if suffix else "")
-
-
-def backend_arg(backend: str) -> str | None:
-    return None if backend == "default" else backend
 
 
 @pytest.mark.lerobot

@@ -55,6 +55,11 @@ def require_lerobot(prefix: str, fmt: str) -> str:
     return version
 
 
+def backend_arg(backend: str) -> str | None:
+    """A test's backend id as `open_dataset` takes it ("default": the reader's own default)."""
+    return None if backend == "default" else backend
+
+
 def backend_of(ds: Any) -> str:
     """The video backend a LeRobotDataset decodes with (0.3/0.4: `video_backend`; 0.6: `_video_backend`)."""
     return str(getattr(ds, "video_backend", None) or getattr(ds, "_video_backend", None) or "?")

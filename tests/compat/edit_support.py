@@ -23,7 +23,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from compat_support import run_reencode
+from compat_support import (
+    backend_arg,
+    backend_of,
+    iterate_all,
+    load_info,
+    open_dataset,
+    report,
+    run_reencode,
+    video_keys,
+)
 from support.cli import run_prep
 from test_edit_loop import BROKEN, loop_spec, repair_loop
 
@@ -164,3 +173,54 @@ def global_starts(ds: Any) -> list[int]:
         starts.append(at)
         at += int(ds.meta.episodes[ep]["length"])
     return starts
+
+
+# ---- the checks both reader generations run (test_edit_v21.py: lerobot 0.3.x; test_edit_v30.py: 0.4.x, 0.6.x) ----
+
+BACKENDS = ("default", "pyav")
+
+
+def check_every_sample_loads(outputs: EditOutputs, name: str, backend: str, reader: str, lerobot: str) -> None:
+    """Every sample of output `name` loads with the reader's `backend`; `reader` labels the report line."""
+    root, _ = outputs.get(name)
+    assert load_info(root)["codebase_version"] == outputs.version
+    ds = open_dataset(root, backend_arg(backend))
+    n = iterate_all(ds, root)
+    report(f"compat {reader} edit lerobot {lerobot} {name} backend={backend_of(ds)}: {n} samples x "
+           f"{len(video_keys(load_info(root)))} cameras read")
+
+
+def check_frames_are_the_source_episodes(outputs: EditOutputs, name: str, backend: str, reader: str,
+                                         lerobot: str) -> None:
+    """Every frame of every camera of every output episode equals, exactly, the frame the same reader returns
+    for the same frame of the source episode it came from (a stream copy decodes to the same pixels; an
+    episode shifted by one frame or taken from the wrong place does not)."""
+    root, mapping = outputs.get(name)
+    assert mapping is not None
+    ds = open_dataset(root, backend_arg(backend), horizon=None)
+    cams = video_keys(load_info(root))
+    assert ds.meta.total_episodes == len(mapping)
+    sources: dict[Path, Any] = {}
+    starts = global_starts(ds)
+    compared = 0
+    for new, (src, old) in enumerate(mapping):
+        if src not in sources:
+            sources[src] = open_dataset(src, backend_arg(backend), horizon=None)
+        sds = sources[src]
+        length = int(ds.meta.episodes[new]["length"])
+        assert length == int(sds.meta.episodes[old]["length"]), f"episode {new} (source {old}): length differs"
+        s0 = global_starts(sds)[old]
+        for f in range(length):
+            a, b = ds[starts[new] + f], sds[s0 + f]
+            assert int(a["frame_index"]) == int(b["frame_index"]) == f
+            for cam in cams:
+                assert bool((a[cam] == b[cam]).all()), f"{name} episode {new} (source {old}) frame {f} {cam} differs"
+            compared += 1
+    report(f"compat {reader} edit lerobot {lerobot} {name} backend={backend_of(ds)}: {compared} samples x "
+           f"{len(cams)} cameras identical to the source episodes' frames")
+
+
+def check_prep_verify_decode_passes(outputs: EditOutputs, name: str) -> None:
+    root, _ = outputs.get(name)
+    r = must(prep("verify", root, "--decode", "--no-progress"))
+    assert "PASSED" in r.stdout, r.stdout
