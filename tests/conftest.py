@@ -30,6 +30,13 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`lerobot` is the old name of the `readers` marker: every readers test carries both (`-m lerobot` works)."""
+    for item in items:
+        if item.get_closest_marker("readers") is not None and item.get_closest_marker("lerobot") is None:
+            item.add_marker(pytest.mark.lerobot)
+
+
 @pytest.fixture(scope="session")
 def real_v21() -> Path:
     """The real LeRobot v2.1 fixture (read-only; copy before writing)."""
@@ -48,6 +55,21 @@ def synth_v30(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_synthetic(
         tmp_path_factory.mktemp("synth") / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2)
     )
+
+
+@pytest.fixture(scope="session")
+def lowres_v21(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """synth_v21 at 48x64 (3 episodes x 3 cameras x 90 frames, GOP 30): its layout, metadata and frame counts at
+    a hundredth of the encode, for tests of everything but the pixels and their size."""
+    return write_synthetic(tmp_path_factory.mktemp("synth") / "v21_48x64",
+                           SynthSpec(version="v2.1", episodes=3, height=48, width=64))
+
+
+@pytest.fixture(scope="session")
+def lowres_v30(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """synth_v30 at 48x64 (files of 2 + 1 episodes)."""
+    return write_synthetic(tmp_path_factory.mktemp("synth") / "v30_48x64",
+                           SynthSpec(version="v3.0", episodes=3, episodes_per_file=2, height=48, width=64))
 
 
 @pytest.fixture(scope="session")

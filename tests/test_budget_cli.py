@@ -106,6 +106,7 @@ def test_anchors_refit_the_throughput(tmp_path: Path, capsys: pytest.CaptureFixt
     assert f"{2048 / 8.0:.1f} at global batch 2048" in out
 
 
+@pytest.mark.slow
 def test_measured_manifests_calibrate_storage(manifests: tuple[Path, Path], tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     native, prepared = manifests
@@ -139,6 +140,7 @@ def test_measured_manifests_calibrate_storage(manifests: tuple[Path, Path], tmp_
     assert any("different frame counts" in note for note in report["notes"])
 
 
+@pytest.mark.slow
 def test_explicit_value_beats_the_manifest(manifests: tuple[Path, Path], tmp_path: Path) -> None:
     native, _ = manifests
     cfg = BudgetConfig().with_values({"gb_per_hour_native": 6.15}, "cli")
@@ -159,6 +161,7 @@ def bad_manifest(tmp_path: Path, native: Path, edit: Any) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_manifest_failing_its_schema_is_refused(manifests: tuple[Path, Path], tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     bad = bad_manifest(tmp_path, manifests[0], lambda m: m["totals"].__setitem__("gb_per_hour", "fast"))
@@ -169,6 +172,7 @@ def test_manifest_failing_its_schema_is_refused(manifests: tuple[Path, Path], tm
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_empty_manifest_is_refused(manifests: tuple[Path, Path], tmp_path: Path) -> None:
     def empty(m: dict[str, Any]) -> None:
         m["totals"].update(episodes=0, frames=0, hours=0.0, gb_per_hour=0.0)

@@ -196,6 +196,8 @@ def _start_and_signal(args: list[str], out: Path, sig: int, cwd: Path) -> subpro
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.parametrize(("sig", "code", "word", "backend"), [
     (signal.SIGINT, 130, "interrupted", "inline"), (signal.SIGTERM, 143, "terminated (SIGTERM)", "local")],
     ids=["ctrl-c", "sigterm"])
@@ -234,6 +236,8 @@ def test_rerun_command_names_prep_as_the_user_runs_it(tmp_path: Path, monkeypatc
     assert rerun_command(["scan", "x"]) == f"{Path(sys.executable).name} -m pipeline.cli scan x"
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_sigterm_while_the_cluster_starts_is_one_clean_message(real_v21: Path, tmp_path: Path) -> None:
     """A SIGTERM during LocalCluster start-up is held until the cluster is up, then acted on: the resume hint,
     exit 143, no traceback from a half-built cluster, no worker left behind."""

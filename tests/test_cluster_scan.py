@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from support.cli import run_prep as prep
 from support.cluster import loopback_cluster
-from test_scan import prep
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def test_scan_on_external_cluster_equals_local(synth_v30: Path, tmp_path: Path) -> None:

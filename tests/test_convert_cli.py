@@ -47,6 +47,8 @@ def reference(v21: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_convert_summary_options_and_rerun(v21: Path, reference: Path) -> None:
     report = json.loads((reference / "prep/convert_report.json").read_text())
     assert report["complete"] and report["written"] == report["files"] > 10 and report["verify"]["passed"]
@@ -63,6 +65,8 @@ def test_convert_summary_options_and_rerun(v21: Path, reference: Path) -> None:
     assert tree(reference) == before
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_other_limits_on_the_same_output_are_refused(v21: Path, reference: Path) -> None:
     r = prep("convert", str(v21), "--to", "v3.0", "--out", str(reference), "--backend", "inline", "--no-progress",
              "--video-file-size-mb", "50")
@@ -121,6 +125,8 @@ def _final_outputs(out: Path) -> list[Path]:
             and p.relative_to(out).parts[0] in ("videos", "data")]
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_killed_conversion_redoes_only_unfinished_files(v21: Path, reference: Path, tmp_path: Path) -> None:
     out = tmp_path / "killed"
     cmd = prep_cmd("convert", v21, "--to", "v3.0", "--out", out, "--workers", "2", "--batch", "1", "--no-progress",

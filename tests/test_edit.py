@@ -468,6 +468,8 @@ def test_without_episode_stats_the_global_stats_are_carried(v21: Path, tmp_path:
     assert json.loads((tmp_path / "out/meta/stats.json").read_text()) == stats
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_default_engine_runs_an_edit_of_up_to_512_kept_episodes_in_process(tmp_path: Path) -> None:
     """Without --workers/--backend/--scheduler, an edit keeping 70 episodes (above convert's 64) starts no
     LocalCluster (no `[engine]` line, as test_runner checks for scan); --workers 1 still starts one. Both outputs

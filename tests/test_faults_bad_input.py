@@ -38,7 +38,7 @@ from support.faults import (
 )
 from support.inject import reencode_video, remux_faststart, truncate_file, write_video
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 CAM = "observation.images.cam_high"
 V21_VIDEO = "videos/chunk-000/{cam}/episode_{ep:06d}.mp4"

@@ -22,7 +22,7 @@ from support.faults import (
 
 from pipeline.runner import machine_cores
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 CAM = "observation.images.cam_high"
 BAD_VALUES = [

@@ -45,7 +45,7 @@ from pipeline.jobs.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import SynthSpec, write_synthetic
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 
 def test_worker_killed_mid_run_completes_on_the_other(tmp_path: Path) -> None:

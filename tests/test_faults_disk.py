@@ -33,7 +33,7 @@ from support.tmpfs import remount, require_tmpfs, tmpfs, tmpfs_bytes
 from pipeline.jobs.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 PAGE = 4096
 

@@ -28,7 +28,7 @@ from support.faults import (
 )
 from support.locks import LOCK_REL, holder, stale_lock
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 def test_second_concurrent_run_refused(tmp_path: Path) -> None:
     src = corpus("v21")

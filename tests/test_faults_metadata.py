@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from support.faults import check_source, copy_tree, corpus, prep, scenario, short_paths, snapshot
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from support.faults import (
 )
 from support.tmpfs import remount, require_tmpfs, tmpfs, tmpfs_bytes
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 PAGE = 4096
 

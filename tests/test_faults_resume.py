@@ -26,7 +26,7 @@ from support.faults import (
 from pipeline.jobs.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 
 def test_damaged_outputs_are_redone(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pipeline.loader.dataset import PrepFrameDataset  # noqa: E402
 from pipeline.loader.lerobot_source import LeRobotItems, lerobot_version  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402
 
-pytestmark = pytest.mark.lerobot
+pytestmark = [pytest.mark.readers, pytest.mark.slow]
 
 
 def _format() -> str:

@@ -134,6 +134,7 @@ def test_preroll_is_an_info_finding_and_counts_the_presented_frames(tmp_path: Pa
         assert (e.cameras[CAM].frames_from_packets, e.cameras[CAM].frames_decoded) == (20, 20)
 
 
+@pytest.mark.slow
 def test_lerobot_written_av1_has_no_finding_with_decode(real_v21: Path) -> None:
     """The real LeRobot-written AV1 fixture: the corrupt-frame and frame-size checks raise no false alarm."""
     report = verify_in_process(real_v21, VerifyOptions(decode=True))

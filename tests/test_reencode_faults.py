@@ -18,7 +18,7 @@ import pytest
 from pipeline.atomic import TEMP_MARK
 from pipeline.lock import LockedError, exclusive_lock
 
-pytestmark = [pytest.mark.slow, pytest.mark.faults]
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.cluster]
 
 CMD = [sys.executable, "-m", "pipeline.cli", "reencode", "--dst", "224", "--no-progress"]
 

@@ -64,6 +64,7 @@ def encode_pad(src: Path, dst: Path, engine: str, profile: str, crf: int) -> np.
     return decoded(dst)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["pyav", "ffmpeg"])
 def test_pad_matches_openpi_on_real_footage(real_v21: Path, tmp_path: Path, engine: str) -> None:
     src = real_v21 / REAL_EP0

@@ -16,7 +16,7 @@ from support.safety import VERSIONS, Watch, args_of, copy, first_video, record_o
 
 from pipeline.stages.reencode import FINGERPRINT_BLOCK, source_fingerprint
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 PAD = 600 * 1024  # a trailing `free` box (demuxers skip it) so that bytes can change outside the hashed blocks
 

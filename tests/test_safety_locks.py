@@ -29,7 +29,7 @@ from support.safety import INLINE, OTHER, Watch, record_outcome, refused, run
 from pipeline.jobs.output import LOCK_REL, output_lock, refuse_busy
 from pipeline.lock import LockedError
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 
 def test_convert_while_reencode_runs_is_refused(tmp_path: Path) -> None:

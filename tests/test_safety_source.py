@@ -12,7 +12,7 @@ import pytest
 from support.faults import check_source, corpus, scenario, snapshot
 from support.safety import INLINE, OTHER, VERSIONS, Watch, args_of, copy, first_video, record_outcome, refused, run
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("target", ["meta/info.json", "first video", "a new report in the root"])

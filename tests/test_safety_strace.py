@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from support.faults import corpus, scenario
 from support.safety import args_of, copy, finished, make_special
-from support.strace import available, trace
+from support.strace import trace
 
-pytestmark = [pytest.mark.faults, pytest.mark.skipif(not available(), reason="strace is not installed")]
+pytestmark = [pytest.mark.faults, pytest.mark.skipif, pytest.mark.slow]
 
 
 def _case(name: str, args: list[str], allowed: list[Path], src: Path, work: Path, code: int) -> None:

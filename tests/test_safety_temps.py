@@ -26,7 +26,7 @@ from support.safety import (
 
 from pipeline import atomic
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 REWRITTEN = {"meta/info.json", "meta/episodes_stats.jsonl", "meta/stats.json"}
 

@@ -24,7 +24,7 @@ from support.safety import (
     run,
 )
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 WRITERS = ("scan", "verify", "reencode", "convert")
 

@@ -19,6 +19,8 @@ from pipeline.schemas import validate
 from pipeline.stages.scan import scan_unit, scan_units
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_real_fixture_manifest(real_v21: Path, tmp_path: Path) -> None:
     out = tmp_path / "real.manifest.json"
     res = prep("scan", str(real_v21), "--out", str(out), "--workers", "1", "--no-progress")
@@ -47,6 +49,7 @@ def test_real_fixture_manifest(real_v21: Path, tmp_path: Path) -> None:
     assert "camera    observation.images.cam_high: av1 640x480 yuv420p\n" in res.stdout  # as info.json declares
 
 
+@pytest.mark.slow
 def test_summary_names_what_info_json_declares_otherwise(synth_v21: Path, tmp_path: Path,
                                                         copy_dataset: Callable[[Path, str], Path]) -> None:
     root = copy_dataset(synth_v21, "mislabelled")
@@ -64,6 +67,7 @@ def test_summary_names_what_info_json_declares_otherwise(synth_v21: Path, tmp_pa
     assert (c["codec"], c["declared"]["codec"], c["declared"]["width"]) == ("h264", "av1", 224)
 
 
+@pytest.mark.slow
 def test_synthetic_v21_per_episode_counts_and_bytes(synth_v21: Path) -> None:
     ds, rejected = open_dataset(synth_v21)
     assert rejected == []
@@ -82,8 +86,8 @@ def test_synthetic_v21_per_episode_counts_and_bytes(synth_v21: Path) -> None:
             assert c.keyframes == 3  # GOP 30 over 90 frames
 
 
-def test_synthetic_v30_spans_within_shared_files(synth_v30: Path) -> None:
-    ds, _ = open_dataset(synth_v30)
+def test_synthetic_v30_spans_within_shared_files(lowres_v30: Path) -> None:
+    ds, _ = open_dataset(lowres_v30)
     assert len(list(ds.iter_video_files())) == 6  # 3 cameras x 2 files (2 + 1 episodes)
     scans = [s for u in scan_units(ds) for s in scan_unit(u)]
     assert sorted(s.episode or 0 for s in scans) == [0, 1, 2]
@@ -95,10 +99,12 @@ def test_synthetic_v30_spans_within_shared_files(synth_v30: Path) -> None:
     for rel, eps in ds.iter_video_files():
         cam = eps[0].videos[[v.rel for v in eps[0].videos].index(rel)].camera
         attributed = sum(next(s for s in scans if s.episode == e.index).cameras[cam].bytes for e in eps)
-        assert abs(attributed - (synth_v30 / rel).stat().st_size) <= len(eps)
+        assert abs(attributed - (lowres_v30 / rel).stat().st_size) <= len(eps)
         assert scans[eps[0].index].cameras[cam].frames_from_header == 90 * len(eps)
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_v30_manifest_totals(synth_v30: Path, tmp_path: Path) -> None:
     out = tmp_path / "m.json"
     res = prep("scan", str(synth_v30), "--out", str(out), "--workers", "2", "--no-progress")
@@ -134,10 +140,10 @@ def _one_line_error(res: subprocess.CompletedProcess[str]) -> str:
     ids=["missing-info", "invalid-json", "v2.0", "v1.x"],
 )
 def test_dataset_level_errors_are_one_line(
-    synth_v21: Path, copy_dataset: Callable[[Path, str], Path], tmp_path: Path,
+    lowres_v21: Path, copy_dataset: Callable[[Path, str], Path], tmp_path: Path,
     mutate: Callable[[Path], None], expect: str,
 ) -> None:
-    root = copy_dataset(synth_v21, "bad")
+    root = copy_dataset(lowres_v21, "bad")
     mutate(root)
     res = prep("scan", str(root), "--out", str(tmp_path / "m.json"), "--workers", "1", "--no-progress")
     assert res.returncode == 2
@@ -153,6 +159,8 @@ def test_not_a_dataset_folder(tmp_path: Path) -> None:
     assert "not a LeRobot dataset" in _one_line_error(res)
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_bad_videos_recorded_per_episode(synth_v21: Path, copy_dataset: Callable[[Path, str], Path],
                                          tmp_path: Path) -> None:
     root = copy_dataset(synth_v21, "badvideos")
@@ -174,6 +182,8 @@ def test_bad_videos_recorded_per_episode(synth_v21: Path, copy_dataset: Callable
     assert "FAILED    episode 1" in res.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_other_episodes_complete_when_one_is_bad(synth_v21: Path, copy_dataset: Callable[[Path, str], Path],
                                                  tmp_path: Path) -> None:
     root = copy_dataset(synth_v21, "onebad")

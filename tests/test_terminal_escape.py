@@ -20,7 +20,7 @@ from support.faults import check_source, copy_tree, prep, scenario, scratch, sho
 from pipeline.synth import SynthSpec, write_synthetic
 from pipeline.text import printable
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 TIMEOUT_S = 300
 HOSTILE = "\x1b[2J\x1b[31m\rFAILED    forged\n\u202eX"

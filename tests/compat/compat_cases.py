@@ -41,7 +41,7 @@ def corpus_name(kind: str, fmt: str) -> str:
     return f"{base}-{fmt}" + (f"-{suffix}" if suffix else "")
 
 
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", CORPORA)
 def test_iterate_every_sample(corpora, fmt: str, kind: str, backend: str) -> None:
@@ -59,7 +59,7 @@ def test_iterate_every_sample(corpora, fmt: str, kind: str, backend: str) -> Non
     )
 
 
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", CORPORA)
 def test_frames_identical_to_pyav_decode(corpora, fmt: str, kind: str, backend: str) -> None:
@@ -99,7 +99,7 @@ LETTERBOX_CASES = [
 ]
 
 
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize(("source", "variant", "min_rgb", "min_mean"), LETTERBOX_CASES,
                          ids=[f"{s}{v}" for s, v, _a, _b in LETTERBOX_CASES])
 def test_letterbox_matches_openpi(
@@ -139,7 +139,7 @@ def test_letterbox_matches_openpi(
         assert bars <= 2, f"{out_name}: letterbox bars not black (max {bars})"
 
 
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", ["synthetic", "synthetic-224"])
 def test_negative_control_dropped_frame(corpora, fmt: str, kind: str, backend: str, tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ from support.cli import run_prep
 
 LEROBOT = require_lerobot("0.3.", "v2.1")
 
-pytestmark = pytest.mark.lerobot
+pytestmark = pytest.mark.readers
 WAYS = ("convert", "reencode")
 VENVS = Path(os.environ.get("PREP_VENVS", "/opt/prep-venvs"))
 WRITER_PY = VENVS / "lerobot-v30" / "bin" / "python"

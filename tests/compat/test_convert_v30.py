@@ -39,7 +39,7 @@ LEROBOT = require_lerobot("0.4.", "v3.0")
 from pipeline.convert.meta import exact_offsets_error  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402
 
-pytestmark = pytest.mark.lerobot
+pytestmark = pytest.mark.readers
 KINDS = ("real", "synthetic")
 # Short h264 episodes with B-frames (dts < pts, an edit list in each mp4); the report shows how far each
 # converter's from_timestamp is from frames_before / fps.

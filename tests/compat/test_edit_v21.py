@@ -23,7 +23,7 @@ from edit_support import (  # noqa: E402
     check_prep_verify_decode_passes,
 )
 
-pytestmark = pytest.mark.lerobot
+pytestmark = pytest.mark.readers
 OUTPUTS = ("drop", "split-train", "split-val", "merge", "drop-224", "loop-fixed", "loop-fixed-224")
 
 

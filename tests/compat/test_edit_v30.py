@@ -28,7 +28,7 @@ if LEROBOT is None or not LEROBOT.startswith(("0.4.", "0.6.")):
     pytest.skip(f"compat v3.0 edit: needs lerobot 0.4.x or 0.6.x, this env has {LEROBOT}", allow_module_level=True)
 READER = "v06" if LEROBOT.startswith("0.6.") else "v30"
 
-pytestmark = pytest.mark.lerobot
+pytestmark = pytest.mark.readers
 OUTPUTS = ("drop", "split-train", "split-val", "merge", "drop-224", "lerobot-drop", "loop-fixed", "loop-fixed-224")
 
 

@@ -29,7 +29,7 @@ from support.cli import run_prep
 
 LEROBOT = require_lerobot("0.6.", "v3.0")
 
-pytestmark = pytest.mark.lerobot
+pytestmark = pytest.mark.readers
 
 H, W, N, EPISODES, FPS = 72, 96, 15, 3, 30
 RGB = ("observation.images.top", "observation.images.left", "observation.images.right")
