@@ -94,7 +94,8 @@ def repair_loop(base: Path, version: str, inprocess: bool | None = None) -> Loop
     assert "PASSED" in r.stdout, said(r)
 
     fixed_224 = base / "fixed_224"
-    r = prep("reencode", fixed, "--dst", "224", "--out", fixed_224, "--no-progress")
+    # the default engine, as a user runs it: 8 video files start a LocalCluster, so a child process
+    r = prep("reencode", fixed, "--dst", "224", "--out", fixed_224, "--no-progress", inprocess=False)
     assert r.returncode == 0, said(r)
     assert "NOT drop-in" not in r.stdout + r.stderr, said(r)
     r = prep("verify", fixed_224, "--decode", "--all-intra", "--size", "224x224", "--no-progress")
@@ -107,6 +108,8 @@ def loop(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return repair_loop(tmp_path_factory.mktemp(f"loop-{request.param}"), request.param)
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_loop_drops_exactly_the_failed_episodes_and_passes_verify(loop: Loop) -> None:
     """repair_loop asserts each step; here the output's content: the kept source episodes 0, 1, 2, 5, in
     order, renumbered 0..3, every packet the source's bytes, rows renumbered, totals in info.json."""
@@ -128,6 +131,8 @@ def test_loop_drops_exactly_the_failed_episodes_and_passes_verify(loop: Loop) ->
     assert sorted(idx) == list(range(30 * len(kept)))
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_loop_224_output_is_all_intra_and_keeps_the_episodes(loop: Loop) -> None:
     info = json.loads((loop.fixed_224 / "meta/info.json").read_text())
     assert info["total_episodes"] == EPISODES - len(BROKEN)
@@ -135,6 +140,8 @@ def test_loop_224_output_is_all_intra_and_keeps_the_episodes(loop: Loop) -> None
         assert list(info["features"][cam]["shape"]).count(224) == 2, info["features"][cam]["shape"]
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_drop_failed_refuses_a_report_of_another_dataset(loop: Loop, tmp_path: Path) -> None:
     """A verify report names the dataset it checked; used on another dataset (here the repaired one, whose
     episode 3 is another episode and 4 and 6 do not exist) it is refused with one line and nothing is written."""

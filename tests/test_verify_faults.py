@@ -82,6 +82,7 @@ def test_clean_intra_corpus_passes_every_check(name: str, request: pytest.Fixtur
                                               cam.frames_from_header)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["synth_v21", "synth_v30"])
 def test_native_gop30_corpus_passes_but_is_not_all_intra(name: str, request: pytest.FixtureRequest) -> None:
     root: Path = request.getfixturevalue(name)
