@@ -5,7 +5,7 @@ start on a keyframe. Every output is checked by `prep verify` (the job's own, an
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.media import packets
+from support.trees import tree as tree_of
 
 from pipeline import atomic
 from pipeline.convert.layout import Limits
@@ -33,10 +35,7 @@ META_FILES = ("meta/episodes.jsonl", "meta/tasks.jsonl", "meta/episodes_stats.js
 SMALL = Limits(data_files_size_in_mb=0.012, video_files_size_in_mb=0.03)  # several files per stream
 
 
-def tree(root: Path) -> dict[str, str]:
-    """Every file of a dataset (prep's own folder left out) and its digest."""
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.relative_to(root).parts[0] != "prep"}
+tree = functools.partial(tree_of, skip_prep=True)  # every file of a dataset but prep's own folder, and its digest
 
 
 def convert_inline(src: Path, out: Path, to: str, limits: Limits | None = None) -> ConvertReport:
@@ -45,11 +44,6 @@ def convert_inline(src: Path, out: Path, to: str, limits: Limits | None = None) 
     if report.complete:
         assert report.verify is not None and report.verify["passed"], report.verify
     return report
-
-
-def packets(path: Path) -> list[tuple[bytes, int, int, bool]]:
-    with av.open(str(path)) as c:
-        return [(bytes(p), int(p.pts), int(p.dts), bool(p.is_keyframe)) for p in c.demux(c.streams.video[0]) if p.size]
 
 
 def time_base(path: Path) -> float:
@@ -61,12 +55,6 @@ def assert_verified(root: Path) -> None:
     report = verify_in_process(root, VerifyOptions(decode=True))
     assert report.passed, [f.line() for f in report.failures[:5]]
     assert not report.rejected
-
-
-@pytest.fixture(scope="module")
-def small_v21(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = SynthSpec(version="v2.1", episodes=7, frames=24, height=48, width=64, gop=12, cameras=CAMS)
-    return write_synthetic(tmp_path_factory.mktemp("conv") / "v21", spec)
 
 
 def assert_same_v21(src: Path, back: Path) -> None:

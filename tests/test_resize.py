@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 from PIL import Image
+from support.media import decoded as frames_of
+from support.media import psnr
 
 from pipeline.synth import SynthSpec, write_synthetic
 from pipeline.video.encode import ENGINES, PROFILES, EncodeJob
@@ -41,8 +42,7 @@ def test_filter_chains() -> None:
 
 
 def decoded(path: Path) -> np.ndarray:
-    with av.open(str(path)) as c:
-        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+    return np.stack(frames_of(path))
 
 
 def openpi_pad(frame: np.ndarray) -> np.ndarray:
@@ -51,11 +51,6 @@ def openpi_pad(frame: np.ndarray) -> np.ndarray:
     canvas = Image.new("RGB", (224, 224), 0)
     canvas.paste(small, (0, 28))
     return np.asarray(canvas)
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def encode_pad(src: Path, dst: Path, engine: str, profile: str, crf: int) -> np.ndarray:
