@@ -6,9 +6,11 @@ copies it first (`copy_dataset`).
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,24 @@ def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def _process_state() -> dict[str, object]:
+    """What an in-process prep run (support.cli.run_prep) or a test could leave changed for the next test."""
+    output = sys.modules.get("pipeline.jobs.output")
+    return {"cwd": os.getcwd(), "sys.argv": list(sys.argv),
+            "signals": {s.name: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)},
+            "output locks held": dict(getattr(output, "_HELD", {}))}
+
+
+@pytest.fixture(autouse=True)
+def _leaves_the_process_as_it_found_it() -> Iterator[None]:
+    """Every test leaves the current folder, sys.argv, the SIGINT/SIGTERM/SIGALRM handlers and the output-lock
+    table of pipeline.jobs.output as it found them (in-process prep runs share this process)."""
+    before = _process_state()
+    yield
+    after = _process_state()
+    assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -74,6 +74,23 @@ def test_other_limits_on_the_same_output_are_refused(v21: Path, reference: Path)
     assert "was started with other settings" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_convert_both_ways_in_process(small_v21: Path, tmp_path: Path) -> None:
+    """The command's main path on the inline engine (the fast tier): v2.1 -> v3.0 -> v2.1, each verified by
+    the command itself, the round trip giving back the episodes and their metadata files."""
+    v30, back = tmp_path / "v30", tmp_path / "back"
+    r = prep("convert", small_v21, "--to", "v3.0", "--out", v30, backend="inline", progress=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "verify    PASSED: 7 of 7 episodes pass" in r.stdout, r.stdout
+    assert json.loads((v30 / "meta/info.json").read_text())["codebase_version"] == "v3.0"
+    r = prep("convert", v30, "--to", "v2.1", "--out", back, backend="inline", progress=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "verify    PASSED: 7 of 7 episodes pass" in r.stdout, r.stdout
+    for rel in ("meta/episodes.jsonl", "meta/tasks.jsonl", "meta/episodes_stats.jsonl"):
+        assert (back / rel).read_bytes() == (small_v21 / rel).read_bytes(), rel
+    info, info_back = (json.loads((r / "meta/info.json").read_text()) for r in (small_v21, back))
+    assert (info_back["total_episodes"], info_back["total_frames"]) == (info["total_episodes"], info["total_frames"])
+
+
 def test_a_running_conversion_holds_the_lock(v21: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     with exclusive_lock(out / "prep/output.lock", f"output {out}"):
