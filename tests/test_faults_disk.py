@@ -28,7 +28,7 @@ from support.faults import (
     unsound_final_files,
 )
 from support.locks import LOCK_REL
-from support.tmpfs import remount, require_tmpfs, tmpfs, tmpfs_bytes
+from support.tmpfs import can_mount_fixture, remount, tmpfs, tmpfs_bytes
 
 from pipeline.jobs.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
@@ -38,9 +38,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 PAGE = 4096
 
 
-@pytest.fixture(scope="module")
-def can_mount() -> None:
-    require_tmpfs("disk-full scenarios")
+can_mount = can_mount_fixture("disk-full scenarios")
 
 
 def sizes(prefix: str) -> list[int]:

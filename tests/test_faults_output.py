@@ -30,16 +30,14 @@ from support.faults import (
     snapshot,
     temp_files,
 )
-from support.tmpfs import remount, require_tmpfs, tmpfs, tmpfs_bytes
+from support.tmpfs import can_mount_fixture, remount, tmpfs, tmpfs_bytes
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 PAGE = 4096
 
 
-@pytest.fixture(scope="module")
-def can_mount() -> None:
-    require_tmpfs("read-only and full-disk scenarios")
+can_mount = can_mount_fixture("read-only and full-disk scenarios")
 
 
 @pytest.fixture

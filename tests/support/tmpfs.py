@@ -2,7 +2,8 @@
 
 - `mount_refusal()`: why a tmpfs cannot be mounted here (None when it can);
 - `require_tmpfs(what)`: skip the test, saying `what` needs a tmpfs and why it cannot have one (a genuinely
-  absent capability of the machine, never a fault of prep);
+  absent capability of the machine, never a fault of prep); `can_mount_fixture(what)`: the same as a
+  module-scoped fixture (`can_mount = can_mount_fixture("disk-full scenarios")` in a test module);
 - `tmpfs(path, size_bytes, readonly=False)`: mounted for the `with` block, lazily unmounted after it;
 - `remount(path, size_bytes)`: grow or shrink a mounted tmpfs keeping its files ("space freed");
 - `tmpfs_bytes(sizes)`: what files of these sizes take on a tmpfs (whole pages).
@@ -18,6 +19,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +51,16 @@ def require_tmpfs(what: str) -> None:
     why = mount_refusal()
     if why:
         pytest.skip(f"{what} need a tmpfs: {why}")
+
+
+def can_mount_fixture(what: str) -> Any:
+    """A module-scoped fixture that skips, with the reason, where no tmpfs can be mounted."""
+
+    @pytest.fixture(scope="module")
+    def can_mount() -> None:
+        require_tmpfs(what)
+
+    return can_mount
 
 
 @contextlib.contextmanager
