@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import run_prep
 
 from pipeline.budget import BudgetConfig, write_report
 from pipeline.cli import main
@@ -65,9 +64,8 @@ def test_defaults_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_installed_entry_point(tmp_path: Path) -> None:
-    res = subprocess.run([sys.executable, "-m", "pipeline.cli", "budget", "--out", str(tmp_path), "--no-plots",
-                          "--nodes", "1,4", "--anchor", "B=64,wall=0.48"],
-                         capture_output=True, text=True, timeout=300)
+    res = run_prep("budget", "--out", tmp_path, "--no-plots", "--nodes", "1,4", "--anchor", "B=64,wall=0.48",
+                   inprocess=False)  # the module's entry point, as a process
     assert res.returncode == 0, res.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     a = (0.48 - 0.25) / 64  # the document's anchor with c = 0.25 s kept

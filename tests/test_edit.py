@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_prep
 from support.datasets import small_spec
 from support.media import payloads
 from support.trees import tree
@@ -459,15 +460,12 @@ def test_default_engine_runs_an_edit_of_up_to_512_kept_episodes_in_process(tmp_p
     LocalCluster (no `[engine]` line, as test_runner checks for scan); --workers 1 still starts one. Both outputs
     hold the same files."""
     import subprocess
-    import sys
 
     src = write_synthetic(tmp_path / "src", SynthSpec(version="v2.1", episodes=72, frames=4, height=32, width=32,
                                                       gop=4, cameras=CAMS[:1], reuse_video=True))
 
     def run(out: str, *extra: str) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([sys.executable, "-m", "pipeline.cli", "edit", str(src), "--drop", "0,71", "--out",
-                            str(tmp_path / out), "--no-verify", "--no-progress", *extra],
-                           capture_output=True, text=True, timeout=300, check=False)
+        r = run_prep("edit", src, "--drop", "0,71", "--out", tmp_path / out, "--no-verify", "--no-progress", *extra)
         assert r.returncode == 0, r.stdout + r.stderr
         return r
 

@@ -15,6 +15,7 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_prep
 
 from pipeline.errors import PrepError
 from pipeline.jobs.preverify import SourceRefused
@@ -142,12 +143,9 @@ def test_lerobot_written_av1_has_no_finding_with_decode(real_v21: Path) -> None:
 
 
 def test_verify_cli_exits_0_with_warnings_and_writes_severities(tmp_path: Path) -> None:
-    import subprocess
-
     root = built(tmp_path, "to-timestamp-short", "v3.0")
     out = tmp_path / "v.json"
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "verify", str(root), "--json", str(out),
-                        "--backend", "inline", "--no-progress"], capture_output=True, text=True, check=False)
+    r = run_prep("verify", root, "--json", out, backend="inline", progress=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASSED    (2 warnings)" in r.stdout
     doc = json.loads(out.read_text())

@@ -14,8 +14,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import av
 import numpy as np
 import pytest
 from PIL import Image
+from support.cli import run_prep
 
 REPO = Path(__file__).resolve().parents[2]
 REAL_FIXTURE_CANDIDATES = (
@@ -100,9 +99,9 @@ def writable_copy(src: Path, dst: Path) -> Path:
 
 def run_reencode(src: Path, out: Path, options: list[str] | None = None) -> Path:
     """`prep reencode --src SRC --dst 224 --out OUT [options]`, run with this interpreter."""
-    cmd = [sys.executable, "-m", "pipeline.cli", "reencode", "--src", str(src), "--dst", str(TARGET)]
-    cmd += ["--out", str(out), "--no-progress", *(options or [])]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=REENCODE_TIMEOUT_S)
+    r = run_prep("reencode", "--src", src, "--dst", TARGET, "--out", out, "--no-progress", *(options or []),
+                 timeout=REENCODE_TIMEOUT_S, inprocess=False)  # a child of this interpreter (the reader's venv)
+    cmd = r.args
     assert r.returncode == 0, f"{' '.join(cmd)} failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert (out / "meta" / "info.json").is_file(), f"{out} has no meta/info.json after prep reencode"
     return out
