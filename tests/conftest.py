@@ -50,6 +50,7 @@ def _leaves_the_process_as_it_found_it() -> Iterator[None]:
     assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`lerobot` is the old name of the `readers` marker: every readers test carries both (`-m lerobot` works)."""
     for item in items:
