@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from support.faults import corpus, scenario
 from support.safety import args_of, copy, finished, make_special
-from support.strace import trace
+from support.strace import available, trace
 
-pytestmark = [pytest.mark.faults, pytest.mark.skipif, pytest.mark.slow]
+pytestmark = [pytest.mark.faults, pytest.mark.slow,
+              pytest.mark.skipif(not available(), reason="strace is not installed")]
 
 
 def _case(name: str, args: list[str], allowed: list[Path], src: Path, work: Path, code: int) -> None:
