@@ -1,4 +1,4 @@
-"""`prep reencode --cluster slurm` on a single-node SLURM (tests/slurm_support.py starts it: Debian's slurm-wlm and
+"""`prep reencode --cluster slurm` on a single-node SLURM (tests/support/slurm.py starts it: Debian's slurm-wlm and
 munge, as root), side by side with the same run on the LocalCluster, and the fault table.
 
 Runs (a synthetic corpus, pipeline.synth, 240x320 -> 224, every job 1 core and 1 GB):
@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from masking import masked  # noqa: E402
-from slurm_support import HOLD_PARTITION, SingleNodeSlurm, single_node_slurm, skip_reason  # noqa: E402
+from support.slurm import HOLD_PARTITION, SingleNodeSlurm, single_node_slurm, skip_reason  # noqa: E402
 
 from pipeline import __version__, atomic  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402

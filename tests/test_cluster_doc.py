@@ -3,7 +3,7 @@ root (they copy examples/g1_inspire_v21), with `prep` on PATH as after `source .
 machine-specific words substituted: the shared folder ($HOME/prep-cluster -> a temp folder), the partition
 (`cpu` -> the test SLURM's) and the scheduler's ports (8786, 8787 -> free ones).
 
-- `slurm`: on a single-node SLURM (tests/slurm_support.py; the test skips where it cannot start): every command
+- `slurm`: on a single-node SLURM (tests/support/slurm.py; the test skips where it cannot start): every command
   exits 0, the re-encoded output verifies, and squeue lists no job afterwards;
 - `dask`: `dask scheduler` + `dask worker` in the background, prep at `--scheduler`, then the `kill`.
 """
@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster import free_port
-from slurm_support import PARTITION, single_node_slurm, skip_reason
+from support.cluster import free_port
+from support.slurm import PARTITION, single_node_slurm, skip_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "cluster.md"
@@ -66,7 +66,9 @@ def test_the_page_has_both_recipes() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.slurm
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_slurm_recipe_runs_as_written(tmp_path: Path) -> None:
     reason = skip_reason()
     if reason:

@@ -23,11 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import loopback_cluster
-from faults_support import corpus, open_files, prep, scenario, short_paths, start_prep, wait_until
+from support.cluster import loopback_cluster
+from support.faults import corpus, open_files, prep, scenario, short_paths, start_prep, wait_until
 from test_faults_cluster import BOUND_S, one_error_line
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.cluster, pytest.mark.slow]
 
 
 @contextlib.contextmanager

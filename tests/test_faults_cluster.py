@@ -1,5 +1,5 @@
 """`prep reencode --scheduler` on a real multi-process Dask cluster on loopback (`dask scheduler`
-plus two `dask worker` processes, tests/cluster.py): one worker SIGKILLed mid-run, the run still
+plus two `dask worker` processes, tests/support/cluster.py): one worker SIGKILLed mid-run, the run still
 completes on the other (its tasks are rescheduled; --retries 2), and the result equals the
 LocalCluster result, frame for frame and byte for byte in the metadata."""
 
@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from cluster import loopback_cluster, start_scheduler
-from faults_support import (
+from support.cluster import loopback_cluster, start_scheduler
+from support.faults import (
     CAMERAS,
     baseline_digest,
     check_source,
@@ -45,7 +45,7 @@ from pipeline.jobs.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import SynthSpec, write_synthetic
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 
 def test_worker_killed_mid_run_completes_on_the_other(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""`--cluster slurm` against a real single-node SLURM (tests/slurm_support.py starts munged, slurmctld and slurmd
+"""`--cluster slurm` against a real single-node SLURM (tests/support/slurm.py starts munged, slurmctld and slurmd
 for this module and stops them, every job cancelled first, whatever happens). Each case runs the real CLI in
 its own session, with the workers as SLURM jobs of 1 core:
 
@@ -29,18 +29,18 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults_support import CAMERAS, final_videos, wait_until
-from slurm_support import HOLD_PARTITION, SingleNodeSlurm, single_node_slurm, skip_reason
+from support.cli import prep_cmd, run_prep
+from support.faults import CAMERAS, final_videos, wait_until
+from support.slurm import HOLD_PARTITION, SingleNodeSlurm, single_node_slurm, skip_reason
 from test_faults_cluster import one_error_line
 
 from pipeline.synth import SynthSpec, write_synthetic
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.cluster, pytest.mark.slow]
 
 BOUND_S = 300  # one prep run at most (a hang fails the test)
 SECRET = "prep-test-secret-6f1d2c"  # in prep's environment: must appear in no record
@@ -69,8 +69,8 @@ def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def local(src: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The local run's bytes (every file but prep/'s reports), by path."""
     out = tmp_path_factory.mktemp("slurm-local") / "out"
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "reencode", "--src", str(src), "--dst", "224", "--out",
-                        str(out), "--workers", "2", "--no-progress"], capture_output=True, text=True, timeout=BOUND_S)
+    r = run_prep("reencode", "--src", src, "--dst", "224", "--out", out, "--workers", "2", progress=False,
+                 timeout=BOUND_S)
     assert r.returncode == 0, r.stderr[-3000:]
     return digest(out)
 
@@ -78,10 +78,6 @@ def local(src: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]
 def digest(out: Path) -> dict[str, str]:
     return {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(out.rglob("*")) if p.is_file() and p.relative_to(out).parts[0] != "prep"}
-
-
-def prep_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline.cli", *args]
 
 
 def run(slurm: SingleNodeSlurm, *args: str) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,7 @@ systemd), every path under one temp folder, free ports, `SLURM_CONF` exported to
         slurm.env                                     # the environment for sbatch/squeue/scancel and prep
         slurm.squeue()                                # [(job id, state, name)] of every job in the queue
 
-`python tests/slurm_support.py` starts one and holds it until Ctrl-C (it prints `export SLURM_CONF=...`).
+`python tests/support/slurm.py` starts one and holds it until Ctrl-C (it prints `export SLURM_CONF=...`).
 
 What it needs: root (slurmd runs jobs as their user and must be root; munged's key and socket), the packages
 (`apt-get install slurm-wlm munge`), and a cgroup filesystem on /sys/fs/cgroup (slurmd 22.05 refuses to start
@@ -115,7 +115,7 @@ class SingleNodeSlurm:
 
 
 def _conf_text(root: Path, ctld_port: int, slurmd_port: int, cpus: int, memory_mb: int) -> str:
-    return f"""# written by tests/slurm_support.py: one node on 127.0.0.1, everything under {root}
+    return f"""# written by tests/support/slurm.py: one node on 127.0.0.1, everything under {root}
 ClusterName=prep
 SlurmctldHost={socket.gethostname().split(".")[0]}(127.0.0.1)
 SlurmctldPort={ctld_port}
