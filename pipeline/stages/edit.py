@@ -202,7 +202,7 @@ def copy_failures(unit: CopyVideoUnit, path: Path) -> list[Any]:
     if unit.fps <= 0:
         return []
     n = unit.frames
-    return video_failures(path, unit.fps, [Span(unit.new_episode, 0.0, frames_to_seconds(n, unit.fps), n)], n,
+    return video_failures(path, unit.fps, [Span(unit.episode, 0.0, frames_to_seconds(n, unit.fps), n)], n,
                           unit.camera)
 
 
@@ -224,8 +224,10 @@ def copy_video(unit: CopyVideoUnit) -> EditResult:
                 raise EpisodeError(unit.episode, src, f"cannot copy: {exc.strerror or exc}") from None
             failures = copy_failures(unit, tmp)
             if failures:  # a broken kept video fails its file: meta/info.json is withheld, as in v3.0
-                raise EpisodeError(unit.episode, src, "the kept episode's video failed its checks: "
-                                   + _failure_text(failures))
+                found = "; ".join(f"{f.check}: expected {f.expected}, found {f.found}".replace(str(tmp), str(src))
+                                  for f in failures[:3])  # the copy holds the source's bytes: name the source
+                more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""
+                raise EpisodeError(unit.episode, src, f"the kept episode's video failed its checks: {found}{more}")
         return EditResult("video-copy", unit.out_rel, "written", out_bytes=size)
 
     return _run("video-copy", unit.out_rel, 1, unit.frames, body)
