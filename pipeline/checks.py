@@ -458,7 +458,8 @@ def reader_lines(codebase_version: str) -> tuple[Reader, ...]:
 
 def targeted(codebase_version: str, reader: str = "all") -> tuple[Reader, ...]:
     """The reader lines whose verdict sets the severity and the exit code. A `reader` that does not read this
-    format (0.6 on a v2.1 dataset) targets the format's own line."""
+    format (0.6 on a v2.1 dataset) targets the format's own line for the findings' severities, and fails the
+    dataset for itself (`reader_cannot_open`: verify's report fails, reencode refuses its source)."""
     lines = reader_lines(codebase_version)
     return (Reader(reader),) if reader in lines else lines
 
