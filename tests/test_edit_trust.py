@@ -261,3 +261,14 @@ def test_a_huge_episode_index_is_one_line(flag: str, clean: Path, tmp_path: Path
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "99999999999999999999999" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("task", ["²", "9" * 5000])
+def test_a_task_index_no_int_reads_is_one_line(task: str, clean: Path, tmp_path: Path) -> None:
+    """`--drop-tasks ²` (a digit int() does not read) and a 5,000-digit index: one line, exit 2, never a
+    ValueError traceback."""
+    r = prep("edit", clean, "--out", tmp_path / "out", "--drop-tasks", task, *RUN)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "neither a task" in r.stderr and len(r.stderr) < 600, r.stderr
+    assert not (tmp_path / "out").exists()
