@@ -26,13 +26,14 @@ from pipeline.commands.common import (
     run_config,
 )
 from pipeline.errors import PrepError
-from pipeline.text import printable_lines
+from pipeline.text import printable_lines, shown
 
 if TYPE_CHECKING:
     from pipeline.jobs.edit import EditReport
 
 SELECTIONS = ("drop", "keep", "drop_failed", "drop_tasks", "keep_tasks")
 MAX_LISTED = 10_000_000  # indices one list may name (a range like 0-99999999 is refused, not expanded)
+MAX_INDEX = 2**31 - 1  # the largest episode index an edit holds (its selection keeps int32 runs)
 
 
 def episode_list(text: str) -> tuple[int, ...]:
@@ -47,12 +48,16 @@ def episode_list(text: str) -> tuple[int, ...]:
             lo = int(lo_text)
             hi = int(hi_text) if sep else lo
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected episode indices and ranges such as 0-9,12, got {item!r}") \
-                from None
+            raise argparse.ArgumentTypeError(f"expected episode indices and ranges such as 0-9,12, got "
+                                             f"{shown(item, 60)}") from None
         if lo < 0 or hi < lo:
-            raise argparse.ArgumentTypeError(f"{item!r} is not a range of episode indices (low-high, low <= high)")
+            raise argparse.ArgumentTypeError(f"{shown(item, 60)} is not a range of episode indices (low-high, "
+                                             "low <= high)")
+        if hi > MAX_INDEX:
+            raise argparse.ArgumentTypeError(f"{shown(item, 60)}: episode index {shown(hi, 40)} is beyond any "
+                                             f"dataset (at most {MAX_INDEX:,})")
         if hi - lo + 1 + len(out) > MAX_LISTED:
-            raise argparse.ArgumentTypeError(f"{item!r}: more than {MAX_LISTED:,} episodes in one list")
+            raise argparse.ArgumentTypeError(f"{shown(item, 60)}: more than {MAX_LISTED:,} episodes in one list")
         out.update(range(lo, hi + 1))
     if not out:
         raise argparse.ArgumentTypeError("no episode given (expected indices and ranges such as 0-9,12)")

@@ -96,7 +96,8 @@ def add_parser(sub: Any) -> None:
                    help="the reader generation whose errors refuse the source, as in prep verify --reader: 0.4 or 0.6 "
                    "(v3.0), 0.3 (v2.1), or all (default: the strictest of the dataset's format line). A source only "
                    "0.6 refuses (e.g. a depth codec it cannot resolve) is re-encoded with --reader 0.4, and the "
-                   "output is refused by 0.6 as the source is")
+                   "output is refused by 0.6 as the source is. A reader that cannot open the source's format (0.3 "
+                   "on v3.0, 0.4 or 0.6 on v2.1) fails the check (exit 1, nothing encoded)")
     add_run_options(p, SmallInput(4, "camera video files to encode (v2.1: episodes x cameras)"))
     p.set_defaults(func=run)
 
