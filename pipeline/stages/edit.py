@@ -30,7 +30,7 @@ from pipeline.checks import Status
 from pipeline.dataset.model import resolve_inside
 from pipeline.errors import EpisodeError
 from pipeline.rates import fps_fraction, frames_to_seconds
-from pipeline.stages.convert import _read_parquet, data_check, video_check
+from pipeline.stages.convert import _read_parquet, data_check, video_check, video_failures
 from pipeline.stages.edit_video import (
     EncodeSettings,
     SpliceSpan,
@@ -57,6 +57,8 @@ class CopyVideoUnit:
     episode: int  # in the source
     new_episode: int
     frames: int
+    fps: float = 0.0  # > 0: the copy is checked as every file an edit writes (its frames, pts on the grid from 0)
+    camera: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -181,6 +183,17 @@ def _result(kind: str, unit: EditUnit, status: Status, dst: Path, note: str | No
 # ---- videos ---------------------------------------------------------------------------------------
 
 
+def copy_failures(unit: CopyVideoUnit, path: Path) -> list[Any]:
+    """The checks of a copied episode mp4 (`video_failures`: it decodes as a video holding the episode's
+    `frames` frames, pts on the 1/fps grid from 0), as the v3.0 path checks each file it splices; none when the
+    unit carries no fps."""
+    if unit.fps <= 0:
+        return []
+    n = unit.frames
+    return video_failures(path, unit.fps, [Span(unit.episode, 0.0, frames_to_seconds(n, unit.fps), n)], n,
+                          unit.camera)
+
+
 def copy_video(unit: CopyVideoUnit) -> EditResult:
     def body() -> EditResult:
         dst = Path(unit.out_root) / unit.out_rel
@@ -196,8 +209,20 @@ def copy_video(unit: CopyVideoUnit) -> EditResult:
             except OSError as exc:
                 raise EpisodeError(unit.episode, src, f"cannot copy: {exc.strerror or exc}") from None
 
-        status = keep_or_write(dst, Path(unit.out_root), write, lambda _path: None, record=_record(unit, [src]),
-                               keep=lambda path: path.stat().st_size == size)
+        def check(path: Path) -> str | None:
+            failures = copy_failures(unit, path)
+            if not failures:
+                return None
+            # a broken kept video fails its file: meta/info.json is withheld, as in v3.0
+            found = "; ".join(f"{f.check}: expected {f.expected}, found {f.found}".replace(str(path), str(src))
+                              for f in failures[:3])  # the copy holds the source's bytes: name the source
+            more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""
+            return f"the kept episode's video failed its checks: {found}{more}"
+
+        # renamed into place only when complete and checked
+        status = keep_or_write(dst, Path(unit.out_root), write, check, record=_record(unit, [src]),
+                               keep=lambda path: path.stat().st_size == size and check(path) is None,
+                               episode=unit.episode, blame=src)
         return _result("video-copy", unit, status, dst)
 
     return file_stage("video-copy", unit.out_rel, 1, unit.frames, body)
