@@ -14,7 +14,7 @@ mod 5 is 1 or 3: the most fragmented selection, so no run of kept episodes is lo
 its peak RSS (Linux VmHWM, reset with /proc/self/clear_refs between phases) is given per phase above the
 process's RSS once the options are built:
 
-- open:     `pipeline.jobs.edit._open_source` (info.json and the metadata rules every command checks; not
+- open:     `pipeline.jobs.edit.open_source` (info.json and the metadata rules every command checks; not
             edit's own, shown for scale);
 - select:   `select` (the kept episodes and why each other one is dropped);
 - plan:     `plan_tasks` and every unit and placement of `plan` (v3.0: what the Dask tasks get), counted;
@@ -175,7 +175,7 @@ def phase(name, fn):
     phases[name] = {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
                     "peak_rss_above_start": peak_rss_bytes() - base, "rss_after": rss()}
     return value
-info = phase("open", lambda: E._open_source(root, out)) if full else read_info(root)
+info = phase("open", lambda: E.open_source(root, out)) if full else read_info(root)
 sel, total = phase("select", lambda: E.select(options, root, info))
 def planned():
     source = E.Source(root, info, sel, E.plan_tasks(root, info, sel))

@@ -1,4 +1,4 @@
-"""The edit stages: one unit = one output file of `prep edit` (see `pipeline/jobs/edit.py`).
+"""The edit stages: one unit = one output file of `prep edit` (see `pipeline/jobs/edit/`).
 
 - `copy_video`: a v2.1 episode mp4 under its new episode's name, byte for byte (one episode per file: no cut);
 - `splice_video`: a v3.0 video file's kept episodes back to back (`pipeline/stages/edit_video.py`: stream

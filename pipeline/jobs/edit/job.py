@@ -1,0 +1,162 @@
+"""The edit job itself: `edit_dataset` (one source, a selection), `write_edit` (what edit, split and merge share:
+claim the output, plan, map `pipeline.stages.edit.edit_unit`, reduce, publish, report, verify) and `edit_as`
+(`--to` the other format: the edit staged in `<out>/prep/edited`, then converted)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline import atomic
+from pipeline.errors import DatasetError, PrepError
+from pipeline.formats import VERSIONS, read_info
+from pipeline.formats.validate import metadata_refusals
+from pipeline.formats.write import PREP_DIR
+from pipeline.jobs.convert import verify_output
+from pipeline.jobs.edit.plan import check_cuts, plan, units_of
+from pipeline.jobs.edit.publish import PUBLISH, REPORT_REL, EditReduce, EditReport, write_report
+from pipeline.jobs.edit.selection import EditOptions, Source, plan_tasks, select
+from pipeline.jobs.output import OptionsFile, OutputClaim, check_paths, claim_output
+from pipeline.runner import Engine
+from pipeline.stages.edit import edit_failed, edit_unit
+
+FORMATS = VERSIONS
+OPTIONS_REL = f"{PREP_DIR}/edit_options.json"
+OPTIONS = OptionsFile(OPTIONS_REL, "edit_options", "edit")
+DROPPED_LISTED = 10_000
+
+
+
+def open_source(src: Path, out: Path) -> dict[str, Any]:
+    info = read_info(src)
+    fmt = info["codebase_version"]
+    if fmt not in FORMATS:
+        raise DatasetError(src / "meta/info.json", f"codebase_version {fmt!r}: prep edit reads v2.1 and v3.0")
+    check_paths(src, out)
+    metadata_refusals(src, "edit")[0].raise_if_any()
+    return info
+
+
+def claim_edit_output(out: Path) -> OutputClaim:
+    """The edit's output, refused now when busy, not an edit's, or holding a link (`claim_output`)."""
+    return claim_output(out, "edit", OPTIONS)
+
+
+def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, verify: bool = True,
+                 reencode_partial: bool = False) -> EditReport:
+    """Write `src` without the episodes `options` leaves out into the dataset `out` (same format) through
+    `engine`; resumable; never writes under `src`. Raises `EditRefused` (a cut off a keyframe) and
+    `PrepError` for a bad selection, dataset or output, before anything is written."""
+    src, out = Path(src).absolute(), Path(out).absolute()
+    info = open_source(src, out)
+    sel, total = select(options, src, info)
+    claim = claim_edit_output(out)
+    source = Source(src, info, sel, plan_tasks(src, info, sel))
+    return write_edit([source], claim, total, engine, verify=verify, reencode_partial=reencode_partial)
+
+
+def write_edit(sources: Sequence[Source], claim: OutputClaim, total: int, engine: Engine, *, verify: bool = True,
+               settings_extra: dict[str, Any] | None = None, cuts_checked: bool = False,
+               info_out: dict[str, Any] | None = None, reencode_partial: bool = False) -> EditReport:
+    """The claimed output holding the episodes each source's selection keeps, in order (the sources and the
+    output already checked). `info_out`: the output's info.json before its totals (default: the first
+    source's)."""
+    out = claim.path
+    first = sources[0]
+    fmt = first.info["codebase_version"]
+    kept = sum(s.sel.kept_count for s in sources)
+    dropped = [{"episode": e, "reason": r} for e, r in itertools.islice(
+        (d for s in sources for d in s.sel.iter_dropped()), DROPPED_LISTED)]
+    if len(sources) == 1:
+        settings = {"format": fmt, "kept": first.sel.kept_ranges(), "source_episodes": total}
+    else:
+        settings = {"format": fmt, "kept": "all", "source_episodes": total,
+                    "merge": [str(s.src.resolve()) for s in sources]}
+    settings.update(settings_extra or {})
+    if reencode_partial:
+        settings["reencode_partial"] = True
+    report = EditReport(str(first.src), str(out), fmt, settings, engine.backend, source_episodes=total,
+                        dropped_total=sum(s.sel.dropped_count for s in sources), dropped=dropped)
+    engine.prepare(kept)  # the session is up (a large edit: its cluster started) before anything is written
+    if not cuts_checked:
+        check_cuts(sources, out, engine, reencode_partial=reencode_partial)
+    with claim.hold(settings, source=first.src):
+        t0 = time.perf_counter()
+        reduce = EditReduce(report)
+        for batch in engine.map(edit_unit, units_of(plan(sources, out)), on_error=edit_failed,
+                                desc="edit", unit_name="file", cost_s=None,
+                                measure=lambda rs: {"files": float(len(rs))}):
+            for results in batch.results:
+                for r in results:
+                    reduce.add(r)
+        claim.remove_temps()  # temp files of workers killed mid-task (their task was retried)
+        report.seconds = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        try:
+            if not report.failures:
+                PUBLISH[fmt](sources, out, info_out if info_out is not None else first.info, report)
+                report.complete = True
+            report.publish_seconds = time.perf_counter() - t1
+            write_report(out, report)
+        except OSError as exc:
+            raise PrepError(f"{out}: writing metadata failed: {exc.strerror or exc}"
+                            f"{f' ({exc.filename})' if exc.filename else ''}; finished files are kept and "
+                            "meta/info.json is written only when complete: free space and rerun") from None
+    if report.complete and verify:
+        report.verify = verify_output(out, engine)
+        write_report(out, report)
+    return report
+
+
+# ---- --to: the edit in the other format ------------------------------------------------------------
+
+STAGED_REL = f"{PREP_DIR}/edited"  # the edit in the source's format, converted into <out>
+
+
+@dataclass(slots=True)
+class EditAsReport:
+    """`--to` the other format: the edit (staged in `<out>/prep/edited`), then its conversion into `<out>`."""
+
+    edit: EditReport
+    convert: Any = None  # pipeline.jobs.convert.ConvertReport | None (None: the edit failed)
+    staged_removed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.edit.ok and self.convert is not None and bool(self.convert.ok)
+
+
+def edit_as(to: str, out: Path, engine: Engine, edit: Any, *, verify: bool = True) -> EditAsReport:
+    """Run `edit(staged_out, verify)` (an edit or merge writing the source's format) into `<out>/prep/edited`,
+    then `prep convert` it into `out` by stream copy (pipeline.jobs.convert, its checks and refusals: v3.0 ->
+    v2.1 needs every episode to start on a keyframe) and remove the staged copy. Both steps resume per file."""
+    from pipeline.formats.v30 import Limits
+    from pipeline.jobs.convert import ConvertOptions, convert_dataset
+    from pipeline.jobs.convert import check_options as check_convert
+
+    out = Path(out).absolute()
+    check_convert(ConvertOptions(to))
+    claim = claim_output(out, "edit", None)  # busy or holding a link: refused now (its options are the convert's)
+    staged = out / STAGED_REL
+    first: EditReport = edit(staged, False)  # refusals before anything is written; its own lock
+    result = EditAsReport(first)
+    if not first.ok:
+        return result
+    info = read_info(staged)
+    limits = Limits(chunks_size=int(info.get("chunks_size", 1000)),
+                    data_files_size_in_mb=float(info.get("data_files_size_in_mb", 100)),
+                    video_files_size_in_mb=float(info.get("video_files_size_in_mb", 200)))
+    with claim.hold():
+        result.convert = convert_dataset(staged, out, ConvertOptions(to, limits), engine, verify=verify, staged=True)
+        if result.convert.ok:
+            atomic.write_json(out / REPORT_REL, json.loads(atomic.read_regular_text(staged / REPORT_REL)), indent=2,
+                              root=out)
+            shutil.rmtree(staged)
+            result.staged_removed = True
+    return result
