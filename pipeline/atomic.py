@@ -84,8 +84,6 @@ class UnsafePathError(PrepError):
 
 # ---- naming what is in the way -------------------------------------------------------------------
 
-shown = printable  # the one escaper of a path or value in a message (pipeline.text); this name is kept for edit.py
-
 
 def kind_of(mode: int) -> str | None:
     """What a non-regular, non-folder entry is (None for a regular file or a folder)."""

@@ -38,7 +38,7 @@ from typing import Any
 from pipeline import atomic
 from pipeline.clock import utc_now
 from pipeline.errors import PrepError
-from pipeline.text import one_line
+from pipeline.text import one_line, printable
 
 MAX_FAILED_STARTS = 3  # jobs in a row that ended before their worker connected: no more replacements after that
 COMPLETING_WAIT_S = 30.0  # a job seen COMPLETING is acted on once it has its final state, or after this long
@@ -291,7 +291,7 @@ class JobController:
         try:
             atomic.make_dirs(self.records)
         except OSError as exc:
-            raise PrepError(f"cannot write the SLURM records to {atomic.shown(self.records)}: "
+            raise PrepError(f"cannot write the SLURM records to {printable(self.records)}: "
                             f"{atomic.describe(self.records, exc)}") from None
         try:
             first = self.submit()
@@ -481,7 +481,7 @@ class JobController:
                 "failed_starts": self.failed_starts, "not_replaced": self.gave_up,
                 "jobs": [j.record() for j in self.jobs.values()]}, root=self.records)
         except OSError as exc:
-            raise PrepError(f"cannot write the SLURM records to {atomic.shown(self.records)}: "
+            raise PrepError(f"cannot write the SLURM records to {printable(self.records)}: "
                             f"{atomic.describe(self.records, exc)}") from None
 
 

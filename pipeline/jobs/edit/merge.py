@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline import atomic
 from pipeline.errors import PrepError
 from pipeline.jobs.edit.job import claim_edit_output, open_source, write_edit
 from pipeline.jobs.edit.publish import EditReport
 from pipeline.jobs.edit.selection import Selection, Source, TaskPlan, episode_tasks, plan_tasks
 from pipeline.runner import Engine
+from pipeline.text import printable
 
 # LeRobot's `features_equal_for_merge`: a video feature's encoder settings under `info` may differ
 VIDEO_ENCODER_INFO_KEYS = frozenset(f"video.{k}" for k in ("g", "crf", "preset", "fast_decode", "extra_options",
@@ -78,7 +78,7 @@ def merge_datasets(srcs: Sequence[Path], out: Path, engine: Engine, *, verify: b
     for s, info in zip(srcs[1:], infos[1:], strict=True):
         diff = merge_difference(infos[0], info)
         if diff is not None:
-            raise PrepError(f"--merge: {atomic.shown(s)} cannot be merged with {atomic.shown(srcs[0])}: {diff}")
+            raise PrepError(f"--merge: {printable(s)} cannot be merged with {printable(srcs[0])}: {diff}")
     claim = claim_edit_output(out)
     layout = merged_info(infos)
     merged: list[str] = []

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline import atomic
 from pipeline.dataset.info import format_template, video_keys
 from pipeline.dataset.model import resolve_inside
 from pipeline.errors import PrepError
@@ -42,6 +41,7 @@ from pipeline.stages.edit import (
     check_splice_failed,
 )
 from pipeline.stages.edit_video import SpliceSpan
+from pipeline.text import printable
 from pipeline.video.remux import StartProblem
 
 FAILURES_LISTED = 10_000
@@ -426,7 +426,7 @@ def check_cuts(sources: Sequence[Source], out: Path, engine: Engine, *, reencode
         overlaps = overlap_refusals(s) if format_of(s.info).layout.shares_files else []
         if overlaps:
             more = f" (and {len(overlaps) - 1} more overlaps)" if len(overlaps) > 1 else ""
-            raise EditRefused(f"{atomic.shown(s.src)}: {overlaps[0].line(float(s.info['fps']), s.sel)}{more}", [])
+            raise EditRefused(f"{printable(s.src)}: {overlaps[0].line(float(s.info['fps']), s.sel)}{more}", [])
     problems: list[StartProblem] = []
     for s in sources:
         if format_of(s.info).layout.shares_files and s.sel.dropped_count:  # a shared file loses an episode

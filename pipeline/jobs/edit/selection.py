@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline import atomic
 from pipeline.errors import DatasetError, PrepError
 from pipeline.formats import format_of
+from pipeline.text import printable
 from pipeline.text import shown as shown_value
 
 KEPT_RANGES_LISTED = 10_000  # edit_options.json lists the kept ranges up to this many, else their sha256
@@ -206,7 +206,7 @@ def _report_episodes(doc: dict[str, Any], shown: str, ds: Any) -> dict[int, str]
         if type(ep) is not int:  # a bool or a float is refused, never read as 1 or 2
             raise PrepError(f"{where}.episode is {shown_value(ep, 60)}, not an episode index (an integer)")
         if ds.episodes.position(ep) is None:
-            raise PrepError(f"{where}.episode is {shown_value(ep, 60)}, not an episode of {atomic.shown(ds.root)}: "
+            raise PrepError(f"{where}.episode is {shown_value(ep, 60)}, not an episode of {printable(ds.root)}: "
                             "verify this dataset again")
         if status not in ("passed", "failed"):
             raise PrepError(f"{where}.status is {shown_value(status, 60)}, not \"passed\" or \"failed\"")
@@ -229,7 +229,7 @@ def failed_in_report(report_path: Path, src: Path) -> dict[int, str]:
     from pipeline.formats import open_dataset
     from pipeline.jobs import identity
 
-    shown = atomic.shown(report_path)
+    shown = printable(report_path)
     try:
         doc = read_json(report_path)
     except (OSError, ValueError) as exc:
@@ -241,7 +241,7 @@ def failed_in_report(report_path: Path, src: Path) -> dict[int, str]:
     recorded = dataset.get("fingerprint")
     if identity.recorded_mode(recorded) is None:
         raise PrepError(f"--drop-failed {shown}: the report has no dataset fingerprint of this prep (written by an "
-                        f"older prep): run `prep verify {atomic.shown(src)} --out REPORT` again")
+                        f"older prep): run `prep verify {printable(src)} --out REPORT` again")
     assert isinstance(recorded, dict)
     ds, _rejected = open_dataset(src)
     root = dataset.get("root")
@@ -330,7 +330,7 @@ def select(options: EditOptions, src: Path, info: dict[str, Any]) -> tuple[Selec
         n_out = members.count_outside(total)
         if n_out:
             first = next(x for x in members.values if not 0 <= x < total)
-            raise PrepError(f"{flag}: episode {first} is not in {atomic.shown(src)} (episodes 0..{total - 1})"
+            raise PrepError(f"{flag}: episode {first} is not in {printable(src)} (episodes 0..{total - 1})"
                             + (f" (and {n_out - 1} more)" if n_out > 1 else ""))
     if not sel.kept_count:
         raise PrepError(f"nothing would be left: every one of the {total} episodes is dropped")

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline import atomic
 from pipeline.errors import PrepError
 from pipeline.formats.write import PREP_DIR
 from pipeline.jobs.edit.job import claim_edit_output, open_source, write_edit
@@ -28,6 +27,7 @@ from pipeline.jobs.edit.selection import (
 )
 from pipeline.jobs.output import OutputClaim
 from pipeline.runner import Engine
+from pipeline.text import printable
 
 
 @dataclass(slots=True, frozen=True)
@@ -183,7 +183,7 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
     if out.exists():
         others = sorted(p.name for p in out.iterdir() if p.name not in chosen)
         if others:
-            raise PrepError(f"output {atomic.shown(out)} holds {', '.join(atomic.shown(o) for o in others[:3])}, "
+            raise PrepError(f"output {printable(out)} holds {', '.join(printable(o) for o in others[:3])}, "
                             "which is not a part of this split; choose another --out")
     split_settings = {"split": {p.name: (p.fraction if p.fraction is not None else ranges(list(p.episodes or ())))
                                 for p in parts}, "seed": seed, "shuffle": shuffle, "group_by_task": group_by_task}
