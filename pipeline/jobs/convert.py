@@ -64,7 +64,7 @@ from pipeline.formats.v30 import (
 )
 from pipeline.formats.validate import metadata_refusals
 from pipeline.formats.write import PREP_DIR
-from pipeline.jobs.output import OptionsFile, claim_output
+from pipeline.jobs.output import FAILURES_LISTED, OptionsFile, claim_output, count_file, publish_files
 from pipeline.runner import Engine
 from pipeline.schemas import validate
 from pipeline.stages.convert import (
@@ -82,7 +82,6 @@ FORMATS = VERSIONS
 OPTIONS_REL = f"{PREP_DIR}/convert_options.json"
 OPTIONS = OptionsFile(OPTIONS_REL, "convert_options", "convert")
 REPORT_REL = f"{PREP_DIR}/convert_report.json"
-FAILURES_LISTED = 10_000
 WRITTEN_LISTED = 10_000
 SPLIT_GROUP_MAX = 1000  # episode parquets per task at most (a larger v3.0 file is read once per group)
 # No cost hint for the maps: a unit's cost ranges from a 1-episode cut (~10 ms) to a 200 MB concat (seconds),
@@ -218,21 +217,11 @@ class ConvertReduce:
         self.report = report
 
     def add(self, r: ConvertResult) -> None:
-        rep = self.report
-        rep.files += 1
-        if r.status == "failed":
-            rep.failed += 1
-            if len(rep.failures) < FAILURES_LISTED:
-                rep.failures.append({"path": r.out_rel, "kind": r.kind, "reason": r.reason})
+        if not count_file(self.report, r):
             return
-        rep.out_bytes += r.out_bytes
-        rep.index_rewritten += r.index_rewritten
-        if r.status == "written":
-            rep.written += 1
-            if len(rep.written_files) < WRITTEN_LISTED:
-                rep.written_files.append(r.out_rel)
-        else:
-            rep.kept += 1
+        self.report.index_rewritten += r.index_rewritten
+        if r.status == "written" and len(self.report.written_files) < WRITTEN_LISTED:
+            self.report.written_files.append(r.out_rel)
 
 
 # ---- publish ---------------------------------------------------------------------------------------
@@ -357,17 +346,7 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
                     reduce.add(r)
         claim.remove_temps()  # temp files of workers killed mid-task (their task was retried)
         report.seconds = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        try:
-            if not report.failures:
-                PUBLISH[options.to](src, out, info, options, report)
-                report.complete = True
-            report.publish_seconds = time.perf_counter() - t1
-            write_report(out, report)
-        except OSError as exc:
-            raise PrepError(f"{out}: writing metadata failed: {exc.strerror or exc}"
-                            f"{f' ({exc.filename})' if exc.filename else ''}; finished files are kept and "
-                            "meta/info.json is written only when complete: free space and rerun") from None
+        publish_files(out, report, lambda: PUBLISH[options.to](src, out, info, options, report), write_report)
     if report.complete and verify:
         report.verify = verify_output(out, engine, all_intra=all_intra)
         write_report(out, report)

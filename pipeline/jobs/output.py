@@ -26,10 +26,11 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pipeline import atomic
 from pipeline.errors import PrepError
@@ -37,6 +38,9 @@ from pipeline.formats.write import PREP_DIR
 from pipeline.schemas import validate
 from pipeline.storage import Location, Store, local_location
 from pipeline.text import printable
+
+if TYPE_CHECKING:
+    from pipeline.stages.result import FileResult  # checks only: commands import this module without PyAV
 
 LOCK_REL = f"{PREP_DIR}/output.lock"  # the one lock file of an output folder, whatever the command
 _HELD: dict[str, int] = {}  # realpath of an output -> how deep this process holds its lock
@@ -209,3 +213,57 @@ def claim_output(out: Path, command: str, options: OptionsFile | None, *, source
     `<out>/prep/...` (`reencode_as`, `edit --to`); `options` None: no options file of its own (a staged job's
     outer output)."""
     return OutputClaim(out, command, options, sources=sources, staged=staged, folders=folders)
+
+
+# ---- what the stream-copy jobs (convert, edit) share after their map ---------------------------------------------
+
+FAILURES_LISTED = 10_000  # failed output files listed in a report (all are counted)
+
+
+class FilesReport(Protocol):
+    """The counts a convert or edit report keeps of its output files."""
+
+    files: int
+    written: int
+    kept: int
+    failed: int
+    out_bytes: int
+    complete: bool
+    publish_seconds: float
+    failures: list[dict[str, Any]]
+
+
+R = TypeVar("R", bound=FilesReport)
+
+
+def count_file(report: FilesReport, r: FileResult) -> bool:
+    """One output file's result into the report's counts (a failure listed, up to `FAILURES_LISTED`); False
+    for a failed file."""
+    report.files += 1
+    if r.failed:
+        report.failed += 1
+        if len(report.failures) < FAILURES_LISTED:
+            report.failures.append({"path": r.out_rel, "kind": r.kind, "reason": r.reason})
+        return False
+    report.out_bytes += r.out_bytes
+    if r.status == "written":
+        report.written += 1
+    else:
+        report.kept += 1
+    return True
+
+
+def publish_files(out: Path, report: R, publish: Callable[[], None], write_report: Callable[[Path, R], None]) -> None:
+    """After a stream-copy job's map: its metadata (`publish`, meta/info.json last) only when every output file
+    succeeded, then its report; a failed write is one line saying what is kept."""
+    t1 = time.perf_counter()
+    try:
+        if not report.failures:
+            publish()
+            report.complete = True
+        report.publish_seconds = time.perf_counter() - t1
+        write_report(out, report)
+    except OSError as exc:
+        raise PrepError(f"{out}: writing metadata failed: {exc.strerror or exc}"
+                        f"{f' ({exc.filename})' if exc.filename else ''}; finished files are kept and "
+                        "meta/info.json is written only when complete: free space and rerun") from None

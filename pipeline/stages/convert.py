@@ -41,7 +41,7 @@ from pipeline.formats.hf import target_metadata
 from pipeline.formats.plan import DataConcatUnit, DataSplitUnit, KeyframeCheckUnit, VideoConcatUnit, VideoCutUnit
 from pipeline.rates import fps_fraction, frames_to_seconds
 from pipeline.stages.keep import keep_or_write
-from pipeline.stages.result import FileResult, failure_text, file_stage
+from pipeline.stages.result import FileResult, failure_text, file_stage, reason_of
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, CheckFailure, Span, VideoExpect, check_coverage, check_video
 from pipeline.video.remux import ConcatInput, StartProblem, concat_stream_copy, cut_stream_copy, episodes_off_keyframe
 
@@ -355,12 +355,12 @@ def unit_outputs(unit: ConvertUnit) -> list[tuple[str, int, int]]:
 
 def convert_failed(unit: ConvertUnit, exc: BaseException) -> list[ConvertResult]:
     """The results of a unit whose task raised or whose worker died beyond the retries."""
-    reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    reason = reason_of(exc)
     return [FileResult(kind=KINDS[type(unit)], out_rel=rel, status=Status.FAILED, reason=reason, episodes=n, frames=f)
             for rel, n, f in unit_outputs(unit)]
 
 
 def keyframes_failed(unit: KeyframeCheckUnit, exc: BaseException) -> list[StartProblem]:
-    reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    reason = reason_of(exc)
     return [StartProblem(ep, unit.camera, str(Path(unit.src_root) / unit.rel), f"not checked: {reason}")
             for ep, _t0, _t1, _n in unit.spans]

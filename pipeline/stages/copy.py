@@ -24,7 +24,7 @@ from pipeline import atomic
 from pipeline.checks import Status
 from pipeline.dataset.model import require_file, resolve_inside
 from pipeline.errors import EpisodeError
-from pipeline.stages.result import StageResult
+from pipeline.stages.result import StageResult, reason_of
 
 
 @dataclass(slots=True, frozen=True)
@@ -171,5 +171,5 @@ def write_by_episode(table: pa.Table, episodes: np.ndarray, path: Path) -> None:
 
 
 def copy_failed(unit: DataUnit, exc: BaseException) -> DataCopied:
-    reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    reason = reason_of(exc)
     return DataCopied(unit.rel, unit.episodes, status=Status.FAILED, reason=reason, path=unit.rel)

@@ -41,7 +41,7 @@ from pipeline.stages.edit_video import (
     splice_segments,
 )
 from pipeline.stages.keep import OutputRecord, keep_or_write, record_of
-from pipeline.stages.result import FileResult, file_stage
+from pipeline.stages.result import FileResult, file_stage, reason_of
 from pipeline.video.checks import Span
 from pipeline.video.remux import StartProblem
 
@@ -264,7 +264,7 @@ def check_splice(unit: SpliceCheckUnit) -> list[StartProblem]:
 
 
 def check_splice_failed(unit: SpliceCheckUnit, exc: BaseException) -> list[StartProblem]:
-    reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    reason = reason_of(exc)
     return [StartProblem(s.episode, unit.camera, str(Path(unit.src_root) / unit.src_rel), f"not checked: {reason}")
             for s in unit.spans if s.keep]
 
@@ -400,7 +400,7 @@ def edit_unit(unit: EditUnit) -> list[EditResult]:
 
 def edit_failed(unit: EditUnit, exc: BaseException) -> list[EditResult]:
     """The result of a unit whose task raised or whose worker died beyond the retries."""
-    reason = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    reason = reason_of(exc)
     episodes = 1 if isinstance(unit, CopyVideoUnit | ReencodeVideoUnit) else len(unit.new_episodes) if isinstance(
         unit, SpliceVideoUnit) else len(unit.parts)
     return [FileResult(kind=KINDS[type(unit)], out_rel=unit.out_rel, status=Status.FAILED, reason=reason,

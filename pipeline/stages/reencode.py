@@ -35,7 +35,7 @@ from pipeline.stages.keep import (
     keep_or_write,
     source_fingerprint,
 )
-from pipeline.stages.result import StageResult
+from pipeline.stages.result import StageResult, reason_of
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,
@@ -189,8 +189,7 @@ def check_source(probe: VideoProbe, unit: ReencodeUnit, quarter_turn: bool = Fal
 
 
 def reencode_failed(unit: ReencodeUnit, exc: BaseException) -> ReencodeResult:
-    reason = exc.message if isinstance(exc, EpisodeError) else (
-        str(exc) if isinstance(exc, atomic.WriteError) else f"{type(exc).__name__}: {exc}")
+    reason = str(exc) if isinstance(exc, atomic.WriteError) else reason_of(exc)
     return ReencodeResult(rel=unit.rel, camera=unit.camera, status=Status.FAILED, reason=reason)
 
 

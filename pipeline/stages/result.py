@@ -57,3 +57,9 @@ def file_stage(kind: str, out_rel: str, episodes: int, frames: int, body: Callab
 def failure_text(failures: Sequence[CheckFailure]) -> str:
     """The first three findings of a check, one line (`+N more`)."""
     return "; ".join(f.line() for f in failures[:3]) + (f" (+{len(failures) - 3} more)" if len(failures) > 3 else "")
+
+
+def reason_of(exc: BaseException) -> str:
+    """The reason a unit failed, for its result: an `EpisodeError`'s message (the file and the value), else the
+    exception's type and text (a stage bug, a worker lost)."""
+    return exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"

@@ -21,6 +21,7 @@ from pipeline.dataset.features import is_high_bit_gray
 from pipeline.dataset.model import CameraInfo, Dataset, Episode, require_file, resolve_inside
 from pipeline.errors import EpisodeError, WorkerLost
 from pipeline.formats import format_of
+from pipeline.stages.result import reason_of
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,
@@ -158,7 +159,7 @@ def verify_unit_failed(unit: VerifyUnit, exc: BaseException) -> list[EpisodeVeri
                               failures=[CheckFailure(WORKER_LOST, "the checks to run", str(exc), ep.index, None,
                                                      path)])
                 for ep in unit.episodes]
-    found = exc.message if isinstance(exc, EpisodeError) else f"{type(exc).__name__}: {exc}"
+    found = reason_of(exc)
     return [
         EpisodeVerify(ep.index, ep.frames_expected,
                       failures=[CheckFailure("stage", "the checks to run", found, ep.index, None, None)])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import atomic
-from pipeline.errors import DatasetError, PrepError
+from pipeline.errors import DatasetError
 from pipeline.formats import VERSIONS, read_info
 from pipeline.formats.validate import metadata_refusals
 from pipeline.formats.write import PREP_DIR
@@ -22,7 +22,7 @@ from pipeline.jobs.convert import verify_output
 from pipeline.jobs.edit.plan import check_cuts, plan, units_of
 from pipeline.jobs.edit.publish import PUBLISH, REPORT_REL, EditReduce, EditReport, write_report
 from pipeline.jobs.edit.selection import EditOptions, Source, plan_tasks, select
-from pipeline.jobs.output import OptionsFile, OutputClaim, check_paths, claim_output
+from pipeline.jobs.output import OptionsFile, OutputClaim, check_paths, claim_output, publish_files
 from pipeline.runner import Engine
 from pipeline.stages.edit import edit_failed, edit_unit
 
@@ -97,17 +97,8 @@ def write_edit(sources: Sequence[Source], claim: OutputClaim, total: int, engine
                     reduce.add(r)
         claim.remove_temps()  # temp files of workers killed mid-task (their task was retried)
         report.seconds = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        try:
-            if not report.failures:
-                PUBLISH[fmt](sources, out, info_out if info_out is not None else first.info, report)
-                report.complete = True
-            report.publish_seconds = time.perf_counter() - t1
-            write_report(out, report)
-        except OSError as exc:
-            raise PrepError(f"{out}: writing metadata failed: {exc.strerror or exc}"
-                            f"{f' ({exc.filename})' if exc.filename else ''}; finished files are kept and "
-                            "meta/info.json is written only when complete: free space and rerun") from None
+        publish_files(out, report, lambda: PUBLISH[fmt](sources, out, info_out if info_out is not None else first.info,
+                                                        report), write_report)
     if report.complete and verify:
         report.verify = verify_output(out, engine)
         write_report(out, report)

@@ -25,6 +25,7 @@ from pipeline.formats.plan import file_mb, parquet_uncompressed_mb
 from pipeline.formats.v21 import iter_v21_episode_lines
 from pipeline.formats.v30 import iter_v30_episodes, next_chunk_file
 from pipeline.jobs.edit.selection import Selection, Source
+from pipeline.jobs.output import FAILURES_LISTED
 from pipeline.runner import Engine
 from pipeline.stages.edit import (
     CopyVideoUnit,
@@ -43,8 +44,6 @@ from pipeline.stages.edit import (
 from pipeline.stages.edit_video import SpliceSpan
 from pipeline.text import printable
 from pipeline.video.remux import StartProblem
-
-FAILURES_LISTED = 10_000
 
 
 class EditRefused(PrepError):

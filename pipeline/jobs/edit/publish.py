@@ -29,8 +29,9 @@ from pipeline.formats.v21 import (
 from pipeline.formats.v30 import V30EpisodesWriter, iter_v30_episodes, stats_of_row, write_tasks_v30
 from pipeline.formats.write import PREP_DIR
 from pipeline.jobs.convert import copy_root_files
-from pipeline.jobs.edit.plan import FAILURES_LISTED, Placed, plan
+from pipeline.jobs.edit.plan import Placed, plan
 from pipeline.jobs.edit.selection import Source, TaskPlan
+from pipeline.jobs.output import FAILURES_LISTED, count_file
 from pipeline.rates import frames_to_seconds
 from pipeline.schemas import validate
 from pipeline.stages.edit import EditResult
@@ -130,21 +131,10 @@ class EditReduce:
 
     def add(self, r: EditResult) -> None:
         rep = self.report
-        rep.files += 1
-        if r.status == "failed":
-            rep.failed += 1
-            if len(rep.failures) < FAILURES_LISTED:
-                rep.failures.append({"path": r.out_rel, "kind": r.kind, "reason": r.reason})
-            return
-        rep.out_bytes += r.out_bytes
-        if r.kind == "video-reencode":
+        if count_file(rep, r) and r.kind == "video-reencode":
             rep.reencoded_total += 1
             if len(rep.reencoded) < FAILURES_LISTED:
                 rep.reencoded.append({"path": r.out_rel, "status": r.status, "note": r.note})
-        if r.status == "written":
-            rep.written += 1
-        else:
-            rep.kept += 1
 
 
 # ---- publish --------------------------------------------------------------------------------------
