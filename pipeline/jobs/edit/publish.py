@@ -177,6 +177,20 @@ def _copy_global_stats(src: Path, out: Path) -> None:
             shutil.copyfile(src / "meta/stats.json", tmp)
 
 
+def _finish(src: Path, out: Path, info_out: dict[str, Any], report: EditReport, agg: StatsAggregator | None,
+            episodes: int, frames: int, cameras: int) -> None:
+    """Either format's last files: the global stats (the kept episodes' aggregate, else the source's), the
+    source's top-level files, then meta/info.json with the output's totals."""
+    if agg is not None:
+        atomic.write_lerobot_json(out / "meta/stats.json", _global_stats(agg, src), root=out)
+    else:
+        _copy_global_stats(src, out)
+    copy_root_files(src, out)
+    report.episodes, report.frames = episodes, frames
+    atomic.write_lerobot_json(out / "meta/info.json", _info(info_out, episodes=episodes, frames=frames,
+                                                            tasks=report.tasks, cameras=cameras), root=out)
+
+
 def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], report: EditReport) -> None:
     report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", enumerate(sources[0].tasks.tasks), root=out)
     episodes = frames = 0
@@ -209,15 +223,8 @@ def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
                     episodes += 1
                     frames += length
                 old_from += length
-    if with_stats:
-        atomic.write_lerobot_json(out / "meta/stats.json", _global_stats(agg, sources[0].src), root=out)
-    else:
-        _copy_global_stats(sources[0].src, out)
-    copy_root_files(sources[0].src, out)
-    report.episodes, report.frames = episodes, frames
     cameras = len(video_keys(info_out, sources[0].src / "meta/info.json"))
-    atomic.write_lerobot_json(out / "meta/info.json", _info(info_out, episodes=episodes, frames=frames,
-                                                            tasks=report.tasks, cameras=cameras), root=out)
+    _finish(sources[0].src, out, info_out, report, agg if with_stats else None, episodes, frames, cameras)
 
 
 def publish_v30(sources: Sequence[Source], out: Path, info_out: dict[str, Any], report: EditReport) -> None:
@@ -268,14 +275,7 @@ def publish_v30(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
     except BaseException:
         writer.abort()
         raise
-    if has_stats:
-        atomic.write_lerobot_json(out / "meta/stats.json", _global_stats(agg, sources[0].src), root=out)
-    else:
-        _copy_global_stats(sources[0].src, out)
-    copy_root_files(sources[0].src, out)
-    report.episodes, report.frames = episodes, frames
-    atomic.write_lerobot_json(out / "meta/info.json", _info(info_out, episodes=episodes, frames=frames,
-                                                            tasks=report.tasks, cameras=0), root=out)
+    _finish(sources[0].src, out, info_out, report, agg if has_stats else None, episodes, frames, 0)
 
 
 PUBLISH = {"v2.1": publish_v21, "v3.0": publish_v30}
