@@ -83,7 +83,7 @@ def fingerprint_matches(recorded: Any, path: Path, mode: str = DEFAULT_FINGERPRI
     return recorded.get("mtime_ns") == now["mtime_ns"] and recorded.get("ctime_ns") == now["ctime_ns"]
 
 
-def file_identity(path: Path) -> dict[str, Any]:
+def file_identity(path: Path) -> dict[str, int | str]:
     """What an output file is, for its record: its size and the hash of three blocks (a file cut short, padded or
     replaced since it was written is not the recorded one)."""
     fp = source_fingerprint(path, content=False)
@@ -108,24 +108,23 @@ class OutputRecord:
     content: bool = False
     root: Path | None = None  # the output folder the record is in (no folder below it may be a link)
 
-    def load(self, output: Path) -> dict[str, Any] | None:
-        """The record, when it says `output` is the file written for this key from these very sources."""
+    def matches(self, output: Path) -> bool:
+        """The record says `output` is the file written for this key from these very sources."""
         try:
             doc = json.loads(atomic.read_regular_text(self.path))
         except (OSError, ValueError, RecursionError):
-            return None
+            return False
         if not isinstance(doc, dict) or doc.get("key") != _as_json(self.key):
-            return None
+            return False
         sources = doc.get("sources")
         if not isinstance(sources, list) or len(sources) != len(self.sources):
-            return None
+            return False
         if not all(fingerprint_matches(fp, src, self.mode) for fp, src in zip(sources, self.sources, strict=True)):
-            return None
+            return False
         try:
-            same = doc.get("output") == file_identity(output)
+            return bool(doc.get("output") == file_identity(output))
         except OSError:
-            return None
-        return doc if same else None
+            return False
 
     def save(self, output: Path, **extra: Any) -> None:
         """Record `output` (the temp file about to be renamed into place) with `extra` fields. Renamed into place,
@@ -149,7 +148,7 @@ def keep_or_write(dst: Path, root: Path, write: Callable[[Path], object], check:
     `keep` (default: `check`, the checks of a new file); else `Status.WRITTEN`: `write(tmp)` under a temp name beside
     `dst`, `check(tmp)` (a reason refuses it: `EpisodeError(episode, blame or dst, reason)`, and the temp file is
     removed), `saved(tmp)` (the stage's own sidecar) and the record saved, then the rename."""
-    if dst.is_file() and (record is None or record.load(dst) is not None) and \
+    if dst.is_file() and (record is None or record.matches(dst)) and \
             (keep(dst) if keep is not None else check(dst) is None):
         return Status.KEPT
     with atomic.atomic_path(dst, root) as tmp:
