@@ -236,6 +236,18 @@ class ObjectStore(Store):
                 return
             token = {"ContinuationToken": page["NextContinuationToken"]}
 
+    def is_dir(self, rel: str) -> bool:
+        """A prefix holding at least one object (one LIST request of one key)."""
+        top = self.key(rel)
+        if self.location.scheme != "s3":
+            with translated(self._url(rel)):
+                return bool(self.fs.isdir(top))
+        bucket, _, key_prefix = top.partition("/")
+        with translated(self._url(rel)):
+            page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key_prefix + "/" if key_prefix else "",
+                                   MaxKeys=1)
+        return bool(page.get("Contents"))
+
     @contextlib.contextmanager
     def local_copy(self, rel: str, what: str = "file") -> Iterator[Path]:
         self._info(rel, what)
