@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,10 +22,11 @@ import numpy as np
 
 from pipeline import atomic
 from pipeline.dataset.features import is_depth_feature, is_high_bit_gray
-from pipeline.dataset.model import CameraInfo, Dataset, resolve_inside
+from pipeline.dataset.model import CameraInfo, Dataset
 from pipeline.errors import EpisodeError
 from pipeline.formats.base import EpisodeVideo
 from pipeline.formats.write import PREP_DIR
+from pipeline.storage import HEADER_BLOCK, STREAM_BLOCK, Location, Source, StorePath, as_file, local_location
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,
@@ -96,7 +95,7 @@ class ReencodeOptions:
 
 @dataclass(slots=True, frozen=True)
 class ReencodeUnit:
-    src_root: str
+    src_root: Location  # the source dataset: its file `rel` is read through its store
     out_root: str
     rel: str
     camera: str
@@ -162,7 +161,7 @@ def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator
             Span(ep.index, ep.video(camera).from_timestamp, ep.video(camera).to_timestamp, ep.frames_expected)
             for ep in episodes
         )
-        yield ReencodeUnit(str(ds.root), str(out), rel, camera, ds.fps, spans, options,
+        yield ReencodeUnit(ds.location, str(out), rel, camera, ds.fps, spans, options,
                            declared_size(cameras[camera]), depth[camera])
 
 
@@ -295,33 +294,42 @@ FINGERPRINT_BLOCK = 65_536  # bytes hashed at the start, middle and end of a sou
 CONTENT_CHUNK = 1 << 20
 
 
-def content_hash(path: Path) -> str:
-    """BLAKE2b (16 bytes) of every byte of the file."""
+def content_hash(path: Source) -> str:
+    """BLAKE2b (16 bytes) of every byte of the file (streamed through its store)."""
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
+    with as_file(path).open(block_size=STREAM_BLOCK) as fh:
         while block := fh.read(CONTENT_CHUNK):
             h.update(block)
     return h.hexdigest()
 
 
-def source_fingerprint(path: Path, *, content: bool = True) -> dict[str, Any]:
-    """Size, mtime, inode change time (ctime), a hash of three blocks and (`content`) of every byte: what a
-    rerun compares (`fingerprint_matches`) to keep an output made from this very file."""
-    st = os.stat(path)
+def version_keys(path: StorePath) -> dict[str, Any]:
+    """What says the bytes of a file may have changed without its size and mtime: a local file's inode change
+    time (`ctime_ns`), an object's ETag (`etag`)."""
+    st = path.stat()
+    if path.location.is_local:  # the local store's version: "<inode>:<ctime_ns>"
+        return {"ctime_ns": int(st.version.rpartition(":")[2])}
+    return {"ctime_ns": None, "etag": st.version}
+
+
+def source_fingerprint(path: Source, *, content: bool = True) -> dict[str, Any]:
+    """Size, mtime, inode change time (ctime; an object's ETag), a hash of three blocks and (`content`) of every
+    byte: what a rerun compares (`fingerprint_matches`) to keep an output made from this very file."""
+    src = as_file(path)
+    st = src.stat()
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        for offset in sorted({0, max(0, st.st_size // 2 - FINGERPRINT_BLOCK // 2),
-                              max(0, st.st_size - FINGERPRINT_BLOCK)}):
+    with src.open(block_size=HEADER_BLOCK) as fh:
+        for offset in sorted({0, max(0, st.size // 2 - FINGERPRINT_BLOCK // 2),
+                              max(0, st.size - FINGERPRINT_BLOCK)}):
             fh.seek(offset)
             h.update(fh.read(FINGERPRINT_BLOCK))
-    fp: dict[str, Any] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
-                          "blake2b": h.hexdigest()}
+    fp: dict[str, Any] = {"bytes": st.size, "mtime_ns": st.mtime_ns, **version_keys(src), "blake2b": h.hexdigest()}
     if content:
         fp["content_blake2b"] = content_hash(path)
     return fp
 
 
-def fingerprint_matches(recorded: Any, path: Path, mode: str = DEFAULT_FINGERPRINT) -> bool:
+def fingerprint_matches(recorded: Any, path: Source, mode: str = DEFAULT_FINGERPRINT) -> bool:
     """Whether the source at `path` is the one `recorded` was taken of: "ctime" compares size, mtime, ctime and
     the three-block hash (no full read); "content" compares size, the three-block hash and the hash of every
     byte (mtime and ctime may differ: a copy of the same bytes matches)."""
@@ -332,7 +340,8 @@ def fingerprint_matches(recorded: Any, path: Path, mode: str = DEFAULT_FINGERPRI
         return False
     if mode == "content":
         return isinstance(recorded.get("content_blake2b"), str) and recorded["content_blake2b"] == content_hash(path)
-    return recorded.get("mtime_ns") == now["mtime_ns"] and recorded.get("ctime_ns") == now["ctime_ns"]
+    return recorded.get("mtime_ns") == now["mtime_ns"] and recorded.get("ctime_ns") == now["ctime_ns"] and \
+        recorded.get("etag") == now.get("etag")
 
 
 def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[str, Any]:
@@ -344,7 +353,7 @@ def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[
     return loaded
 
 
-def load_stats(path: Path, key: dict[str, Any], source: Path | None = None,
+def load_stats(path: Path, key: dict[str, Any], source: Source | None = None,
                mode: str = DEFAULT_FINGERPRINT) -> list[dict[str, Any]] | None:
     """The stats saved beside an earlier output of the same settings and spans, made from this very source
     (`source`: its fingerprint matches by `mode`), else None."""
@@ -382,7 +391,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     t0 = time.perf_counter()
     result = ReencodeResult(unit.rel, unit.camera, "failed")
     try:
-        src = resolve_inside(Path(unit.src_root), unit.rel)
+        src = StorePath(unit.src_root, "") / unit.rel  # read through its store (its rules: inside the dataset)
         dst = Path(unit.out_root) / unit.rel
         # pix_fmt=False: no probe decode at open (the source's pixel format is not needed here)
         probe = probe_video(src, episode=unit.spans[0].episode if unit.spans else None, pix_fmt=False)
@@ -450,7 +459,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     return result
 
 
-def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, result: ReencodeResult,
+def _copy_depth(unit: ReencodeUnit, src: StorePath, dst: Path, probe: VideoProbe, result: ReencodeResult,
                 t0: float) -> ReencodeResult:
     """A depth camera's file copied byte for byte (a lossy 8-bit 4:2:0 encode would squeeze thousands of
     depth levels into a few hundred): its spans, metadata and stats stay the source's. Kept on a rerun when
@@ -462,8 +471,7 @@ def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, res
         result.status = "kept"
     else:
         fingerprint = source_fingerprint(src)
-        with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-            shutil.copyfile(src, tmp)
+        local_location(unit.out_root).store().copy_in(src.store, src.rel, unit.rel)  # atomic, as before
         atomic.write_json(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": [{} for _ in spans]},
                           indent=None, root=Path(unit.out_root))
         result.status = "copied"
@@ -476,7 +484,7 @@ def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, res
     return result
 
 
-def _encode_checked(src: Path, dst: Path, unit: ReencodeUnit, geometry: Geometry, spans: list[Span],
+def _encode_checked(src: StorePath, dst: Path, unit: ReencodeUnit, geometry: Geometry, spans: list[Span],
                     total: int, hook: FrameHook | None, checked: Callable[[Path], None],
                     rotate: tuple[tuple[str, dict[str, str]], ...] = ()) -> VideoProbe:
     opts = unit.options
