@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.checks import READER_CHOICES
 from pipeline.commands import help_of
-from pipeline.commands.argtypes import dataset_path, positive_int
+from pipeline.commands.argtypes import positive_int
 from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
+from pipeline.commands.where import add_location_options, dataset_location
 from pipeline.text import printable, printable_lines
 
 if TYPE_CHECKING:
@@ -141,8 +142,7 @@ def add_parser(sub: Any) -> None:
                        "timestamps and pts must sit on the 1/fps grid. Each finding is an error (LeRobot's reader "
                        "refuses the dataset, raises, or hands a wrong frame), a warning (metadata inconsistent, "
                        "loading unaffected) or info. Exit 0 when there is no error (warnings printed), 1 on errors.")
-    p.add_argument("dataset", type=dataset_path, metavar="DATASET",
-                   help="dataset root (the folder holding meta/info.json)")
+    add_location_options(p)
     p.add_argument("--expect-frames", type=positive_int, metavar="N",
                    help="every episode must have exactly N frames (e.g. 90 = 3 s at 30 fps)")
     p.add_argument("--size", type=parse_size, metavar="WxH",
@@ -175,11 +175,12 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.runner import open_engine
     from pipeline.stages.verify import VerifyOptions
 
+    src = dataset_location(args)  # an object store: reachable with these credentials, or one line now
     out = args.out.absolute() if args.out else None
     options = VerifyOptions(expect_frames=args.expect_frames, size=args.size, all_intra=args.all_intra,
                             decode=args.decode, reader=args.reader)
     with open_engine(run_config(args)) as engine:
-        report = verify_dataset(args.dataset, options, engine, json_path=out, resume=not args.fresh)
+        report = verify_dataset(src, options, engine, json_path=out, resume=not args.fresh)
     print(summary(report))
     if out:
         print(f"report    {printable(out)}")

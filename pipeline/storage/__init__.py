@@ -76,6 +76,7 @@ __all__ = [
     "clean_rel",
     "join_url",
     "local_location",
+    "local_root",
     "open_store",
     "parse_location",
     "parse_options",
@@ -128,6 +129,13 @@ def as_root(where: Path | str | Location | StorePath) -> StorePath:
     if isinstance(where, Location):
         return StorePath(where, "")
     return StorePath(local_location(where), "")
+
+
+def local_root(ds: object) -> Path | None:
+    """A dataset's local folder (what a report may not be written inside), None for an object store: anything
+    with a `location` (an opened `Dataset`)."""
+    loc: Location = ds.location  # type: ignore[attr-defined]
+    return loc.path if loc.is_local else None
 
 
 def as_file(source: Path | str | StorePath) -> StorePath:
