@@ -35,6 +35,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -166,10 +167,28 @@ def translated(url: str) -> Iterator[None]:
         raise StorageError(line) from None
 
 
+INFO_CACHED = 16_384  # objects whose HEAD (or listing entry) a store remembers: one request per file read, not
+# one per stat and another per open (a source is never written while it is read; a write here forgets its key)
+CACHE_BYTES = 32 << 20  # what one open reader keeps of its file at most (blocks of its block size)
+
+
 class ObjectStore(Store):
     def __init__(self, location: Location) -> None:
         super().__init__(location)
         self._fs: Any = None
+        self._infos: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._infos_lock = threading.Lock()
+
+    def _remember(self, key: str, info: dict[str, Any]) -> None:
+        with self._infos_lock:
+            self._infos[key] = info
+            self._infos.move_to_end(key)
+            while len(self._infos) > INFO_CACHED:
+                self._infos.popitem(last=False)
+
+    def _forget(self, rel: str) -> None:
+        with self._infos_lock:
+            self._infos.pop(self.key(rel), None)
 
     @property
     def fs(self) -> Any:
@@ -190,13 +209,19 @@ class ObjectStore(Store):
     # ---- reading ---------------------------------------------------------------------------------------------
 
     def _info(self, rel: str, what: str) -> dict[str, Any]:
+        key = self.key(rel)
+        with self._infos_lock:
+            known = self._infos.get(key)
+        if known is not None:
+            return known
         with translated(self._url(rel)):
             try:
-                info: dict[str, Any] = self.fs.info(self.key(rel))
+                info: dict[str, Any] = self.fs.info(key)
             except FileNotFoundError:
                 raise MissingFile(self.url, rel, what) from None
         if info.get("type") != "file":
             raise NotAFile(self.url, rel, "a folder (a common prefix of objects)", what)
+        self._remember(key, info)
         return info
 
     def stat(self, rel: str, what: str = "file") -> Stat:
@@ -204,9 +229,14 @@ class ObjectStore(Store):
 
     def open(self, rel: str, *, block_size: int | None = None, what: str = "file") -> IO[bytes]:
         info = self._info(rel, what)
+        block = block_size or STREAM_BLOCK
+        # blocks kept (LRU): a header read that seeks to a trailing moov and back to the first packets fetches
+        # block 0 once; a decode streams one GET per block, nothing read twice (docs/storage.md's measurements)
         with translated(self._url(rel)):
-            fh: IO[bytes] = self.fs.open(self.key(rel), "rb", block_size=block_size or STREAM_BLOCK,
-                                         size=int(info["size"]), cache_type="readahead")
+            fh: IO[bytes] = self.fs.open(self.key(rel), "rb", block_size=block, size=int(info["size"]),
+                                         cache_type="blockcache",
+                                         cache_options={"maxblocks": max(2, CACHE_BYTES // block)})
+        fh.details = info  # type: ignore[attr-defined]  # what s3fs would HEAD again (a changed ETag: refused)
         return fh
 
     def iter_files(self, prefix: str = "") -> Iterator[tuple[str, Stat]]:
@@ -231,7 +261,9 @@ class ObjectStore(Store):
             for obj in page.get("Contents", []):
                 key = f"{bucket}/{obj['Key']}"
                 if key.startswith(base) and not obj["Key"].endswith("/"):
-                    yield key[len(base):], _stat_of({**obj, "size": obj.get("Size")})
+                    info = {**obj, "size": obj.get("Size"), "type": "file", "name": key}
+                    self._remember(key, info)  # a file read after the listing needs no HEAD
+                    yield key[len(base):], _stat_of(info)
             if not page.get("IsTruncated"):
                 return
             token = {"ContinuationToken": page["NextContinuationToken"]}
@@ -264,11 +296,13 @@ class ObjectStore(Store):
     # ---- writing ---------------------------------------------------------------------------------------------
 
     def write_bytes(self, rel: str, data: bytes) -> None:
+        self._forget(rel)
         with translated(self._url(rel)):
             self.fs.pipe_file(self.key(rel), data)
 
     @contextlib.contextmanager
     def writer(self, rel: str) -> Iterator[Path]:
+        self._forget(rel)
         fd, name = tempfile.mkstemp(prefix="prep-upload-", suffix=os.path.splitext(rel)[1])
         os.close(fd)
         try:
@@ -280,6 +314,7 @@ class ObjectStore(Store):
                 os.unlink(name)
 
     def create(self, rel: str, data: bytes) -> bool:
+        self._forget(rel)
         with translated(self._url(rel)):
             try:
                 self.fs.pipe_file(self.key(rel), data, mode="create")
@@ -288,6 +323,7 @@ class ObjectStore(Store):
         return True
 
     def copy_in(self, src: Store, src_rel: str, rel: str) -> None:
+        self._forget(rel)
         with translated(self._url(rel)):
             if isinstance(src, ObjectStore) and src.location.same_store(self.location):
                 src.stat(src_rel)
@@ -303,6 +339,7 @@ class ObjectStore(Store):
                 shutil.copyfileobj(fin, fout, STREAM_BLOCK)
 
     def remove(self, rel: str) -> None:
+        self._forget(rel)
         with translated(self._url(rel)), contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self.key(rel))
 
@@ -388,6 +425,7 @@ class ObjectLock:
         return isinstance(beat, (int, float)) and isinstance(lease, (int, float)) and time.time() - beat > lease
 
     def _call(self, op: str, **kw: Any) -> dict[str, Any]:
+        self.store._forget(self.rel)  # the lock object changes: its remembered stat is stale
         bucket, _, key = self.store.key(self.rel).partition("/")
         result: dict[str, Any] = self.store.fs.call_s3(op, Bucket=bucket, Key=key, **kw)
         return result
