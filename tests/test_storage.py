@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.hub import make_hub_cache
 
 from pipeline.storage import (
     Location,
@@ -25,7 +26,6 @@ from pipeline.storage import (
 )
 from pipeline.storage import hub as hubmod
 from pipeline.storage.objects import redact
-from support.hub import make_hub_cache
 
 KEY_ID, SECRET = "AKIAPREPTESTKEY00001", "prep-test-secret-value-0123456789abcdef"
 
