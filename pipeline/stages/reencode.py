@@ -26,7 +26,7 @@ from pipeline.dataset.model import CameraInfo, Dataset
 from pipeline.errors import EpisodeError
 from pipeline.formats.base import EpisodeVideo
 from pipeline.formats.write import PREP_DIR
-from pipeline.storage import HEADER_BLOCK, STREAM_BLOCK, Location, Source, StorePath, as_file, local_location
+from pipeline.storage import HEADER_BLOCK, STREAM_BLOCK, Location, Source, StorePath, as_file, as_root, local_location
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,
@@ -95,7 +95,7 @@ class ReencodeOptions:
 
 @dataclass(slots=True, frozen=True)
 class ReencodeUnit:
-    src_root: Location  # the source dataset: its file `rel` is read through its store
+    src_root: Location | str  # the source dataset (a local folder's path: its Location): `rel` read through its store
     out_root: str
     rel: str
     camera: str
@@ -391,7 +391,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     t0 = time.perf_counter()
     result = ReencodeResult(unit.rel, unit.camera, "failed")
     try:
-        src = StorePath(unit.src_root, "") / unit.rel  # read through its store (its rules: inside the dataset)
+        src = as_root(unit.src_root) / unit.rel  # read through its store (its rules: inside the dataset)
         dst = Path(unit.out_root) / unit.rel
         # pix_fmt=False: no probe decode at open (the source's pixel format is not needed here)
         probe = probe_video(src, episode=unit.spans[0].episode if unit.spans else None, pix_fmt=False)
