@@ -28,8 +28,10 @@
 # each run's root is deleted at its end (mounts checked gone first).
 #
 # Mounts: the commands run in a private mount namespace (unshare --mount) holding /proc, /dev (rbind), /sys
-# and /dev/shm of the root: they vanish with the namespace, whatever happens; the EXIT trap also unmounts
-# anything left under the root and refuses to delete the root while something is still mounted in it.
+# and /dev/shm of the root, and /sys/fs/cgroup (rbind: slurmd 22.05, which tests/test_slurm.py starts, refuses
+# to run without a cgroup filesystem): they vanish with the namespace, whatever happens; after each command
+# and at exit every process still running in the root (a test's SLURM daemons) is stopped, and the EXIT trap
+# unmounts anything left under the root and refuses to delete the root while something is still mounted in it.
 set -euo pipefail
 {  # the whole script is read before it runs: editing the checkout during a run cannot change the run
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -86,11 +88,32 @@ WATCH_PID=""
 mounts_under() {  # mount points at or below $1 in this mount namespace, deepest first
     awk -v r="$1" '{ gsub(/\\040/, " ", $5); if ($5 == r || index($5, r "/") == 1) print $5 }' /proc/self/mountinfo | sort -r
 }
+root_pids() {  # processes whose root directory is the fresh root (chrooted there), by pid
+    local p r
+    for p in /proc/[0-9]*; do
+        r="$(readlink "$p/root" 2>/dev/null)" || continue
+        if [[ $r == "$ROOT" || $r == "$ROOT"/* ]]; then printf '%s\n' "${p#/proc/}"; fi
+    done
+    return 0
+}
+stop_root_processes() {  # daemons a command left running in the root (a test's munged, slurmctld, slurmd, slurmstepd):
+    local pids p  # they live in its mount namespace and keep its mounts; TERM, then KILL (slurmstepd ignores TERM)
+    pids="$(root_pids)"
+    [[ -n $pids ]] || return 0
+    log "stopping what still runs in the root: $(for p in $pids; do printf '%s(%s) ' "$p" "$(cat "/proc/$p/comm" 2>/dev/null)"; done)"
+    # shellcheck disable=SC2086
+    kill -TERM $pids 2>/dev/null || true
+    for _ in 1 2 3 4 5 6 7 8 9 10; do [[ -z "$(root_pids)" ]] && return 0; sleep 0.5; done
+    pids="$(root_pids)"
+    # shellcheck disable=SC2086
+    [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+}
 cleanup() {
     local rc=$?
     trap '' PIPE  # the log's reader may be gone (a signal to the whole group): a failed write must not stop the clean-up
     [[ -n $WATCH_PID ]] && kill "$WATCH_PID" 2>/dev/null
     [[ -n $RUN_PID ]] && kill -TERM -- "-$RUN_PID" 2>/dev/null
+    stop_root_processes || true
     local m
     for m in $(mounts_under "$ROOT"); do umount -l "$m" 2>/dev/null || true; done
     if [[ -n "$(mounts_under "$ROOT")" ]]; then
@@ -177,6 +200,8 @@ inside() {
         mount -t proc proc "$R/proc"
         mount --rbind /dev "$R/dev"
         mount -t sysfs sysfs "$R/sys"
+        # slurmd (tests/test_slurm.py) refuses to start without a cgroup filesystem, even with proctrack/linuxproc
+        [[ -d /sys/fs/cgroup && -d "$R/sys/fs/cgroup" ]] && mount --rbind /sys/fs/cgroup "$R/sys/fs/cgroup"
         exec chroot "$R" /usr/bin/env -i HOME="$H" USER=root LOGNAME=root SHELL=/bin/bash \
             PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM=dumb \
             /bin/bash -c "cd ~/prep && $*"' inside "$ROOT" "$RHOME" "$@"
@@ -209,6 +234,7 @@ for cmd in "${COMMANDS[@]}"; do
     wait "$RUN_PID" || rc=$?
     kill "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null || true
     RUN_PID=""; WATCH_PID=""
+    stop_root_processes  # the tests stop their SLURM daemons themselves; whatever a killed test left, here
     SECS[$cmd]=$((SECONDS - t0))
     RCS[$cmd]=$rc
     log "$cmd: exit $rc in ${SECS[$cmd]} s ($((SECS[$cmd] / 60)) min $((SECS[$cmd] % 60)) s); root now $(du -sh --exclude=proc --exclude=sys --exclude=dev "$ROOT" 2>/dev/null | cut -f1), $(free_gb "$W") GB free"

@@ -51,7 +51,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("pipeline.dataset.write", 3), ("pipeline.dataset.validate", 3), ("pipeline.convert", 3),
     ("pipeline.video", 3),
     ("pipeline.stages", 4),
-    ("pipeline.runner", 5), ("pipeline.engine", 5),
+    ("pipeline.runner", 5), ("pipeline.engine", 5), ("pipeline.slurm", 5),
     ("pipeline.jobs", 6), ("pipeline.manifest", 6),
     ("pipeline.budget", 7), ("pipeline.loader", 7), ("pipeline.synth", 7),
     ("pipeline.commands", 8), ("pipeline.cli", 8),

@@ -4,7 +4,7 @@ Runs `pytest` on tests/test_faults_*.py and tests/test_safety_*.py (every test m
 metadata readers' property tests (tests/test_metadata_fuzz.py, referenced as one row), in this process. Each
 scenario records its row (scenario, expected, observed, files lost, sources modified; where measured the
 command, exit code, traceback, writes outside the allowed paths, temp files left) through
-tests/faults_support.py; the table shows case, command, exit, seconds, traceback, source modified, outside
+tests/support/faults.py; the table shows case, command, exit, seconds, traceback, source modified, outside
 writes, temps left, expected, observed and pass (`-`: not measured by that scenario); pytest's outcome
 decides the pass column: `yes`, `known bug` (a strict
 xfail naming a pipeline bug: the scenario found it, the fix is pending), `skipped` (with the
@@ -36,8 +36,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from faults_support import RECORD_ENV  # noqa: E402
 from masking import masked  # noqa: E402
+from support.faults import RECORD_ENV  # noqa: E402
 
 from pipeline import __version__, atomic  # noqa: E402
 

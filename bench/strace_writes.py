@@ -23,7 +23,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from strace_support import available, trace  # noqa: E402
+from support.strace import available, trace  # noqa: E402
 
 from pipeline import __version__, atomic  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         for c in cases(work):
             if "prepare" in c:
-                from faults_support import prep
+                from support.faults import prep
 
                 r = prep(*c["prepare"])
                 assert r.returncode == 0, r.stderr

@@ -82,6 +82,80 @@ READER_LINES: dict[str, tuple[Reader, ...]] = {"v2.1": (Reader.V03,), "v3.0": (R
 READER_CHOICES = ("all", *(r.value for r in Reader))  # --reader (plain strings: argparse prints them)
 
 
+@dataclass(frozen=True, slots=True)
+class FormatRefusal:
+    """What a reader generation does with a dataset of a format it does not read (seen with the real readers:
+    lerobot 0.3.3, 0.4.4, 0.6.1 on the real fixture and its v3.0 conversion, offline)."""
+
+    does: str  # what happens, in a few words (the terminal line)
+    where: str  # the reader's code that does it
+
+
+FORMAT_REFUSALS: dict[tuple[Reader, str], FormatRefusal] = {
+    # 0.3.3 logs that a 3.0 dataset is "backward-compatible", then LeRobotDatasetMetadata.load_metadata ->
+    # utils.py load_tasks finds no meta/tasks.jsonl (FileNotFoundError) and falls back to the Hub
+    # (get_safe_version -> get_repo_versions): OfflineModeIsEnabled offline, a Hub error (or another
+    # revision) online
+    (Reader.V03, "v3.0"): FormatRefusal(
+        "no meta/tasks.jsonl, falls back to the Hub: OfflineModeIsEnabled offline",
+        "lerobot_dataset.py LeRobotDatasetMetadata.load_metadata -> utils.py load_tasks; get_safe_version"),
+    # 0.4.4: LeRobotDatasetMetadata.load_metadata -> utils.py check_version_compatibility (major 2 < 3)
+    (Reader.V04, "v2.1"): FormatRefusal(
+        "BackwardCompatibilityError at open",
+        "lerobot_dataset.py LeRobotDatasetMetadata.load_metadata -> utils.py check_version_compatibility"),
+    # 0.6.1: dataset_metadata.py LeRobotDatasetMetadata._load_metadata -> utils.py check_version_compatibility
+    (Reader.V06, "v2.1"): FormatRefusal(
+        "BackwardCompatibilityError at open",
+        "dataset_metadata.py LeRobotDatasetMetadata._load_metadata -> utils.py check_version_compatibility"),
+}
+
+
+def reader_format(reader: Reader) -> str:
+    """The format a reader generation reads."""
+    return next(v for v, lines in READER_LINES.items() if reader in lines)
+
+
+def format_refusal(reader: Reader, codebase_version: str) -> FormatRefusal | None:
+    """What `reader` does with a dataset of this format; None when it reads the format."""
+    if reader in READER_LINES.get(codebase_version, ()):
+        return None
+    return FORMAT_REFUSALS.get((reader, codebase_version),
+                               FormatRefusal(f"does not read {codebase_version}", "check_version_compatibility"))
+
+
+def refusal_line(reader: Reader, codebase_version: str) -> str:
+    """One line for a reader that cannot open this format: what it does and the way forward."""
+    fmt = reader_format(reader)
+    r = format_refusal(reader, codebase_version)
+    does = r.does if r is not None else f"it reads {codebase_version}"
+    return (f"{reader.label} ({fmt} only): cannot open this {codebase_version} dataset ({does}); for it: prep "
+            f"convert --to {fmt}")
+
+
+def reader_cannot_open(codebase_version: str, reader: str) -> Reader | None:
+    """The `--reader` generation that cannot open a dataset of this format (None: `all`, or one that can)."""
+    if reader == "all" or reader not in READER_CHOICES:
+        return None
+    r = Reader(reader)
+    return r if format_refusal(r, codebase_version) is not None else None
+
+
+def format_refused_by(codebase_version: str, reader: str = "all") -> dict[Reader, dict[str, Any]]:
+    """verify's report of the reader generations that cannot open this format at all (the JSON report's
+    `format_refused_by`): each with what it does, where, and the way forward; `targeted` when `--reader` named
+    it (then the report fails)."""
+    out: dict[Reader, dict[str, Any]] = {}
+    for r in Reader:
+        refused = format_refusal(r, codebase_version)
+        if refused is None:
+            continue
+        fmt = reader_format(r)
+        out[r] = {"reader": r.label, "reads": fmt, "codebase_version": codebase_version, "loads": False,
+                  "refuses": refused.does, "where": refused.where, "way_forward": f"prep convert --to {fmt}",
+                  "targeted": reader == r.value}
+    return out
+
+
 class Scope(StrEnum):
     METADATA = "metadata"  # a metadata rule, checked before a job starts (`pipeline.formats.validate`)
     DATASET = "dataset"  # a dataset-level finding (metadata files, totals, numbering)
@@ -384,7 +458,8 @@ def reader_lines(codebase_version: str) -> tuple[Reader, ...]:
 
 def targeted(codebase_version: str, reader: str = "all") -> tuple[Reader, ...]:
     """The reader lines whose verdict sets the severity and the exit code. A `reader` that does not read this
-    format (0.6 on a v2.1 dataset) targets the format's own line."""
+    format (0.6 on a v2.1 dataset) targets the format's own line for the findings' severities, and fails the
+    dataset for itself (`reader_cannot_open`: verify's report fails, reencode refuses its source)."""
     lines = reader_lines(codebase_version)
     return (Reader(reader),) if reader in lines else lines
 

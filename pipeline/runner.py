@@ -13,7 +13,10 @@ Backends are chosen by name (`BACKENDS`, the keys are `RunConfig.backend`'s valu
 - `local`: an embedded `distributed.LocalCluster` of single-threaded worker processes (the default),
   started lazily on the first map that needs it and reused by every later map of the session;
 - `remote`: an existing scheduler (`--scheduler ADDRESS`: `dask scheduler` + `dask worker` on many
-  nodes, or dask-jobqueue).
+  nodes, or dask-jobqueue);
+- `slurm`: a scheduler in this process whose workers are SLURM jobs (`--cluster slurm`): `pipeline.slurm`
+  submits, watches, replaces and cancels the jobs; the watch below tells it which jobs' workers connected and
+  says what the queue is doing while no worker is there.
 
 `map` streams: units are pulled lazily from an iterator and grouped into tasks sized so that a task
 runs about `task_seconds` (from a cost hint, then from the measured cost of finished tasks); at most
@@ -39,9 +42,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pipeline.errors import ClusterError, PrepError, WorkerLost
+from pipeline.slurm import JobController, SlurmSpec
 
 U = TypeVar("U")
 R = TypeVar("R")
@@ -54,7 +59,8 @@ BALANCE_TASKS_PER_WORKER = 4  # a short map is split into at least this many tas
 class RunConfig:
     """How to execute.
 
-    `backend`: "inline" | "local" | "remote"; None picks "remote" when `scheduler` is set, else "local".
+    `backend`: "inline" | "local" | "remote" | "slurm"; None picks "slurm" when `slurm` is set, "remote" when
+    `scheduler` is, else "local".
     `workers`: LocalCluster worker processes (default: the machine's cores).
     `batch`: units per task (None: sized so that a task runs about `task_seconds`).
     `window`: tasks in flight at most (None: 2 per worker, at least 4).
@@ -69,6 +75,11 @@ class RunConfig:
     the import check).
     `dashboard`: where the LocalCluster's dashboard listens, `HOST:PORT` (port 0 = a free one); the default is
     this machine only; None = no dashboard.
+    `slurm`: the worker jobs of the slurm backend; `records`: the folder where a session keeps its own records
+    (the slurm backend: one folder per run with the job script, the job ids and states, the workers' logs; it
+    must be on the filesystem the nodes share).
+    `shared`: paths on this machine that every worker of a remote or slurm cluster must see at the same place
+    (the source, the output): a worker that cannot see one is one ClusterError before any task.
     """
 
     scheduler: str | None = None
@@ -85,13 +96,18 @@ class RunConfig:
     stall_timeout: float = 300.0
     connect_timeout: float = 10.0
     dashboard: str | None = "127.0.0.1:0"
+    slurm: SlurmSpec | None = None
+    records: str | None = None
+    shared: tuple[str, ...] = ()
 
     def backend_name(self) -> str:
-        name = self.backend or ("remote" if self.scheduler else "local")
+        name = self.backend or ("slurm" if self.slurm else "remote" if self.scheduler else "local")
         if name not in BACKENDS:
             raise PrepError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
         if name == "remote" and not self.scheduler:
             raise PrepError("the remote backend needs a scheduler address (--scheduler ADDRESS)")
+        if name == "slurm" and (self.slurm is None or not self.records):
+            raise PrepError("the slurm backend needs its jobs (--cluster slurm) and a records folder")
         return name
 
 
@@ -198,12 +214,17 @@ class Engine:
         self.stats = EngineStats()
         self._stack = contextlib.ExitStack()
         self._client: Any = None
+        self._jobs: JobController | None = None  # the slurm backend's worker jobs
         self._checked: dict[str, set[str]] = {}  # module -> workers that import it (remote clusters)
+        self._probes: dict[tuple[str, str], Any] = {}  # (module, worker) -> its import check, in flight
         self._size_hint: int | None = None
 
     # ---- session -------------------------------------------------------------------------------
 
     def close(self) -> None:
+        for probe in self._probes.values():
+            probe.cancel()
+        self._probes.clear()
         self._stack.close()
         self._client = None
 
@@ -214,7 +235,7 @@ class Engine:
     def start(self, *, local: bool = True) -> None:
         """Bring the session up now (connect to the scheduler; with `local`, also start the LocalCluster),
         so that a job writes nothing (lock, options) for a session that cannot start. Inline: nothing."""
-        if self.backend == "remote" or (self.backend == "local" and local):
+        if self.backend in ("remote", "slurm") or (self.backend == "local" and local):
             self.client()
 
     def client(self) -> Any:
@@ -228,9 +249,11 @@ class Engine:
 
             _quiet_gather_helpers()
             self._stack.enter_context(dask.config.set(SESSION_SETTINGS))  # restored when the session ends
-            self._client = self._stack.enter_context(BACKENDS[self.backend](self.config))
+            opened = self._stack.enter_context(BACKENDS[self.backend](self.config))
+            self._client, self._jobs = (opened.client, opened.jobs) if isinstance(opened, SlurmSession) else \
+                (opened, None)
             self.stats.clusters_started += 1
-            _log_start(self.backend, self._client, self.config)
+            _log_start(self.backend, self._client, self.config, self._jobs)
         return self._client
 
     def runs_inline(self, total: int | None) -> bool:
@@ -247,10 +270,20 @@ class Engine:
         self._size_hint = units
 
     @property
+    def expected_workers(self) -> int:
+        """The workers the session is meant to have: the slurm backend's jobs x cores (they join as their jobs
+        start), else the workers there are."""
+        if self.backend == "slurm" and self.config.slurm is not None:
+            return self.config.slurm.jobs * self.config.slurm.cores
+        return self.workers
+
+    @property
     def workers(self) -> int:
         """Workers of the session's cluster (the configured count before it starts; 1 inline)."""
         if self.backend == "inline":
             return 1
+        if self.backend == "slurm" and self._client is None:
+            return self.expected_workers
         if self._client is not None:
             n = len(self._client.nthreads())  # every worker (scheduler_info() may list only the first few)
             if n:
@@ -323,8 +356,9 @@ class Engine:
                      desc: str, total: int | None, cost_s: float | None) -> Iterator[Batch[U, R]]:
         client = self.client()
         watch = _Watch(self, client, desc)
-        watch.ready(fn)  # a worker is connected and every worker imports the stage (remote), before any task
-        workers = self.workers
+        workers = watch.ready(fn)  # a worker is connected and every worker imports the stage (remote), before any task
+        if self.backend == "slurm":  # workers join as their jobs start: size for the ones on their way too
+            workers = max(workers, self.expected_workers)
         window = self.config.window or max(4, 2 * workers)
         cap = 4 * window  # in flight + finished but waiting for an earlier batch
         sizer = _Sizer(self.config, workers, cost_s)
@@ -430,6 +464,8 @@ POLL_S = 2.0  # the cluster's state is read at most this often while nothing fin
 POLL_BUSY_S = 10.0  # ... and this often while tasks finish (a frozen worker among busy ones)
 NOTE_S = 30.0  # a waiting map prints a note this often
 SLOW_NOTE_S = 60.0  # a map none of whose tasks finished for this long says what runs where
+SQUEUE_S = 5.0  # the slurm backend reads the queue this often while a job waits, starts or was lost ...
+SQUEUE_IDLE_S = 30.0  # ... and this often while every job's worker is connected
 HEARTBEAT_SLACK_S = 5.0  # a worker not heard from for this long (heartbeats come every ~0.5-5 s) may be frozen
 
 
@@ -441,8 +477,10 @@ class _Watch:
 
     def __init__(self, engine: Engine, client: Any, desc: str) -> None:
         self.engine, self.client, self.desc = engine, client, desc
-        self.remote = engine.backend == "remote"
-        self.address = str(engine.config.scheduler or "the embedded scheduler")
+        self.remote = engine.backend in ("remote", "slurm")  # workers in another environment: checked
+        self.jobs = engine._jobs  # the slurm backend's worker jobs
+        self.address = str(engine.config.scheduler or (client.scheduler.address if self.jobs is not None else
+                                                       "the embedded scheduler"))
         self.stall = float(engine.config.stall_timeout)
         self.timeout = float(engine.config.connect_timeout)
         now = time.monotonic()
@@ -451,8 +489,14 @@ class _Watch:
         self.noted: dict[str, float] = {}  # what was noted -> when
         self.since: dict[str, float] = {}  # a condition -> since when it holds
         self.heard: dict[str, tuple[Any, float]] = {}  # worker -> (last heartbeat seen, when it changed here)
+        self.module = "pipeline"  # the map's stage module (ready()): what every worker must import
+        self.connected_jobs: set[str] = set()  # SLURM jobs with a worker connected, at the last look
         self.memory_advice = ("raise --memory-limit or lower --workers" if engine.backend == "local" else
+                              "give the jobs more memory (--slurm-memory) or fewer cores (--slurm-cores)"
+                              if self.jobs is not None else
                               "give the workers more memory (dask worker --memory-limit) or fewer threads")
+        self.paths = tuple(engine.config.shared) + (
+            (str(engine.config.records),) if self.jobs is not None and engine.config.records else ())
 
     # ---- waiting -----------------------------------------------------------------------------------
 
@@ -506,67 +550,97 @@ class _Watch:
 
     # ---- before the first task ---------------------------------------------------------------------
 
-    def ready(self, fn: Callable[..., Any]) -> None:
+    def ready(self, fn: Callable[..., Any]) -> int:
         """Wait (with notes, up to stall_timeout) until a worker is connected, then check that every worker
-        imports `fn`'s module (remote clusters: their environment is not this one)."""
+        imports `fn`'s module (remote clusters: their environment is not this one). The number of workers."""
+        self.module = getattr(fn, "__module__", None) or "pipeline"
         if not self.remote:
-            return
+            return self.engine.workers
         while True:
             ident = self.poll()
             workers = ident.get("workers", {})
             if workers:
-                self.check_imports(workers, fn)
+                self.check_imports(workers, wait=True)
                 self.since.pop("no workers", None)
-                return
+                return len(workers)
             if not ident.get("unanswered"):
                 self.no_workers()
             time.sleep(TICK_S)
 
-    def check_imports(self, workers: dict[str, Any], fn: Callable[..., Any] | None = None) -> None:
-        """Every worker not yet checked imports the stage's module, or ClusterError names the worker and error."""
-        module = getattr(fn, "__module__", None) or "pipeline"
-        checked = self.engine._checked.setdefault(module, set())
-        new = [w for w in workers if w not in checked]
-        if not self.remote or not new:
+    def check_imports(self, workers: dict[str, Any], *, wait: bool = False) -> None:
+        """Every worker not yet checked imports the map's module, or ClusterError names the worker and error.
+
+        The checks run in the background (one `client.run` per worker, on the client's event loop): a worker that
+        does not answer (frozen, overloaded) never holds up the watch, whose heartbeat checks name it in time.
+        `wait`: before the map's first task, wait up to connect_timeout for the workers' answers."""
+        checked = self.engine._checked.setdefault(self.module, set())
+        probes = self.engine._probes
+        if not self.remote:
             return
-        probe = _import_probe(module)
-        try:
-            with self.translating():
-                answers = self.client.run(probe, workers=new, on_error="return", callback_timeout=self.timeout)
-        except TimeoutError:  # one worker does not answer: ask each alone, leave the silent ones to the heartbeats
-            answers = {}
-            for w in new:
-                with contextlib.suppress(TimeoutError):
-                    answers.update(self.client.run(probe, workers=[w], on_error="return",
-                                                   callback_timeout=self.timeout))
+        new = [w for w in workers if w not in checked]
+        for w in new:
+            if (self.module, w) not in probes:
+                probes[(self.module, w)] = self._launch_probe(w)
+        if wait and new:  # in short waits, the scheduler looked at between them (a frozen one is a stall)
+            import concurrent.futures as cf
+
+            waiting = [probes[(self.module, w)] for w in new if (self.module, w) in probes]
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline and cf.wait(waiting, timeout=TICK_S).not_done:
+                if time.monotonic() - self.polled_at >= POLL_S:
+                    self.poll()
         from pipeline import __version__
 
         for w in new:
-            got = answers.get(w)
+            probe = probes.get((self.module, w))
+            if probe is None or not probe.done():
+                continue  # no answer yet: looked at again at the next check
+            del probes[(self.module, w)]
+            try:
+                got = probe.result().get(w)
+            except Exception as exc:  # the run itself failed (the scheduler went away, the worker left)
+                if self.client.status != "running":
+                    raise self.lost_scheduler(exc) from None
+                continue
             if isinstance(got, BaseException):
-                raise ClusterError(f"Dask worker {_worker_name(w, workers)} cannot import {module}: "
+                raise ClusterError(f"Dask worker {_worker_name(w, workers)} cannot import {self.module}: "
                                    f"{type(got).__name__}: {_first_line(got)}; install prep {__version__} (the "
                                    "version running here) in the workers' environment, then rerun")
             if got is None:
-                continue  # did not answer in time: checked again at the next look
+                continue  # the worker left before it answered
+            got, missing = got if isinstance(got, tuple) else (got, [])
+            if missing:
+                raise ClusterError(f"Dask worker {_worker_name(w, workers)} cannot see {missing[0]}, a path of "
+                                   "this machine: the workers need the same paths (a shared filesystem mounted at "
+                                   "the same place on every node; docs/cluster.md)", kept=False)
             checked.add(w)
             if got != __version__ and f"version {w}" not in self.noted:
                 self.noted[f"version {w}"] = time.monotonic()
                 _note(f"worker {_worker_name(w, workers)} runs prep {got}, this client prep {__version__}")
 
+    def _launch_probe(self, worker: str) -> Any:
+        """`client.run(probe, workers=[worker])` as a concurrent future on the client's event loop."""
+        import asyncio
+
+        coro = self.client._run(_import_probe(self.module, self.paths), workers=[worker], on_error="return")
+        return asyncio.run_coroutine_threadsafe(coro, self.client.loop.asyncio_loop)
+
     # ---- while waiting -----------------------------------------------------------------------------
 
     def poll(self) -> dict[str, Any]:
         """The scheduler's view (its identity with every worker), bounded: an unresponsive scheduler is a stall."""
-        self.polled_at = time.monotonic()
+        self.polled_at = asked = time.monotonic()
         try:
             with self.translating():
                 ident: dict[str, Any] = self.client.sync(self.client.scheduler.identity, n_workers=-1,
                                                          callback_timeout=self.timeout)
-        except TimeoutError:
-            self.stalled("scheduler", f"the Dask scheduler {self.address} has not answered for {{s}}", None)
+        except TimeoutError:  # unanswered since it was asked, not since the answer was given up on
+            self.stalled("scheduler", f"the Dask scheduler {self.address} has not answered for {{s}}",
+                         time.monotonic() - asked)
             return {"workers": {}, "unanswered": True}
         self.since.pop("scheduler", None)
+        if self.jobs is not None:
+            self.track_jobs(ident.get("workers", {}))
         return ident
 
     def check(self, inflight: dict[Any, tuple[Any, int, int, list[Any]]]) -> None:
@@ -619,8 +693,49 @@ class _Watch:
                   "(their workers answer: slow tasks, or tasks blocked on I/O)")
 
     def no_workers(self) -> None:
+        if self.jobs is not None:
+            self.no_slurm_workers(self.jobs)
+            return
         self.stalled("no workers", f"no Dask worker has been connected to {self.address} for {{s}}: start workers "
                      f"(dask worker {self.address}) or raise --stall-timeout", None)
+
+    # ---- the slurm backend's jobs --------------------------------------------------------------------------
+
+    def track_jobs(self, workers: dict[str, Any]) -> None:
+        """Tell the jobs which of them have a worker connected; look at the queue when it is due (every
+        SQUEUE_S while a job waits, starts or was lost, else every SQUEUE_IDLE_S); print what happened."""
+        from pipeline.slurm import job_of_worker
+
+        assert self.jobs is not None
+        connected = {job_of_worker(info.get("name")) for info in workers.values()} - {None}
+        for job_id in connected:
+            self.jobs.worker_connected(str(job_id))
+        lost = bool(self.connected_jobs - connected)
+        self.connected_jobs = {str(j) for j in connected}
+        since = time.monotonic() - self.jobs.refreshed_at
+        busy = lost or not connected or self.jobs.unsettled()
+        if since >= SQUEUE_IDLE_S or (busy and since >= SQUEUE_S):
+            for event in self.jobs.refresh():
+                _note(event)
+
+    def no_slurm_workers(self, jobs: JobController) -> None:
+        """No worker connected: jobs waiting in the queue (or starting) are not a stall, a note every NOTE_S says
+        the queue's state; with no job of the run left (every one ended and none replaced), the stall clock
+        runs, and its one line names the jobs and their SLURM states."""
+        waiting = jobs.waiting()
+        if waiting:
+            self.since.pop("no workers", None)
+            now = time.monotonic()
+            first = self.since.setdefault("queued", now)
+            if now - first >= NOTE_S / 3 and now - self.noted.get("queued", 0.0) >= NOTE_S:
+                self.noted["queued"] = now
+                _note(f"{self.desc}: no Dask worker yet, waiting for SLURM for {now - first:.0f} s: "
+                      f"{jobs.describe(waiting)} (jobs in the queue are not a stall)")
+            return
+        self.since.pop("queued", None)
+        why = f" ({jobs.gave_up})" if jobs.gave_up else ""
+        self.stalled("no workers", f"no Dask worker has been connected to {self.address} for {{s}} and no SLURM "
+                     f"job of this run is left{why}: {jobs.describe()}", None)
 
     def stalled(self, what: str, message: str, seconds: float | None) -> None:
         """A condition that holds: a note every NOTE_S, ClusterError once it has lasted stall_timeout.
@@ -656,15 +771,18 @@ class _Watch:
                           advice=self.memory_advice)
 
 
-def _import_probe(module: str) -> Callable[[], str]:
-    """A function for the workers that imports `module` and returns prep's version there. It is made here (a
-    closure), so it travels by value: a worker without prep can still run it and say why the import fails."""
+def _import_probe(module: str, paths: Sequence[str] = ()) -> Callable[[], Any]:
+    """A function for the workers that imports `module` and returns prep's version there, with the `paths` it
+    cannot see (a (version, missing) pair when paths are asked). It is made here (a closure), so it travels by
+    value: a worker without prep can still run it and say why the import fails."""
 
-    def probe() -> str:
+    def probe() -> Any:
         import importlib
+        import os
 
         importlib.import_module(module)
-        return str(importlib.import_module("pipeline").__version__)
+        version = str(importlib.import_module("pipeline").__version__)
+        return (version, [p for p in paths if not os.path.exists(p)]) if paths else version
 
     return probe
 
@@ -676,6 +794,12 @@ def _worker_name(address: str, workers: dict[str, Any]) -> str:
     if name in (None, "", address):
         return address
     return f"{address} (worker {name})" if isinstance(name, int) or str(name).isdigit() else f"{address} ({name})"
+
+
+def _type_name(exc: BaseException) -> str:
+    """`struct.error`, `MemoryError`: a name that says what it is (struct's exception is called `error`)."""
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__name__}" if kind.__name__ == "error" else kind.__name__
 
 
 def _first_line(exc: BaseException) -> str:
@@ -710,17 +834,28 @@ class _Rates:
         self.bar.update(len(batch.units))
 
 
-def _log_start(backend: str, client: Any, config: RunConfig) -> None:
-    workers = len(client.nthreads())
-    where = "LocalCluster" if backend == "local" else client.scheduler.address
-    link = dashboard_link(client, enabled=backend != "local" or config.dashboard is not None)
-    _note(f"{backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {link}, {_memory_text(client)}")
+def _log_start(backend: str, client: Any, config: RunConfig, jobs: JobController | None = None) -> None:
+    try:  # bounded: a scheduler that froze just after the handshake is the first map's stall, not a hang here
+        info: dict[str, Any] = client.sync(client.scheduler.identity, n_workers=-1,
+                                           callback_timeout=config.connect_timeout)
+    except Exception:
+        info = {}
+    workers = len(info.get("workers", {}))
+    where = {"local": "LocalCluster"}.get(backend) or client.scheduler.address
+    link = dashboard_link(client, enabled=backend not in ("local", "slurm") or config.dashboard is not None,
+                          info=info)
+    if jobs is not None:  # the slurm backend: the scheduler is this process's, its workers are jobs on their way
+        where = f"scheduler {where} in this process, SLURM jobs {', '.join(jobs.jobs)} ({jobs.name}; records in " \
+                f"{jobs.records})"
+        _note(f"{backend}: {where}, {workers} worker{'s' * (workers != 1)} yet, dashboard {link}")
+        return
+    _note(f"{backend}: {where}, {workers} worker{'s' * (workers != 1)}, dashboard {link}, {_memory_text(info)}")
 
 
-def dashboard_link(client: Any, *, enabled: bool = True) -> str:
+def dashboard_link(client: Any, *, enabled: bool = True, info: dict[str, Any] | None = None) -> str:
     """The dashboard's address as it is bound: the embedded scheduler's own HTTP server (127.0.0.1 unless
     --dashboard opened it; 0.0.0.0 is named as every interface), else the remote scheduler's host and its
-    dashboard port; `off` when there is none."""
+    dashboard port (from `info`, the scheduler's identity, when given); `off` when there is none."""
     if not enabled:
         return "off"
     cluster = getattr(client, "cluster", None)
@@ -735,8 +870,7 @@ def dashboard_link(client: Any, *, enabled: bool = True) -> str:
             return f"http://{socket.gethostname()}:{server.port}/status (listening on every interface)"
         return f"http://{'[' + host + ']' if ':' in host else host}:{server.port}/status"
     try:
-        info = client.scheduler_info(n_workers=0)
-        port = info.get("services", {}).get("dashboard")
+        port = (info if info is not None else client.scheduler_info(n_workers=0)).get("services", {}).get("dashboard")
     except Exception:
         port = None
     if not port:
@@ -745,11 +879,12 @@ def dashboard_link(client: Any, *, enabled: bool = True) -> str:
     return f"http://{host}:{port}/status"
 
 
-def _memory_text(client: Any) -> str:
-    """`memory limit 11.7 GiB per worker` (Dask's own limit, from the scheduler), or `no memory limit`."""
+def _memory_text(info: dict[str, Any]) -> str:
+    """`memory limit 11.7 GiB per worker` (Dask's own limit, from the scheduler's identity `info`), or `no memory
+    limit`."""
     try:
-        limits = {int(w.get("memory_limit") or 0) for w in client.scheduler_info()["workers"].values()}
-    except Exception:  # an old scheduler without the field: say nothing wrong
+        limits = {int(w.get("memory_limit") or 0) for w in info["workers"].values()}
+    except Exception:  # an old scheduler without the field, or no answer: say nothing wrong
         return "memory limit unknown"
     if not limits or limits == {0}:
         return "no memory limit"
@@ -767,7 +902,7 @@ def remote_client(config: RunConfig) -> Iterator[Any]:
 
     timeout = config.connect_timeout
     try:
-        _handshake(str(config.scheduler), timeout)
+        _handshake(str(config.scheduler), timeout, config.stall_timeout)
         client = Client(config.scheduler, timeout=f"{timeout}s")
     except (OSError, TimeoutError) as exc:
         raise PrepError(f"cannot reach Dask scheduler {config.scheduler}: {exc}") from None
@@ -786,25 +921,150 @@ def remote_client(config: RunConfig) -> Iterator[Any]:
             _close_quietly(client)
 
 
-def _handshake(address: str, timeout: float) -> None:
-    """Connect to `address` and complete Dask's handshake within `timeout` seconds (Dask's own connect bounds
-    the TCP connect but waits for the handshake forever: an address that accepts connections and never speaks
-    Dask, such as another service on that port, would hang the client)."""
+class NotDask(PrepError):
+    """The address answered, but not with Dask's handshake (another service on that port)."""
+
+
+def _handshake(address: str, timeout: float, stall: float = 0.0) -> None:
+    """Connect to `address` and complete Dask's handshake (Dask's own connect bounds the TCP connect but waits for
+    the handshake forever).
+
+    - refused, unroutable: OSError (Dask's own connect retries for `timeout` seconds first);
+    - an answer that is not Dask's handshake (another service, junk bytes, a closed connection): NotDask, one
+      line, whatever the bytes made Dask's reader raise (struct.error, a 2 EiB allocation, msgpack's errors);
+    - the connection accepted and no answer (a frozen or overloaded scheduler, or a service that never speaks):
+      the unresponsive scheduler of `--stall-timeout`, tried again until it answers, with a note every NOTE_S, and
+      ClusterError (exit 4) once `stall` seconds have passed (0 = wait forever)."""
     import asyncio
 
     from distributed.comm import connect
+    from distributed.comm.addressing import parse_address
     from distributed.security import Security
 
+    scheme, _ = parse_address(address)  # a malformed address: ValueError, before any connection
+    args = Security().get_connection_args("client")
+    if scheme == "tls" and args.get("ssl_context") is None:
+        raise TypeError("TLS expects a `ssl_context` argument of type ssl.SSLContext (perhaps check your TLS "
+                        "configuration?)")
+
     async def probe() -> None:
-        comm = await connect(address, timeout=timeout, **Security().get_connection_args("client"))
+        comm = await connect(address, timeout=timeout, **args)
         await comm.close()
 
     bound = 2 * timeout  # connect's own bound first (a refused or unroutable address), then the handshake's
+    t0 = time.monotonic()
+    noted = 0.0
+    while True:
+        left = stall - (time.monotonic() - t0) if stall else bound
+        try:  # never cut short the connect's own retries (a refused address must still say so)
+            asyncio.run(asyncio.wait_for(probe(), max(timeout + 1, min(bound, left))))
+            return
+        except TimeoutError:
+            pass  # accepted, no answer: below
+        except OSError:
+            raise
+        except Exception as exc:
+            raise NotDask(f"cannot reach Dask scheduler {address}: it answered with something other than Dask's "
+                          f"handshake ({_type_name(exc)}: {_first_line(exc)[:200]}); is it a Dask scheduler? (a "
+                          "TLS scheduler needs tls://)") from None
+        held = time.monotonic() - t0
+        what = (f"the Dask scheduler {address} accepted the connection but has not answered Dask's handshake for "
+                f"{held:.0f} s (a frozen or overloaded scheduler? is it a Dask scheduler? a TLS scheduler needs "
+                "tls://)")
+        if stall and held >= stall:
+            raise ClusterError(f"{what} (--stall-timeout {stall:g})", kept=False)
+        if time.monotonic() - noted >= NOTE_S:
+            noted = time.monotonic()
+            _note(what + (f"; stopping after --stall-timeout {stall:g} s" if stall else
+                          "; waiting (--stall-timeout 0)"))
+
+
+@dataclass(slots=True)
+class SlurmSession:
+    """What the slurm backend opens: the client of the scheduler in this process, and the worker jobs."""
+
+    client: Any
+    jobs: JobController
+
+
+WORKER_DEATH_TIMEOUT_S = 60  # a SLURM worker whose scheduler is gone this long exits (prep killed: its jobs end)
+
+
+def worker_command(address: str, spec: SlurmSpec) -> list[str]:
+    """The job's Dask worker: `spec.cores` single-threaded processes (as the LocalCluster's), named after the job
+    (`slurm-<id>`, `slurm-<id>-<n>`), the job's memory split among them, no dashboard, and an exit when the
+    scheduler has been gone for WORKER_DEATH_TIMEOUT_S (prep killed with SIGKILL: its jobs still end)."""
+    from pipeline.slurm import JOB_ID
+
+    return [sys.executable, "-m", "distributed.cli.dask_worker", address, "--name", f"slurm-{JOB_ID}",
+            "--nworkers", str(spec.cores), "--nthreads", "1", "--memory-limit", str(spec.worker_memory_limit()),
+            "--no-dashboard", "--death-timeout", str(WORKER_DEATH_TIMEOUT_S)]
+
+
+def worker_environment() -> dict[str, str]:
+    """CLUSTER_SETTINGS as Dask's environment variables, for workers this process does not start."""
+    return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value)
+            for key, value in CLUSTER_SETTINGS.items()}
+
+
+def scheduler_host() -> str:
+    """This machine's address as the nodes see it: the one its default route leaves from (127.0.0.1 without
+    one: a single-node SLURM)."""
     try:
-        asyncio.run(asyncio.wait_for(probe(), bound))
-    except TimeoutError:
-        raise TimeoutError(f"it accepted the connection but did not answer Dask's handshake within {bound:g} s "
-                           "(is it a Dask scheduler? a TLS scheduler needs tls://)") from None
+        from distributed.utils import get_ip
+
+        return str(get_ip())
+    except Exception:
+        return "127.0.0.1"
+
+
+@contextlib.contextmanager
+def slurm_client(config: RunConfig) -> Iterator[SlurmSession]:
+    """A scheduler in this process (a LocalCluster with no worker of its own) whose workers are SLURM jobs: the
+    jobs are submitted now (sbatch's refusal is one line, before any work) and every one of them is cancelled
+    when the session ends, however it ends (the signals are held meanwhile, as `_close_quietly` does)."""
+    from distributed import Client, LocalCluster
+
+    from pipeline import slurm
+    from pipeline.clock import utc_now
+
+    spec = config.slurm
+    assert spec is not None and config.records
+    spec.check()
+    name = slurm.new_run_name()
+    records = Path(config.records) / f"{utc_now().replace(':', '').replace('-', '')}-{name}"
+    host = spec.scheduler_host or scheduler_host()
+    try:
+        cluster = LocalCluster(n_workers=0, processes=True, host=host, scheduler_port=0,
+                               dashboard_address=config.dashboard or "127.0.0.1:0", silence_logs=logging.CRITICAL)
+    except Exception as exc:  # an address that is not this machine's, a port in use: one line, the root cause
+        cause: BaseException = exc
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        raise PrepError(f"--cluster slurm: cannot start the Dask scheduler on {host} ({_type_name(cause)}: "
+                        f"{_first_line(cause)}); --slurm-scheduler-host names an address of this machine that "
+                        "the nodes reach") from None
+    client = Client(cluster)
+    jobs: slurm.JobController | None = None
+    try:
+        address = str(cluster.scheduler_address)
+        script = slurm.render_script(spec, name=name, log_dir=records, worker=worker_command(address, spec),
+                                     env=worker_environment(),
+                                     about=f"prep's Dask worker for the scheduler at {address} (pid {os.getpid()})")
+        jobs = slurm.JobController(spec, script, name, records)
+        jobs.start()
+        yield SlurmSession(client, jobs)
+    finally:
+        in_main = threading.current_thread() is threading.main_thread()
+        saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+        try:
+            left = jobs.cancel_all() if jobs is not None and jobs.attempted else []
+            if left:
+                _note(f"SLURM jobs still listed by squeue after scancel: {', '.join(left)} (scancel {' '.join(left)})")
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+            _close_quietly(client, cluster)
 
 
 # Settings of the embedded cluster's scheduler, nannies and workers (applied while it starts; a worker takes
@@ -943,6 +1203,7 @@ BACKENDS: dict[str, Callable[[RunConfig], contextlib.AbstractContextManager[Any]
     "inline": _no_client,
     "local": local_client,
     "remote": remote_client,
+    "slurm": slurm_client,
 }
 
 

@@ -4,8 +4,10 @@
 # PYTHON=/path/to/python3.12 picks one, else python3 on PATH.
 #
 #   bash scripts/setup.sh           prep and its run-time dependencies (what `prep demo` needs; no torch)
-#   bash scripts/setup.sh --test    also the test tools, Debian's ffmpeg (for the ffmpeg engine) and a CPU
-#                                   build of PyTorch with psutil (the dataloader benchmark and its tests)
+#   bash scripts/setup.sh --test    also the test tools, Debian's ffmpeg (for the ffmpeg engine), Debian's
+#                                   slurm-wlm and munge (tests/test_slurm.py starts a single-node SLURM; with
+#                                   no init system nothing starts them otherwise) and a CPU build of PyTorch
+#                                   with psutil (the dataloader benchmark and its tests)
 #
 # torch (--test): PREP_TORCH_VERSION (default 2.13.0) from PREP_TORCH_INDEX (default PyTorch's CPU wheel
 # index, https://download.pytorch.org/whl/cpu); when that index is unreachable, a CPU build (+cpu) that pip's
@@ -106,6 +108,17 @@ build_tools() {  # gcc and Python's headers (lerobot 0.3.3 pulls evdev: source o
     fi
 }
 
+slurm_tools() {  # Debian's slurm-wlm and munge: tests/test_slurm.py starts a single-node SLURM with them (it skips without)
+    if [[ -x /usr/sbin/slurmctld && -x /usr/sbin/slurmd && -x /usr/sbin/munged ]]; then
+        return 0
+    fi
+    if command -v apt-get >/dev/null 2>&1 && { [[ $(id -u) -eq 0 ]] || command -v sudo >/dev/null 2>&1; }; then
+        prep_apt slurm-wlm munge
+    else
+        prep_log "note: no slurm-wlm and munge here and no apt-get to install them: tests/test_slurm.py will skip"
+    fi
+}
+
 # The distribution was named `prep` before (on the package index that name is an unrelated project): an install
 # of it by an earlier set-up (its top-level package is `pipeline`) also owns bin/prep, so it goes first.
 if "$VPY" -c "import importlib.metadata as m, sys; sys.exit('pipeline' not in (m.distribution('prep').read_text('top_level.txt') or '').split())" 2>/dev/null; then
@@ -116,6 +129,7 @@ fi
 if [[ $MODE == test ]]; then
     command -v ffmpeg >/dev/null 2>&1 || prep_apt ffmpeg
     prep_log "$(ffmpeg -version | head -1)"
+    slurm_tools
     build_tools
     torch_cpu
     prep_need_space 2 "$VENV" "prep's test dependencies (~1 GB installed)"

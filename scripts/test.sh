@@ -29,6 +29,6 @@ if [ "$WITH_LEROBOT" = 1 ]; then
         [ -n "$py" ] || { echo "[test] no lerobot-$env venv (run .ci/lerobot_envs.sh)"; exit 1; }
         echo "[test] our loader's items equal LeRobotDataset's (lerobot-$env)"
         HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONPATH="$PWD" PREP_CHROOT_BIND="$PWD" "$py" \
-            -m pytest -q -p no:cacheprovider -m lerobot tests/test_loader_lerobot.py
+            -m pytest -q -p no:cacheprovider -m readers tests/test_loader_lerobot.py
     done
 fi

@@ -6,12 +6,15 @@ copies it first (`copy_dataset`).
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.datasets import real_fixture, small_spec
 
 from pipeline.synth import SynthSpec, write_synthetic
 
@@ -29,21 +32,36 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
-REAL_FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real" / "g1_inspire_v21"
+def _process_state() -> dict[str, object]:
+    """What an in-process prep run (support.cli.run_prep) or a test could leave changed for the next test."""
+    output = sys.modules.get("pipeline.jobs.output")
+    return {"cwd": os.getcwd(), "sys.argv": list(sys.argv),
+            "signals": {s.name: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)},
+            "output locks held": dict(getattr(output, "_HELD", {}))}
 
 
-def _real_fixture() -> Path:
-    for candidate in (REAL_FIXTURE, Path(__file__).resolve().parents[1].parent / "shared/fixtures/real/g1_inspire_v21"):
-        if (candidate / "meta/info.json").is_file():
-            return candidate
-    pytest.skip(f"real fixture not found at {REAL_FIXTURE}")
-    raise AssertionError  # unreachable
+@pytest.fixture(autouse=True)
+def _leaves_the_process_as_it_found_it() -> Iterator[None]:
+    """Every test leaves the current folder, sys.argv, the SIGINT/SIGTERM/SIGALRM handlers and the output-lock
+    table of pipeline.jobs.output as it found them (in-process prep runs share this process)."""
+    before = _process_state()
+    yield
+    after = _process_state()
+    assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`lerobot` is the old name of the `readers` marker: every readers test carries both (`-m lerobot` works)."""
+    for item in items:
+        if item.get_closest_marker("readers") is not None and item.get_closest_marker("lerobot") is None:
+            item.add_marker(pytest.mark.lerobot)
 
 
 @pytest.fixture(scope="session")
 def real_v21() -> Path:
     """The real LeRobot v2.1 fixture (read-only; copy before writing)."""
-    return _real_fixture()
+    return real_fixture()
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +76,33 @@ def synth_v30(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_synthetic(
         tmp_path_factory.mktemp("synth") / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2)
     )
+
+
+@pytest.fixture(scope="session")
+def lowres_v21(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """synth_v21 at 48x64 (3 episodes x 3 cameras x 90 frames, GOP 30): its layout, metadata and frame counts at
+    a hundredth of the encode, for tests of everything but the pixels and their size."""
+    return write_synthetic(tmp_path_factory.mktemp("synth") / "v21_48x64",
+                           SynthSpec(version="v2.1", episodes=3, height=48, width=64))
+
+
+@pytest.fixture(scope="session")
+def lowres_v30(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """synth_v30 at 48x64 (files of 2 + 1 episodes)."""
+    return write_synthetic(tmp_path_factory.mktemp("synth") / "v30_48x64",
+                           SynthSpec(version="v3.0", episodes=3, episodes_per_file=2, height=48, width=64))
+
+
+@pytest.fixture(scope="session")
+def small_v21(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """7 episodes x 2 cameras x 24 frames of 48x64 h264, GOP 12, format v2.1 (support.datasets.small_spec)."""
+    return write_synthetic(tmp_path_factory.mktemp("small") / "v21", small_spec("v2.1"))
+
+
+@pytest.fixture(scope="session")
+def small_v30(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same in v3.0, 3 episodes per file (files hold 0-2, 3-5, 6)."""
+    return write_synthetic(tmp_path_factory.mktemp("small") / "v30", small_spec("v3.0"))
 
 
 @pytest.fixture

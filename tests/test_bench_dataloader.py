@@ -38,7 +38,7 @@ def test_importing_the_command_does_not_import_torch() -> None:
 
 
 def test_smoke(tiny224: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch (the bench extra: pip install prep[bench])")
     out = tmp_path / "out"
     assert main(["bench", "dataloader", str(tiny224), *SHORT, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -56,7 +56,7 @@ def test_smoke(tiny224: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_sweep_and_compare(tiny224: Path, tiny_native: Path, tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch (the bench extra: pip install prep[bench])")
     out = tmp_path / "out"
     args = ["bench", "dataloader", str(tiny224), *SHORT, "--sweep", "workers=0,1", "batch=2,4",
             "--compare", str(tiny_native), "--compare-label", "native", "--out", str(out), "--no-plot"]
@@ -69,7 +69,7 @@ def test_sweep_and_compare(tiny224: Path, tiny_native: Path, tmp_path: Path) -> 
 
 
 def test_auto_step_time_follows_the_budget_model(tiny224: Path, tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch (the bench extra: pip install prep[bench])")
     from pipeline.loader.bench import auto_step_s
 
     assert auto_step_s(256) == pytest.approx(0.00359 * 2048 + 0.25)
@@ -81,7 +81,7 @@ def test_auto_step_time_follows_the_budget_model(tiny224: Path, tmp_path: Path) 
 
 
 def test_stress_short(tiny224: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch (the bench extra: pip install prep[bench])")
     args = ["bench", "dataloader", str(tiny224), "--batch", "4", "--workers", "1", "--warmup", "1",
             "--stress", "0.05", "--stress-window", "0.5", "--out", str(tmp_path)]
     code = main(args)
@@ -116,7 +116,7 @@ def test_stress_assessment() -> None:
 
 def test_failed_samples_fail_the_command(tiny224: Path, tmp_path: Path, copy_dataset: Callable[[Path, str], Path],
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch (the bench extra: pip install prep[bench])")
     broken = copy_dataset(tiny224, "broken")
     video = next(broken.glob("videos/*/chunk-000/file-000.mp4"))
     video.write_bytes(b"not a video")
@@ -197,8 +197,7 @@ def test_verdict_names_need_ceiling_headroom_and_the_limit(kw: dict[str, float],
 def test_plot_axes_are_labelled_with_values(tmp_path: Path) -> None:
     """The data_time panel is a log axis whose tick labels are numbers (not blank), every point carries its
     value, and the ceiling panel shows the need line."""
-    pytest.importorskip("matplotlib")
-    import matplotlib
+    import matplotlib  # a dependency of prep: never skipped
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

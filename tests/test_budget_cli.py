@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import run_prep
 
 from pipeline.budget import BudgetConfig, write_report
 from pipeline.cli import main
@@ -65,9 +64,8 @@ def test_defaults_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_installed_entry_point(tmp_path: Path) -> None:
-    res = subprocess.run([sys.executable, "-m", "pipeline.cli", "budget", "--out", str(tmp_path), "--no-plots",
-                          "--nodes", "1,4", "--anchor", "B=64,wall=0.48"],
-                         capture_output=True, text=True, timeout=300)
+    res = run_prep("budget", "--out", tmp_path, "--no-plots", "--nodes", "1,4", "--anchor", "B=64,wall=0.48",
+                   inprocess=False)  # the module's entry point, as a process
     assert res.returncode == 0, res.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     a = (0.48 - 0.25) / 64  # the document's anchor with c = 0.25 s kept
@@ -106,6 +104,7 @@ def test_anchors_refit_the_throughput(tmp_path: Path, capsys: pytest.CaptureFixt
     assert f"{2048 / 8.0:.1f} at global batch 2048" in out
 
 
+@pytest.mark.slow
 def test_measured_manifests_calibrate_storage(manifests: tuple[Path, Path], tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     native, prepared = manifests
@@ -139,6 +138,7 @@ def test_measured_manifests_calibrate_storage(manifests: tuple[Path, Path], tmp_
     assert any("different frame counts" in note for note in report["notes"])
 
 
+@pytest.mark.slow
 def test_explicit_value_beats_the_manifest(manifests: tuple[Path, Path], tmp_path: Path) -> None:
     native, _ = manifests
     cfg = BudgetConfig().with_values({"gb_per_hour_native": 6.15}, "cli")
@@ -159,6 +159,7 @@ def bad_manifest(tmp_path: Path, native: Path, edit: Any) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_manifest_failing_its_schema_is_refused(manifests: tuple[Path, Path], tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     bad = bad_manifest(tmp_path, manifests[0], lambda m: m["totals"].__setitem__("gb_per_hour", "fast"))
@@ -169,6 +170,7 @@ def test_manifest_failing_its_schema_is_refused(manifests: tuple[Path, Path], tm
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_empty_manifest_is_refused(manifests: tuple[Path, Path], tmp_path: Path) -> None:
     def empty(m: dict[str, Any]) -> None:
         m["totals"].update(episodes=0, frames=0, hours=0.0, gb_per_hour=0.0)

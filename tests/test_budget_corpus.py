@@ -8,6 +8,7 @@ from the manifests by the formulas of pipeline/budget/coverage.py, not copied fr
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import run_prep
 
 from pipeline.budget import BudgetConfig, write_report
 from pipeline.budget.estimate import estimate
@@ -35,9 +37,7 @@ DOC_RATIO = 6.15 / 2.13
 RATE_2048 = 2048 / (0.00359 * 2048 + 0.25)  # node frames/s at the training batch (document model)
 
 
-def budget(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", "budget", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+budget = functools.partial(run_prep, "budget", cwd=REPO)  # `prep budget ARGS` from the repository root
 
 
 def strict_json(path: Path) -> dict[str, Any]:

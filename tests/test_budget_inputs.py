@@ -5,14 +5,13 @@ silently used b alone), a manifest given twice is refused in one line, and every
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import run_prep
 
 REPO = Path(__file__).resolve().parent.parent
 # two different real datasets' manifests, committed: the real fixture (10 episodes) and the demo's native corpus
@@ -21,8 +20,7 @@ B = Path("manifests/demo/native.manifest.json")
 
 
 def budget(*args: str | Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", "budget", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return run_prep("budget", *args, cwd=cwd, timeout=300)
 
 
 def totals(path: Path) -> dict[str, Any]:

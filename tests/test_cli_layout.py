@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import os
 import shlex
 import shutil
 import signal
@@ -17,18 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
+from support.cli import child_env, prep_cmd
+from support.cli import run_prep as prep
 
 from pipeline.cli import build_parser
 from pipeline.commands import COMMANDS
 from pipeline.synth import SynthSpec, write_synthetic
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-
-
-def prep(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=ENV, timeout=timeout, check=False)
+ENV = child_env()  # a child of this checkout
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +84,7 @@ def test_reencode_names_every_missing_argument(tmp_path: Path, argv: list[str], 
 def test_no_default_output_in_the_filesystem_root(argv: list[str], tiny: Path) -> None:
     """Run from `/`, a default output would create /manifests/ (or /prep-bench/): refused, --out named instead."""
     if argv[0] == "bench":
-        pytest.importorskip("torch")
+        pytest.importorskip("torch", reason="needs torch (the bench extra: pip install prep[bench])")
     before = Path("/manifests").exists(), Path("/prep-bench").exists()
     res = prep(*[a.format(tiny=tiny) for a in argv], cwd=Path("/"))
     assert res.returncode == 2, res.stdout + res.stderr
@@ -187,7 +182,7 @@ def test_reencoding_a_prep_output_warns(tiny: Path, tmp_path: Path) -> None:
 
 def _start_and_signal(args: list[str], out: Path, sig: int, cwd: Path) -> subprocess.CompletedProcess[str]:
     """Start `prep ARGS`, wait for its first finished output video, then send `sig`."""
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(prep_cmd(*args), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=cwd, env=ENV)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
@@ -201,6 +196,8 @@ def _start_and_signal(args: list[str], out: Path, sig: int, cwd: Path) -> subpro
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.parametrize(("sig", "code", "word", "backend"), [
     (signal.SIGINT, 130, "interrupted", "inline"), (signal.SIGTERM, 143, "terminated (SIGTERM)", "local")],
     ids=["ctrl-c", "sigterm"])
@@ -239,13 +236,15 @@ def test_rerun_command_names_prep_as_the_user_runs_it(tmp_path: Path, monkeypatc
     assert rerun_command(["scan", "x"]) == f"{Path(sys.executable).name} -m pipeline.cli scan x"
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_sigterm_while_the_cluster_starts_is_one_clean_message(real_v21: Path, tmp_path: Path) -> None:
     """A SIGTERM during LocalCluster start-up is held until the cluster is up, then acted on: the resume hint,
     exit 143, no traceback from a half-built cluster, no worker left behind."""
-    psutil = pytest.importorskip("psutil")
+    psutil = pytest.importorskip("psutil", reason="needs psutil (the bench extra)")
     out = tmp_path / "m.json"
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "scan", str(real_v21), "--out", str(out),
-                             "--workers", "1", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(prep_cmd("scan", real_v21, "--out", out, "--workers", "1", "--no-progress"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=ENV)
     me = psutil.Process(proc.pid)
     deadline = time.monotonic() + 120

@@ -5,12 +5,11 @@ a missing required option is one line naming `prep CMD --help` (argparse printed
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_prep
 
 from pipeline.cli import build_parser
 from pipeline.commands import COMMANDS
@@ -20,8 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def prep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120, check=False)
+    return run_prep(*args, cwd=cwd, timeout=120)
 
 
 def every_parser(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cluster import loopback_cluster
-from test_scan import prep
+import pytest
+from support.cli import run_prep as prep
+from support.cluster import loopback_cluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def test_scan_on_external_cluster_equals_local(synth_v30: Path, tmp_path: Path) -> None:
@@ -22,7 +25,7 @@ def test_scan_on_external_cluster_equals_local(synth_v30: Path, tmp_path: Path) 
 
 
 def test_unreachable_scheduler_is_one_line(synth_v21: Path, tmp_path: Path) -> None:
-    from cluster import free_port
+    from support.cluster import free_port
 
     res = prep("scan", str(synth_v21), "--out", str(tmp_path / "m.json"), "--scheduler",
                f"tcp://127.0.0.1:{free_port()}", "--no-progress")

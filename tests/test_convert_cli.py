@@ -5,35 +5,29 @@ the unfinished output files (the result equal to an uninterrupted run's)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from support.cli import child_env, prep_cmd, run_prep
+from support.trees import tree as tree_of
 
 from pipeline.atomic import TEMP_MARK
 from pipeline.lock import exclusive_lock
 from pipeline.synth import SynthSpec, write_synthetic
 
-REPO = Path(__file__).resolve().parents[1]
 CAMS = ("observation.images.cam_high", "observation.images.wrist")
 SMALL = ["--data-file-size-mb", "0.012", "--video-file-size-mb", "0.03"]
 
 
-def prep(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
-
-
-def tree(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.relative_to(root).parts[0] != "prep"}
+prep = functools.partial(run_prep, timeout=600)
+tree = functools.partial(tree_of, skip_prep=True)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +47,8 @@ def reference(v21: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_convert_summary_options_and_rerun(v21: Path, reference: Path) -> None:
     report = json.loads((reference / "prep/convert_report.json").read_text())
     assert report["complete"] and report["written"] == report["files"] > 10 and report["verify"]["passed"]
@@ -69,11 +65,30 @@ def test_convert_summary_options_and_rerun(v21: Path, reference: Path) -> None:
     assert tree(reference) == before
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_other_limits_on_the_same_output_are_refused(v21: Path, reference: Path) -> None:
     r = prep("convert", str(v21), "--to", "v3.0", "--out", str(reference), "--backend", "inline", "--no-progress",
              "--video-file-size-mb", "50")
     assert r.returncode == 2
     assert "was started with other settings" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_convert_both_ways_in_process(small_v21: Path, tmp_path: Path) -> None:
+    """The command's main path on the inline engine (the fast tier): v2.1 -> v3.0 -> v2.1, each verified by
+    the command itself, the round trip giving back the episodes and their metadata files."""
+    v30, back = tmp_path / "v30", tmp_path / "back"
+    r = prep("convert", small_v21, "--to", "v3.0", "--out", v30, backend="inline", progress=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "verify    PASSED: 7 of 7 episodes pass" in r.stdout, r.stdout
+    assert json.loads((v30 / "meta/info.json").read_text())["codebase_version"] == "v3.0"
+    r = prep("convert", v30, "--to", "v2.1", "--out", back, backend="inline", progress=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "verify    PASSED: 7 of 7 episodes pass" in r.stdout, r.stdout
+    for rel in ("meta/episodes.jsonl", "meta/tasks.jsonl", "meta/episodes_stats.jsonl"):
+        assert (back / rel).read_bytes() == (small_v21 / rel).read_bytes(), rel
+    info, info_back = (json.loads((r / "meta/info.json").read_text()) for r in (small_v21, back))
+    assert (info_back["total_episodes"], info_back["total_frames"]) == (info["total_episodes"], info["total_frames"])
 
 
 def test_a_running_conversion_holds_the_lock(v21: Path, tmp_path: Path) -> None:
@@ -127,12 +142,13 @@ def _final_outputs(out: Path) -> list[Path]:
             and p.relative_to(out).parts[0] in ("videos", "data")]
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_killed_conversion_redoes_only_unfinished_files(v21: Path, reference: Path, tmp_path: Path) -> None:
     out = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "pipeline.cli", "convert", str(v21), "--to", "v3.0", "--out", str(out),
-           "--workers", "2", "--batch", "1", "--no-progress", "--no-verify", *SMALL]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    cmd = prep_cmd("convert", v21, "--to", "v3.0", "--out", out, "--workers", "2", "--batch", "1", "--no-progress",
+                   "--no-verify", *SMALL)
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     total = sum(1 for _ in _final_outputs(reference))
     try:

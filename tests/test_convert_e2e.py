@@ -5,7 +5,7 @@ start on a keyframe. Every output is checked by `prep verify` (the job's own, an
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.media import packets
+from support.trees import tree as tree_of
 
 from pipeline import atomic
 from pipeline.formats import open_dataset
@@ -32,10 +34,7 @@ META_FILES = ("meta/episodes.jsonl", "meta/tasks.jsonl", "meta/episodes_stats.js
 SMALL = Limits(data_files_size_in_mb=0.012, video_files_size_in_mb=0.03)  # several files per stream
 
 
-def tree(root: Path) -> dict[str, str]:
-    """Every file of a dataset (prep's own folder left out) and its digest."""
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.relative_to(root).parts[0] != "prep"}
+tree = functools.partial(tree_of, skip_prep=True)  # every file of a dataset but prep's own folder, and its digest
 
 
 def convert_inline(src: Path, out: Path, to: str, limits: Limits | None = None) -> ConvertReport:
@@ -44,11 +43,6 @@ def convert_inline(src: Path, out: Path, to: str, limits: Limits | None = None) 
     if report.complete:
         assert report.verify is not None and report.verify["passed"], report.verify
     return report
-
-
-def packets(path: Path) -> list[tuple[bytes, int, int, bool]]:
-    with av.open(str(path)) as c:
-        return [(bytes(p), int(p.pts), int(p.dts), bool(p.is_keyframe)) for p in c.demux(c.streams.video[0]) if p.size]
 
 
 def time_base(path: Path) -> float:
@@ -60,12 +54,6 @@ def assert_verified(root: Path) -> None:
     report = verify_in_process(root, VerifyOptions(decode=True))
     assert report.passed, [f.line() for f in report.failures[:5]]
     assert not report.rejected
-
-
-@pytest.fixture(scope="module")
-def small_v21(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = SynthSpec(version="v2.1", episodes=7, frames=24, height=48, width=64, gop=12, cameras=CAMS)
-    return write_synthetic(tmp_path_factory.mktemp("conv") / "v21", spec)
 
 
 def assert_same_v21(src: Path, back: Path) -> None:
@@ -112,6 +100,7 @@ def test_v21_to_v30_to_v21_round_trip(small_v21: Path, tmp_path: Path) -> None:
     assert tree(small_v21) == before  # the source is only read
 
 
+@pytest.mark.slow
 def test_real_fixture_round_trip(real_v21: Path, tmp_path: Path) -> None:
     v30, back = tmp_path / "v30", tmp_path / "back"
     assert convert_inline(real_v21, v30, "v3.0").complete
@@ -193,45 +182,45 @@ def test_v30_not_on_keyframes_is_refused_with_the_episodes(tmp_path: Path) -> No
     assert not (out / "meta/info.json").exists() and not list(out.rglob("*.mp4"))
 
 
-def test_v30_written_in_files_to_v21(synth_v30: Path, tmp_path: Path) -> None:
+def test_v30_written_in_files_to_v21(lowres_v30: Path, tmp_path: Path) -> None:
     """The synthetic v3.0 corpus (3 cameras, 2 + 1 episodes per file): each episode's mp4 holds exactly the
     packets of its span, re-based to 0, and its rows."""
     out = tmp_path / "v21"
-    report = convert_inline(synth_v30, out, "v2.1")
+    report = convert_inline(lowres_v30, out, "v2.1")
     assert report.ok and report.files == 3 * 4
-    src, _ = open_dataset(synth_v30)
+    src, _ = open_dataset(lowres_v30)
     dst, rejected = open_dataset(out)
     assert not rejected and [e.frames_expected for e in dst.episodes] == [e.frames_expected for e in src.episodes]
     for s, d in zip(src.episodes, dst.episodes, strict=True):
         for ref in s.videos:
             got = packets(out / d.video(ref.camera).rel)
-            tb = time_base(synth_v30 / ref.rel)
-            span = [p for p in packets(synth_v30 / ref.rel)
+            tb = time_base(lowres_v30 / ref.rel)
+            span = [p for p in packets(lowres_v30 / ref.rel)
                     if ref.from_timestamp - 1e-4 <= p[1] * tb < (ref.to_timestamp or np.inf) - 1e-4]
             assert [g[0] for g in got] == [p[0] for p in span]
             base = min(p[1] for p in span)
             assert [(g[1], g[2]) for g in got] == [(p[1] - base, p[2] - base) for p in span]
-        rows = pq.read_table(synth_v30 / s.data.rel)
+        rows = pq.read_table(lowres_v30 / s.data.rel)
         rows = rows.filter(pa.compute.equal(rows["episode_index"], s.index)).replace_schema_metadata(None)
         assert pq.read_table(out / d.data.rel).replace_schema_metadata(None).equals(rows)
     assert_verified(out)
     lines = [json.loads(x) for x in (out / "meta/episodes_stats.jsonl").read_text().splitlines()]
-    rows = pq.read_table(synth_v30 / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    rows = pq.read_table(lowres_v30 / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
     assert [x["episode_index"] for x in lines] == [0, 1, 2]
     assert [x["stats"] for x in lines] == [stats_of_row(r) for r in rows]
     assert set(lines[0]["stats"]) == {*src.camera_keys, "observation.state", "action", "timestamp", "frame_index",
                                       "episode_index", "index", "task_index"}
 
 
-def test_v21_output_resumes_per_episode_file(synth_v30: Path, tmp_path: Path) -> None:
+def test_v21_output_resumes_per_episode_file(lowres_v30: Path, tmp_path: Path) -> None:
     out = tmp_path / "v21"
-    convert_inline(synth_v30, out, "v2.1")
+    convert_inline(lowres_v30, out, "v2.1")
     first = tree(out)
     gone = [out / "videos/chunk-000/observation.images.cam_left_wrist/episode_000001.mp4",
             out / "data/chunk-000/episode_000002.parquet"]
     for p in gone:
         p.unlink()
     (out / "meta/info.json").unlink()
-    report = convert_inline(synth_v30, out, "v2.1")
+    report = convert_inline(lowres_v30, out, "v2.1")
     assert sorted(report.written_files) == sorted(p.relative_to(out).as_posix() for p in gone)
     assert tree(out) == first

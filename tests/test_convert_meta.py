@@ -250,6 +250,7 @@ def _stream_episodes(tmp_path: Path, n: int) -> int:
     return peak + peak_arrow
 
 
+@pytest.mark.slow
 def test_metadata_memory_does_not_grow_with_episodes(tmp_path: Path) -> None:
     small, large = _stream_episodes(tmp_path, 2_000), _stream_episodes(tmp_path, 16_000)
     assert large < 1.5 * small + 2_000_000, (small, large)  # 8x the episodes, (nearly) the same peak

@@ -10,6 +10,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from support.media import decoded, packets
 
 from pipeline.errors import EpisodeError
 from pipeline.synth import SynthSpec, camera_frames, encode_frames
@@ -18,17 +19,6 @@ from pipeline.video.remux import ConcatInput, concat_stream_copy, cut_stream_cop
 
 SPEC = SynthSpec(height=48, width=64, frames=20, gop=30, cameras=("cam",))  # x264 veryfast: B-frames, dts < pts
 RATE = Fraction(30)
-
-
-def packets(path: Path) -> list[tuple[bytes, int, int, bool]]:
-    with av.open(str(path)) as c:
-        s = c.streams.video[0]
-        return [(bytes(p), int(p.pts), int(p.dts), bool(p.is_keyframe)) for p in c.demux(s) if p.size]
-
-
-def decoded(path: Path) -> list[np.ndarray]:
-    with av.open(str(path)) as c:
-        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
 
 
 def header(path: Path) -> tuple[int, int, Fraction]:

@@ -26,8 +26,8 @@ def test_real_fixture_model(real_v21: Path) -> None:
     assert ep.videos[0].rel == "videos/chunk-000/observation.images.cam_high/episode_000003.mp4"
 
 
-def test_v30_model(synth_v30: Path) -> None:
-    ds, rejected = open_dataset(synth_v30)
+def test_v30_model(lowres_v30: Path) -> None:
+    ds, rejected = open_dataset(lowres_v30)
     assert rejected == []
     assert [e.index for e in ds.episodes] == [0, 1, 2]
     e1 = ds.episodes[1]
@@ -45,8 +45,8 @@ def _edit_jsonl(path: Path, lineno: int, text: str) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def test_bad_episode_lines_are_rejected_not_fatal(synth_v21: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
-    root = copy_dataset(synth_v21, "badlines")
+def test_bad_episode_lines_are_rejected_not_fatal(lowres_v21: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
+    root = copy_dataset(lowres_v21, "badlines")
     _edit_jsonl(root / "meta/episodes.jsonl", 0, "{broken")
     _edit_jsonl(root / "meta/episodes.jsonl", 1, json.dumps({"episode_index": 1, "tasks": [], "length": -5}))
     ds, rejected = open_dataset(root)
@@ -55,15 +55,15 @@ def test_bad_episode_lines_are_rejected_not_fatal(synth_v21: Path, copy_dataset:
     assert rejected[1].episode == 1 and "invalid length -5" in str(rejected[1])
 
 
-def test_missing_length(synth_v21: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
-    root = copy_dataset(synth_v21, "nolength")
+def test_missing_length(lowres_v21: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
+    root = copy_dataset(lowres_v21, "nolength")
     _edit_jsonl(root / "meta/episodes.jsonl", 2, json.dumps({"episode_index": 2, "tasks": []}))
     _, rejected = open_dataset(root)
     assert rejected[0].episode == 2 and "invalid length None" in rejected[0].message
 
 
-def test_template_escaping_root_is_refused(synth_v21: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
-    root = copy_dataset(synth_v21, "escape")
+def test_template_escaping_root_is_refused(lowres_v21: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
+    root = copy_dataset(lowres_v21, "escape")
     info = json.loads((root / "meta/info.json").read_text())
     info["video_path"] = "../../{video_key}/episode_{episode_index:06d}.mp4"
     (root / "meta/info.json").write_text(json.dumps(info))
@@ -71,9 +71,9 @@ def test_template_escaping_root_is_refused(synth_v21: Path, copy_dataset: Callab
         open_dataset(root)
 
 
-def test_symlink_outside_root_fails_that_episode(synth_v21: Path, copy_dataset: Callable[[Path, str], Path],
+def test_symlink_outside_root_fails_that_episode(lowres_v21: Path, copy_dataset: Callable[[Path, str], Path],
                                                  tmp_path: Path) -> None:
-    root = copy_dataset(synth_v21, "symlink")
+    root = copy_dataset(lowres_v21, "symlink")
     ds, _ = open_dataset(root)
     target = root / ds.episodes[0].videos[0].rel
     outside = tmp_path / "outside.mp4"
@@ -86,11 +86,11 @@ def test_symlink_outside_root_fails_that_episode(synth_v21: Path, copy_dataset: 
     assert [r.status for r in results[1:]] == ["ok", "ok"]
 
 
-def test_v30_bad_episode_rows(synth_v30: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
+def test_v30_bad_episode_rows(lowres_v30: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    root = copy_dataset(synth_v30, "v30bad")
+    root = copy_dataset(lowres_v30, "v30bad")
     path = root / "meta/episodes/chunk-000/file-000.parquet"
     table = pq.read_table(path)
     lengths = table["length"].to_pylist()
@@ -102,8 +102,8 @@ def test_v30_bad_episode_rows(synth_v30: Path, copy_dataset: Callable[[Path, str
     assert rejected[0].episode == 1 and "length" in rejected[0].message
 
 
-def test_v30_missing_episode_metadata(synth_v30: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
-    root = copy_dataset(synth_v30, "v30nometa")
+def test_v30_missing_episode_metadata(lowres_v30: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
+    root = copy_dataset(lowres_v30, "v30nometa")
     (root / "meta/episodes/chunk-000/file-000.parquet").unlink()
     with pytest.raises(DatasetError, match="meta/episodes"):
         open_dataset(root)

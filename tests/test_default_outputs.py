@@ -6,13 +6,12 @@ schema marker), is refused in one line naming --out; prep's own earlier output i
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_prep
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples/g1_inspire_v21"
@@ -20,8 +19,7 @@ FAST = ["--backend", "inline", "--no-progress"]
 
 
 def prep(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600, check=False)
+    return run_prep(*args, cwd=cwd, timeout=600)
 
 
 def refused(res: subprocess.CompletedProcess[str], command: str, path: Path, why: str) -> None:

@@ -9,12 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_scan import prep
+import pytest
+from support.cli import run_prep as prep
 
 from pipeline.manifest import load_manifest
 from pipeline.schemas import validate
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_demo_end_to_end(tmp_path: Path) -> None:
     """Run from an empty folder with no --out: everything lands in the work folder (reports in <work>/reports),
     nothing in the current folder, nothing in the repository's manifests/demo/."""
@@ -82,6 +85,7 @@ def test_refreshed_reports_name_no_path_of_this_machine(tmp_path: Path) -> None:
     assert budget["landscape"]["path"] == "manifests/vla_landscape.toml"
 
 
+@pytest.mark.slow
 def test_demo_sh_keeps_the_reports_under_the_checkout(tmp_path: Path) -> None:
     """scripts/demo.sh (its set-up step stubbed: .venv/bin/prep runs this checkout's prep) keeps the reports
     and plots in out/demo/ of the checkout it runs in, says where, and leaves them when rerun."""

@@ -7,14 +7,16 @@ resumes; the source is only read."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from pathlib import Path
 
-import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_prep
+from support.datasets import small_spec
+from support.media import payloads
+from support.trees import tree
 
 from pipeline.cli import main
 from pipeline.dataset.stats import StatsAggregator
@@ -32,11 +34,6 @@ from pipeline.synth import SynthSpec, write_synthetic
 CAMS = ("observation.images.cam_high", "observation.images.wrist")
 
 
-def tree(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def edit_inline(src: Path, out: Path, **kw: tuple[int, ...]) -> EditReport:
     with open_engine(RunConfig(backend="inline", progress=False)) as engine:
         return edit_dataset(src, out, EditOptions(**kw), engine)
@@ -48,33 +45,22 @@ def assert_verified(root: Path) -> None:
     assert not report.rejected
 
 
-def payloads(path: Path, t0: float = 0.0, t1: float = float("inf")) -> list[bytes]:
-    """The packet payloads whose pts lie in [t0, t1), in decode order."""
-    with av.open(str(path)) as c:
-        s = c.streams.video[0]
-        tb = float(s.time_base)
-        return [bytes(p) for p in c.demux(s) if p.size and t0 - 1e-4 <= p.pts * tb < t1 - 1e-4]
+@pytest.fixture
+def v21(small_v21: Path) -> Path:
+    """7 episodes x 2 cameras x 24 frames of 48x64 h264, GOP 12 (support.datasets.small_spec; read-only)."""
+    return small_v21
 
 
-@pytest.fixture(scope="module")
-def v21(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = SynthSpec(version="v2.1", episodes=7, frames=24, height=48, width=64, gop=12, cameras=CAMS)
-    return write_synthetic(tmp_path_factory.mktemp("edit") / "v21", spec)
-
-
-@pytest.fixture(scope="module")
-def v30(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = SynthSpec(version="v3.0", episodes=7, frames=24, height=48, width=64, gop=12, cameras=CAMS,
-                     episodes_per_file=3)
-    return write_synthetic(tmp_path_factory.mktemp("edit") / "v30", spec)
+@pytest.fixture
+def v30(small_v30: Path) -> Path:
+    """The same in v3.0, 3 episodes per file."""
+    return small_v30
 
 
 @pytest.fixture(scope="module")
 def v30_gop(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One encode per file with GOP 10 over 25-frame episodes: most episodes do not start on a keyframe."""
-    spec = SynthSpec(version="v3.0", episodes=7, frames=25, height=48, width=64, gop=10, cameras=CAMS,
-                     episodes_per_file=3)
-    return write_synthetic(tmp_path_factory.mktemp("edit") / "v30gop", spec)
+    return write_synthetic(tmp_path_factory.mktemp("edit") / "v30gop", small_spec("v3.0", frames=25, gop=10))
 
 
 def test_ranges_and_episode_lists() -> None:
@@ -227,12 +213,12 @@ def test_v30_whole_runs_need_no_keyframe(v30_gop: Path, tmp_path: Path) -> None:
 
 def _break(root: Path) -> None:
     """Three broken episodes: 1 a truncated video, 3 a video missing frames, 5 parquet timestamps off the grid."""
-    from pipeline.synth import SynthSpec, camera_frames, encode_frames
+    from pipeline.synth import camera_frames, encode_frames
 
     v1 = root / f"videos/chunk-000/{CAMS[0]}/episode_000001.mp4"
     data = v1.read_bytes()
     v1.write_bytes(data[: len(data) // 2])
-    spec = SynthSpec(version="v2.1", episodes=7, frames=24, height=48, width=64, gop=12, cameras=CAMS)
+    spec = small_spec("v2.1")
     v3 = root / f"videos/chunk-000/{CAMS[1]}/episode_000003.mp4"
     encode_frames(v3, camera_frames(spec, 1, 3)[:20], spec)
     p5 = root / "data/chunk-000/episode_000005.parquet"
@@ -351,8 +337,7 @@ def test_merge_v30_packs_files_with_the_same_codec_parameters(v30: Path, tmp_pat
     are the same: the ultrafast source (no CABAC: another PPS) gets files of its own."""
     from pipeline.jobs.edit import merge_datasets
 
-    fast = write_synthetic(tmp_path / "fast", SynthSpec(version="v3.0", episodes=7, frames=24, height=48, width=64,
-                                                        gop=12, cameras=CAMS, episodes_per_file=3, preset="ultrafast"))
+    fast = write_synthetic(tmp_path / "fast", small_spec("v3.0", preset="ultrafast"))
     part = tmp_path / "part"
     assert edit_inline(v30, part, keep=(2, 3)).ok
     out = tmp_path / "merged"
@@ -469,20 +454,19 @@ def test_without_episode_stats_the_global_stats_are_carried(v21: Path, tmp_path:
     assert json.loads((tmp_path / "out/meta/stats.json").read_text()) == stats
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_default_engine_runs_an_edit_of_up_to_512_kept_episodes_in_process(tmp_path: Path) -> None:
     """Without --workers/--backend/--scheduler, an edit keeping 70 episodes (above convert's 64) starts no
     LocalCluster (no `[engine]` line, as test_runner checks for scan); --workers 1 still starts one. Both outputs
     hold the same files."""
     import subprocess
-    import sys
 
     src = write_synthetic(tmp_path / "src", SynthSpec(version="v2.1", episodes=72, frames=4, height=32, width=32,
                                                       gop=4, cameras=CAMS[:1], reuse_video=True))
 
     def run(out: str, *extra: str) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([sys.executable, "-m", "pipeline.cli", "edit", str(src), "--drop", "0,71", "--out",
-                            str(tmp_path / out), "--no-verify", "--no-progress", *extra],
-                           capture_output=True, text=True, timeout=300, check=False)
+        r = run_prep("edit", src, "--drop", "0,71", "--out", tmp_path / out, "--no-verify", "--no-progress", *extra)
         assert r.returncode == 0, r.stdout + r.stderr
         return r
 

@@ -65,6 +65,7 @@ def _peak(fn: Any) -> tuple[Any, int]:
     return value, peak
 
 
+@pytest.mark.slow
 def test_select_streams_the_metadata(tmp_path: Path) -> None:
     """A drop of 3 episodes holds 4 kept runs whatever the corpus, and select allocates nothing that grows with
     it: its peak is within 0.5 MB of the peak of reading the episode metadata alone (the old plan held every

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     KnownBug,
     Row,
     baseline_digest,
@@ -36,9 +36,9 @@ from faults_support import (
     snapshot,
     temp_files,
 )
-from inject import reencode_video, remux_faststart, truncate_file, write_video
+from support.inject import reencode_video, remux_faststart, truncate_file, write_video
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 CAM = "observation.images.cam_high"
 V21_VIDEO = "videos/chunk-000/{cam}/episode_{ep:06d}.mp4"

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     check_source,
     copy_tree,
     corpus,
@@ -22,7 +22,7 @@ from faults_support import (
 
 from pipeline.runner import machine_cores
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 CAM = "observation.images.cam_high"
 BAD_VALUES = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     Row,
     baseline,
     baseline_digest,
@@ -18,34 +18,27 @@ from faults_support import (
     count_line,
     digest_diff,
     known_bug,
-    mount_refusal,
     output_digest,
     prep,
     reencode_args,
-    remount,
     scenario,
     short_paths,
     snapshot,
     temp_files,
-    tmpfs,
-    tmpfs_bytes,
     unsound_final_files,
 )
+from support.locks import LOCK_REL
+from support.tmpfs import can_mount_fixture, remount, tmpfs, tmpfs_bytes
 
 from pipeline.jobs.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 PAGE = 4096
-LOCK_REL = "prep/output.lock"
 
 
-@pytest.fixture(scope="module")
-def can_mount() -> None:
-    why = mount_refusal()
-    if why:
-        pytest.skip(f"disk-full scenarios need a tmpfs: {why}")
+can_mount = can_mount_fixture("disk-full scenarios")
 
 
 def sizes(prefix: str) -> list[int]:

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from faults_support import check_source, copy_tree, corpus, prep, scenario, short_paths, snapshot
-from parquet_footer import set_num_rows
+from support.faults import check_source, copy_tree, corpus, prep, scenario, short_paths, snapshot
+from support.parquet_footer import set_num_rows
 
 from pipeline.manifest import table_path_for
 from pipeline.synth import SynthSpec, write_synthetic
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 TIMEOUT_S = 180  # a refusal takes seconds; the bound catches a hang or a 1 GB path per episode
 DEEP = 3000

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     BASELINE_SECONDS,
     TEMP_MARK,
     Row,
@@ -51,7 +51,7 @@ from faults_support import (
 from pipeline.jobs.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 LOCK_REL = "prep/output.lock"
 

@@ -5,19 +5,16 @@ in a partly done output.)"""
 
 from __future__ import annotations
 
-import json
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     baseline,
     baseline_digest,
     check_source,
     corpus,
     count_line,
-    dead_pid,
     digest_diff,
     output_digest,
     prep,
@@ -29,27 +26,9 @@ from faults_support import (
     temp_files,
     wait_until,
 )
+from support.locks import LOCK_REL, holder, stale_lock
 
-pytestmark = pytest.mark.faults
-
-LOCK_REL = "prep/output.lock"
-
-
-def holder(path: Path) -> dict:
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return obj if isinstance(obj, dict) else {}
-
-
-def stale_lock(out: Path) -> int:
-    pid = dead_pid()
-    (out / "prep").mkdir(parents=True, exist_ok=True)
-    (out / LOCK_REL).write_text(json.dumps({"pid": pid, "host": socket.gethostname(),
-                                            "started_utc": "2020-01-01T00:00:00+00:00"}) + "\n")
-    return pid
-
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 def test_second_concurrent_run_refused(tmp_path: Path) -> None:
     src = corpus("v21")

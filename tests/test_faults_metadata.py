@@ -16,9 +16,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from faults_support import check_source, copy_tree, corpus, prep, scenario, short_paths, snapshot
+from support.faults import check_source, copy_tree, corpus, prep, scenario, short_paths, snapshot
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 
 @dataclass(frozen=True)

@@ -16,48 +16,34 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     baseline,
     baseline_digest,
     check_source,
     corpus,
     digest_diff,
-    mount_refusal,
     output_digest,
     prep,
     reencode_args,
-    remount,
     scenario,
     short_paths,
     snapshot,
     temp_files,
-    tmpfs,
-    tmpfs_bytes,
 )
+from support.tmpfs import can_mount_fixture, remount, tmpfs, tmpfs_bytes
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 PAGE = 4096
 
 
-@pytest.fixture(scope="module")
-def can_mount() -> None:
-    why = mount_refusal()
-    if why:
-        pytest.skip(f"read-only and full-disk scenarios need a tmpfs: {why}")
+can_mount = can_mount_fixture("read-only and full-disk scenarios")
 
 
 @pytest.fixture
 def readonly(can_mount: None, tmp_path: Path) -> Iterator[Path]:
-    import subprocess
-
-    path = tmp_path / "ro"
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)], check=True)
-    try:
+    with tmpfs(tmp_path / "ro", 1 << 20, readonly=True) as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     baseline,
     baseline_digest,
     check_source,
@@ -26,7 +26,7 @@ from faults_support import (
 from pipeline.jobs.verify import verify_in_process
 from pipeline.stages.verify import VerifyOptions
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 
 def test_damaged_outputs_are_redone(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     baseline_digest,
     check_source,
     corpus,
@@ -28,7 +28,7 @@ from faults_support import (
     wait_until,
 )
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 CASES = [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")]
 

@@ -16,6 +16,7 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_prep
 
 from pipeline.checks import found_severity
 from pipeline.dataset.features import is_depth_feature, is_depth_flagged, lerobot06_depth_codec_problem
@@ -218,17 +219,13 @@ def test_camera_info_carries_the_depth_flag(tmp_path: Path) -> None:
 def test_reencode_reader_picks_the_generation_that_refuses(tmp_path: Path) -> None:
     """A png depth camera: 0.6 refuses the source at open, 0.4 loads it. `prep reencode` (default: all readers)
     refuses it with nothing written; `--reader 0.4` re-encodes it (the depth camera copied) as 0.4 would load it."""
-    import subprocess
-    import sys
-
     src = depth_dataset(tmp_path, "v3.0", codec="png")
-    cmd = [sys.executable, "-m", "pipeline.cli", "reencode", str(src), "--dst", "224", "--backend", "inline",
-           "--no-progress"]
-    refused = subprocess.run([*cmd, "--out", str(tmp_path / "all")], capture_output=True, text=True)
+    cmd = ["reencode", str(src), "--dst", "224", "--backend", "inline", "--no-progress"]
+    refused = run_prep(*cmd, "--out", tmp_path / "all")
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "depth_codec" in refused.stdout and "REFUSED" in refused.stdout
     assert not (tmp_path / "all" / "meta" / "info.json").exists()
-    only04 = subprocess.run([*cmd, "--out", str(tmp_path / "r04"), "--reader", "0.4"], capture_output=True, text=True)
+    only04 = run_prep(*cmd, "--out", tmp_path / "r04", "--reader", "0.4")
     assert only04.returncode == 0, only04.stdout + only04.stderr
     assert (tmp_path / "r04" / "meta" / "info.json").is_file()
     assert "Traceback" not in only04.stdout + only04.stderr

@@ -5,6 +5,7 @@ program, decoded with PyAV (which reports a frame's display matrix as `frame.rot
 
 from __future__ import annotations
 
+import functools
 import shutil
 import struct
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 import av
 import numpy as np
 import pytest
+from support.media import psnr as psnr_of
 
 from pipeline.jobs.reencode import reencode_dataset
 from pipeline.jobs.verify import verify_in_process
@@ -39,9 +41,7 @@ def frames(path: Path) -> tuple[list[np.ndarray], list[int]]:
         return [f.to_ndarray(format="gray") for f in decoded], [int(f.rotation) for f in decoded]
 
 
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return 99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse)
+psnr = functools.partial(psnr_of, identical=99.0)
 
 
 def rotated_source(tmp_path: Path, fmt: str, degrees: int = 90) -> Path:

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="needs torch (the bench extra: pip install prep[bench])")
 
 from pipeline.formats import open_dataset  # noqa: E402
 from pipeline.loader.dataset import PrepFrameDataset  # noqa: E402
@@ -86,6 +86,7 @@ def test_action_chunks_and_padding(intra224: Path) -> None:
             assert item["observation.state"].dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_native_frames_are_letterboxed_like_openpi(synth_v21: Path) -> None:
     """480x640 GOP-30: seek + decode forward gives the same frame as a front-to-back decode, letterboxed."""
     ds = PrepFrameDataset(synth_v21, horizon=4)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="needs torch (the bench extra: pip install prep[bench])")
 
 from pipeline.loader.bench import Tally  # noqa: E402
 from pipeline.loader.dataset import PrepFrameDataset  # noqa: E402

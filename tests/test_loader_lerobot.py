@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("lerobot")
-torch = pytest.importorskip("torch")
+pytest.importorskip("lerobot", reason="needs the real lerobot package (a reader venv: .ci/lerobot_envs.sh)")
+torch = pytest.importorskip("torch", reason="needs torch (the bench extra: pip install prep[bench])")
 
 from pipeline.loader.dataset import PrepFrameDataset  # noqa: E402
 from pipeline.loader.lerobot_source import LeRobotItems, lerobot_version  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402
 
-pytestmark = pytest.mark.lerobot
+pytestmark = [pytest.mark.readers, pytest.mark.slow]
 
 
 def _format() -> str:

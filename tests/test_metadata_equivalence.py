@@ -1,4 +1,4 @@
-"""The columnar metadata readers equal the per-record readers they replaced (tests/legacy_metadata.py),
+"""The columnar metadata readers equal the per-record readers they replaced (tests/support/legacy_metadata.py),
 on any episodes.jsonl or episodes parquet: the same episodes (paths, spans, tasks), the same rejected
 records (episode, where, reason, in file order), or the same dataset-level error."""
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from legacy_metadata import legacy_v21, legacy_v30
+from support.legacy_metadata import legacy_v21, legacy_v30
 
 from pipeline.errors import DatasetError
 from pipeline.formats import open_dataset, read_info

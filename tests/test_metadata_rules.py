@@ -7,12 +7,13 @@ reencode, and scanned with a warning. Real synthetic datasets, the real jobs and
 
 from __future__ import annotations
 
+import functools
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_prep
 
 from pipeline.checks import decide, metadata_rules
 from pipeline.errors import MetadataError
@@ -27,10 +28,7 @@ from pipeline.synth import write_synthetic
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compat"))
 from parity_cases.synth_cases import spec
 
-
-def prep(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args, "--backend", "inline", "--no-progress"],
-                          capture_output=True, text=True, check=False, timeout=300)
+prep = functools.partial(run_prep, backend="inline", progress=False)
 
 
 def without_count_v30(d: Path) -> Path:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_prep
 
 from pipeline.jobs.reencode import reencode_dataset
 from pipeline.jobs.verify import verify_in_process
@@ -71,8 +71,7 @@ def test_nan_action_is_trains_wrong(fmt: str, tmp_path: Path) -> None:
         assert p["loads"] is True and p["trains_wrong"] == 2 and p["errors"] == 0
 
     out = tmp_path / "v.json"
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "verify", str(src), "--out", str(out), "--decode",
-                        "--backend", "inline", "--no-progress"], capture_output=True, text=True, check=False)
+    r = run_prep("verify", src, "--out", out, "--decode", backend="inline", progress=False)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "predicted: loads; 2 findings that poison training (trains_wrong)" in r.stdout
     doc = json.loads(out.read_text())

@@ -15,6 +15,7 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_prep
 
 from pipeline.checks import READER_LINES
 from pipeline.errors import PrepError
@@ -101,8 +102,8 @@ def _dropped_frames_kept_rows(root: Path, drop: tuple[int, ...] = (12, 13)) -> N
     """What LeRobot 0.4.4's streaming recorder does when its encoder queue drops frames: the video holds
     fewer frames for episode 0, restamped consecutively; the episode spans follow the video; the rows stay."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from inject import _decode, write_video
     from parity_cases.meta import episodes_files, rewrite_parquet, set_column
+    from support.inject import _decode, write_video
 
     video = next((root / "videos").rglob("*.mp4"))
     frames, gop, _ = _decode(video)
@@ -134,6 +135,7 @@ def test_preroll_is_an_info_finding_and_counts_the_presented_frames(tmp_path: Pa
         assert (e.cameras[CAM].frames_from_packets, e.cameras[CAM].frames_decoded) == (20, 20)
 
 
+@pytest.mark.slow
 def test_lerobot_written_av1_has_no_finding_with_decode(real_v21: Path) -> None:
     """The real LeRobot-written AV1 fixture: the corrupt-frame and frame-size checks raise no false alarm."""
     report = verify_in_process(real_v21, VerifyOptions(decode=True))
@@ -141,12 +143,9 @@ def test_lerobot_written_av1_has_no_finding_with_decode(real_v21: Path) -> None:
 
 
 def test_verify_cli_exits_0_with_warnings_and_writes_severities(tmp_path: Path) -> None:
-    import subprocess
-
     root = built(tmp_path, "to-timestamp-short", "v3.0")
     out = tmp_path / "v.json"
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "verify", str(root), "--json", str(out),
-                        "--backend", "inline", "--no-progress"], capture_output=True, text=True, check=False)
+    r = run_prep("verify", root, "--json", out, backend="inline", progress=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASSED    (2 warnings)" in r.stdout
     doc = json.loads(out.read_text())

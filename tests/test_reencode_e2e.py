@@ -2,33 +2,28 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_prep
+from support.trees import tree
 
 from pipeline.formats import open_dataset
 from pipeline.video.checks import Span, VideoExpect, check_video
 from pipeline.video.probe import probe_video
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
-def prep(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", "reencode", *args, "--workers", "2",
-                           "--no-progress"], capture_output=True, text=True, cwd=cwd, check=False, timeout=600)
-
-
-def tree_hash(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+def reencode(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`prep reencode ARGS` on a LocalCluster of 2 workers (so a child process)."""
+    return run_prep("reencode", *args, "--workers", "2", "--no-progress", cwd=cwd, timeout=600)
 
 
 def assert_prepared(src: Path, out: Path, version: str) -> None:
@@ -74,12 +69,12 @@ def test_v21_exact_command_then_rerun_does_nothing(
     synth_v21: Path, copy_dataset: Callable[[Path, str], Path], tmp_path: Path
 ) -> None:
     src = copy_dataset(synth_v21, "merged")
-    before = tree_hash(src)
-    r = prep("--src", "merged", "--dst", "224", cwd=tmp_path)
+    before = tree(src)
+    r = reencode("--src", "merged", "--dst", "224", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     out = tmp_path / "merged_224"
     assert_prepared(src, out, "v2.1")
-    assert tree_hash(src) == before
+    assert tree(src) == before
     # image stats recomputed for the new frames (LeRobot's sampling: all 90 frames of a 90-frame episode)
     rows = [json.loads(line) for line in (out / "meta/episodes_stats.jsonl").read_text().splitlines()]
     cam = rows[0]["stats"]["observation.images.cam_high"]
@@ -87,23 +82,23 @@ def test_v21_exact_command_then_rerun_does_nothing(
     old = json.loads((src / "meta/episodes_stats.jsonl").read_text().splitlines()[0])["stats"]
     assert rows[0]["stats"]["action"] == old["action"]
     # rerun: nothing re-encoded, nothing in the dataset changed
-    dataset_files = {k: v for k, v in tree_hash(out).items() if not k.startswith("prep/")}
+    dataset_files = {k: v for k, v in tree(out).items() if not k.startswith("prep/")}
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.mp4")}
-    r2 = prep("--src", "merged", "--dst", "224", cwd=tmp_path)
+    r2 = reencode("--src", "merged", "--dst", "224", cwd=tmp_path)
     assert r2.returncode == 0, r2.stderr
     assert "0 encoded, 9 kept" in r2.stdout
-    assert {k: v for k, v in tree_hash(out).items() if not k.startswith("prep/")} == dataset_files
+    assert {k: v for k, v in tree(out).items() if not k.startswith("prep/")} == dataset_files
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.mp4")} == stamps
-    assert tree_hash(src) == before
+    assert tree(src) == before
 
 
 def test_v30_ffmpeg_engine(synth_v30: Path, tmp_path: Path) -> None:
-    before = tree_hash(synth_v30)
+    before = tree(synth_v30)
     out = tmp_path / "v30_224"
-    r = prep("--src", str(synth_v30), "--dst", "224", "--out", str(out), "--engine", "ffmpeg")
+    r = reencode("--src", str(synth_v30), "--dst", "224", "--out", str(out), "--engine", "ffmpeg")
     assert r.returncode == 0, r.stdout + r.stderr
     assert_prepared(synth_v30, out, "v3.0")
-    assert tree_hash(synth_v30) == before
+    assert tree(synth_v30) == before
     src_eps = pq.read_table(synth_v30 / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
     out_eps = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet")
     assert out_eps.schema == pq.read_schema(synth_v30 / "meta/episodes/chunk-000/file-000.parquet")
@@ -119,28 +114,28 @@ def test_v30_ffmpeg_engine(synth_v30: Path, tmp_path: Path) -> None:
 
 
 def test_real_fixture(real_v21: Path, tmp_path: Path) -> None:
-    before = tree_hash(real_v21)
+    before = tree(real_v21)
     out = tmp_path / "real_224"
-    r = prep("--src", real_v21.name, "--root", str(real_v21.parent), "--dst", "224", "--out", str(out))
+    r = reencode("--src", real_v21.name, "--root", str(real_v21.parent), "--dst", "224", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     assert_prepared(real_v21, out, "v2.1")
-    assert tree_hash(real_v21) == before
+    assert tree(real_v21) == before
     prov = json.loads((out / "prep/provenance.json").read_text())
     assert prov["cameras"]["observation.images.cam_high"]["source_codec"] == "av1"
     assert (out / "LICENSE").read_bytes() == (real_v21 / "LICENSE").read_bytes()
 
 
 def test_refusals(synth_v21: Path, tmp_path: Path) -> None:
-    r = prep("--src", str(synth_v21), "--dst", "224", "--out", str(synth_v21 / "inside"))
+    r = reencode("--src", str(synth_v21), "--dst", "224", "--out", str(synth_v21 / "inside"))
     assert r.returncode == 2 and "inside" in r.stderr
     assert not (synth_v21 / "inside").exists()
-    r = prep("--src", str(synth_v21), "--dst", "224", "--out", str(synth_v21))
+    r = reencode("--src", str(synth_v21), "--dst", "224", "--out", str(synth_v21))
     assert r.returncode == 2
-    r = prep("--src", str(synth_v21), "--dst", "22x", "--out", str(tmp_path / "o"))
+    r = reencode("--src", str(synth_v21), "--dst", "22x", "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "expected a size" in r.stderr
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "file.txt").write_text("x")
-    r = prep("--src", str(synth_v21), "--dst", "224", "--out", str(tmp_path / "busy"))
+    r = reencode("--src", str(synth_v21), "--dst", "224", "--out", str(tmp_path / "busy"))
     assert r.returncode == 2 and "not a prep reencode output" in r.stderr
     assert os.listdir(tmp_path / "busy") == ["file.txt"]
 
@@ -151,6 +146,6 @@ def test_other_settings_into_same_output_refused(synth_v21: Path, tmp_path: Path
     settings = {"source": str(synth_v21.resolve()), "size": [224, 224], "resize": "pad", "profile": "h264-intra",
                 "crf": 30}
     (out / "prep/options.json").write_text(json.dumps(settings))
-    r = prep("--src", str(synth_v21), "--dst", "224", "--out", str(out))
+    r = reencode("--src", str(synth_v21), "--dst", "224", "--out", str(out))
     assert r.returncode == 2 and "other settings" in r.stderr
     shutil.rmtree(out)

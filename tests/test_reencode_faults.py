@@ -14,18 +14,16 @@ from pathlib import Path
 
 import av
 import pytest
+from support.cli import prep_cmd, run_prep
 
 from pipeline.atomic import TEMP_MARK
 from pipeline.lock import LockedError, exclusive_lock
 
-pytestmark = [pytest.mark.slow, pytest.mark.faults]
-
-CMD = [sys.executable, "-m", "pipeline.cli", "reencode", "--dst", "224", "--no-progress"]
-
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.cluster]
 
 def run(src: Path, out: Path, workers: int = 2, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CMD, "--src", str(src), "--out", str(out), "--workers", str(workers), *extra],
-                          capture_output=True, text=True, check=False, timeout=600)
+    return run_prep("reencode", "--dst", "224", "--src", src, "--out", out, "--workers", workers, *extra,
+                    progress=False, timeout=600)
 
 
 def videos(out: Path) -> dict[str, tuple[int, int]]:
@@ -41,7 +39,8 @@ def frames(path: Path) -> list[bytes]:
 
 def test_sigkill_then_rerun_matches_uninterrupted(synth_v21: Path, tmp_path: Path) -> None:
     out = tmp_path / "killed"
-    proc = subprocess.Popen([*CMD, "--src", str(synth_v21), "--out", str(out), "--workers", "1"],
+    proc = subprocess.Popen(prep_cmd("reencode", "--dst", "224", "--no-progress", "--src", synth_v21, "--out", out,
+                                     "--workers", "1"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 300
     while not videos(out) and proc.poll() is None and time.monotonic() < deadline:

@@ -6,16 +6,13 @@ source's layout, the output passes `prep verify --all-intra`, and a rerun of a f
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import av
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_prep
+from support.media import episode_payloads
 
-from pipeline.formats import open_dataset
 from pipeline.formats.v30 import Limits
 from pipeline.jobs.convert import ReencodeAsReport, reencode_as
 from pipeline.jobs.verify import verify_in_process
@@ -24,7 +21,6 @@ from pipeline.stages.reencode import ReencodeOptions
 from pipeline.stages.verify import VerifyOptions
 from pipeline.synth import SynthSpec, write_synthetic
 
-REPO = Path(__file__).resolve().parents[1]
 CAMS = ("observation.images.cam_high", "observation.images.wrist")
 OPTIONS = ReencodeOptions(size=(32, 32))
 SMALL = Limits(data_files_size_in_mb=0.01, video_files_size_in_mb=0.02)
@@ -33,22 +29,6 @@ SMALL = Limits(data_files_size_in_mb=0.01, video_files_size_in_mb=0.02)
 def run(src: Path, out: Path, to: str | None, limits: Limits | None = None) -> ReencodeAsReport:
     with open_engine(RunConfig(backend="inline", progress=False)) as engine:
         return reencode_as(src, out, OPTIONS, to, engine, limits=limits or Limits())
-
-
-def episode_packets(root: Path) -> dict[tuple[int, str], list[bytes]]:
-    """Each episode's packet payloads per camera, cut from its file by its span."""
-    ds, rejected = open_dataset(root)
-    assert not rejected
-    out = {}
-    for ep in ds.episodes:
-        for ref in ep.videos:
-            with av.open(str(root / ref.rel)) as c:
-                s = c.streams.video[0]
-                tb = float(s.time_base)
-                t1 = ref.to_timestamp if ref.to_timestamp is not None else float("inf")
-                out[(ep.index, ref.camera)] = [bytes(p) for p in c.demux(s) if p.size and p.pts is not None
-                                               and ref.from_timestamp - 1e-4 <= p.pts * tb < t1 - 1e-4]
-    return out
 
 
 def v30_camera_stats(root: Path) -> dict[int, dict[str, list[float]]]:
@@ -97,7 +77,7 @@ def test_v30_to_v21_each_episode_its_own_all_intra_file(corpora: Path) -> None:
     assert info["features"][CAMS[0]]["shape"][:2] == [32, 32]
     assert json.loads((out / "prep/provenance.json").read_text())["cameras"][CAMS[0]]["profile"] == "h264-intra"
     assert len(list(out.glob("videos/chunk-000/*/episode_*.mp4"))) == 10
-    assert episode_packets(out) == episode_packets(corpora / "v30_same")
+    assert episode_payloads(out) == episode_payloads(corpora / "v30_same")
     got, want = v21_camera_stats(out), v30_camera_stats(corpora / "v30_same")
     assert {e: {c: flat(v) for c, v in s.items()} for e, s in got.items()} == \
         {e: {c: flat(v) for c, v in s.items()} for e, s in want.items()}
@@ -115,7 +95,7 @@ def test_v21_to_v30_consecutive_files_up_to_the_limit(corpora: Path) -> None:
     assert len(files) < 6
     info = json.loads((out / "meta/info.json").read_text())
     assert info["codebase_version"] == "v3.0" and info["video_files_size_in_mb"] == 0.02
-    assert episode_packets(out) == episode_packets(corpora / "v21_same")
+    assert episode_payloads(out) == episode_payloads(corpora / "v21_same")
     got, want = v30_camera_stats(out), v21_camera_stats(corpora / "v21_same")
     assert {e: {c: flat(v) for c, v in s.items()} for e, s in got.items()} == \
         {e: {c: flat(v) for c, v in s.items()} for e, s in want.items()}
@@ -123,19 +103,17 @@ def test_v21_to_v30_consecutive_files_up_to_the_limit(corpora: Path) -> None:
 
 
 def test_command_rerun_of_a_finished_output_only_verifies(corpora: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = corpora / "cli_v21"
-    cmd = [sys.executable, "-m", "pipeline.cli", "reencode", "--src", str(corpora / "v30"), "--dst", "32",
-           "--format", "v2.1", "--out", str(out), "--backend", "inline", "--no-progress"]
-    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+    cmd = ["reencode", "--src", str(corpora / "v30"), "--dst", "32", "--format", "v2.1", "--out", str(out),
+           "--backend", "inline", "--no-progress"]
+    first = run_prep(*cmd, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "--- into v2.1 (stream copy of the all-intra files) ---" in first.stdout
     assert "verify    PASSED: 5 of 5 episodes pass" in first.stdout
-    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+    again = run_prep(*cmd, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "reencode  finished by an earlier run" in again.stdout and "0 written" in again.stdout
-    other = subprocess.run([*cmd, "--crf", "30"], capture_output=True, text=True,
-                           env=env, timeout=600, check=False)
+    other = run_prep(*cmd, "--crf", "30", timeout=600)
     assert other.returncode == 2 and "was started with other settings" in other.stderr
 
 
@@ -154,4 +132,4 @@ def test_interrupted_format_change_resumes_per_file(corpora: Path) -> None:
     assert again.reencode.encoded == 0 and again.reencode.kept == again.reencode.files
     assert sorted(again.convert.written_files) == sorted(p.relative_to(out).as_posix() for p in gone)
     assert again.staged_removed and (out / "meta/info.json").is_file()
-    assert episode_packets(out) == episode_packets(corpora / "v30_same")
+    assert episode_payloads(out) == episode_payloads(corpora / "v30_same")

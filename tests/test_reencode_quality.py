@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.cli import run_prep
 
 from pipeline.schemas import validate
 from pipeline.synth import SynthSpec, write_synthetic
@@ -24,8 +23,7 @@ CAMS = ("observation.images.cam_high", "observation.images.cam_wrist")
 
 
 def prep(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600, check=False)
+    return run_prep(*args, timeout=600)
 
 
 def test_the_sample_is_deterministic_and_spread() -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 from PIL import Image
+from support.media import decoded as frames_of
+from support.media import psnr
 
 from pipeline.synth import SynthSpec, write_synthetic
 from pipeline.video.encode import ENGINES, PROFILES, EncodeJob
@@ -41,8 +42,7 @@ def test_filter_chains() -> None:
 
 
 def decoded(path: Path) -> np.ndarray:
-    with av.open(str(path)) as c:
-        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+    return np.stack(frames_of(path))
 
 
 def openpi_pad(frame: np.ndarray) -> np.ndarray:
@@ -53,17 +53,13 @@ def openpi_pad(frame: np.ndarray) -> np.ndarray:
     return np.asarray(canvas)
 
 
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
-
-
 def encode_pad(src: Path, dst: Path, engine: str, profile: str, crf: int) -> np.ndarray:
     job = EncodeJob(src, dst, 30.0, RESIZE_MODES["pad"](640, 480, 224, 224), PROFILES[profile], crf)
     ENGINES[engine](job)
     return decoded(dst)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["pyav", "ffmpeg"])
 def test_pad_matches_openpi_on_real_footage(real_v21: Path, tmp_path: Path, engine: str) -> None:
     src = real_v21 / REAL_EP0

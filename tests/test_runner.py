@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.cli import run_prep
 
 from pipeline.runner import CLUSTER_SETTINGS, MAX_BATCH, SESSION_SETTINGS, RunConfig, _Sizer, open_engine
 
@@ -36,6 +37,8 @@ def counted(n: int, pulled: list[int]) -> Iterator[int]:
         yield i
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_map_keeps_order_and_records_failures() -> None:
     cfg = RunConfig(workers=2, progress=False, batch=2)
     with open_engine(cfg) as engine:
@@ -59,6 +62,8 @@ def test_map_empty() -> None:
         assert not engine.started  # nothing to do: no cluster
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_one_cluster_for_every_map_of_a_session(capfd: pytest.CaptureFixture[str]) -> None:
     with open_engine(RunConfig(workers=2, progress=False)) as engine:
         for _ in range(3):
@@ -69,6 +74,8 @@ def test_one_cluster_for_every_map_of_a_session(capfd: pytest.CaptureFixture[str
     assert err.count("[engine] local: LocalCluster, 2 workers, dashboard http://127.0.0.1:") == 1
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_window_bounds_tasks_in_flight_on_the_scheduler() -> None:
     """The scheduler never has more of the map's tasks queued or running than the window, however many
     units there are, and the input is pulled lazily (never far ahead of what is done)."""
@@ -128,6 +135,8 @@ def _worker_settings() -> tuple[Any, ...]:
     return tuple(dask.config.get(k) for k in CLUSTER_SETTINGS)
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_embedded_workers_run_without_the_profiler_and_with_slow_ticks() -> None:
     """The embedded cluster's worker processes get `CLUSTER_SETTINGS` from their nanny; this process's own
     Dask configuration is left as it was."""
@@ -145,6 +154,8 @@ def _stream_log_bounds(dask_scheduler: Any) -> list[int | None]:
     return [bs.recent_message_log.maxlen for bs in dask_scheduler.stream_comms.values()]
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_session_comms_keep_a_short_message_log() -> None:
     """The client's and the scheduler's batched comms keep SESSION_SETTINGS' few messages, not Dask's 1,000
     (each holding a task's units: the client grew ~2 kB per scanned episode)."""
@@ -192,6 +203,8 @@ def dashboard_port(link: str) -> int:
     return int(m.group(1))
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.parametrize("dashboard", ["127.0.0.1:0", "0.0.0.0:0"], ids=["default", "opened"])
 def test_dashboard_listens_on_loopback_unless_opened(dashboard: str) -> None:
     """By default the LocalCluster's dashboard (an unauthenticated page: task keys, logs, system information) is
@@ -214,6 +227,8 @@ def test_dashboard_listens_on_loopback_unless_opened(dashboard: str) -> None:
             assert reachable(host, port)
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_dashboard_off(capfd: pytest.CaptureFixture[str]) -> None:
     """`--dashboard off`: no dashboard, and the scheduler's remaining HTTP routes stay on loopback."""
     host = non_loopback_address()
@@ -228,13 +243,14 @@ def test_dashboard_off(capfd: pytest.CaptureFixture[str]) -> None:
 # ---- small inputs run in the command's process ------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_small_input_starts_no_cluster_unless_asked(tmp_path: Any) -> None:
     """`prep scan` of a 3-episode dataset runs in its own process (no [engine] line, no worker process); with
     --workers, --backend local or --scheduler the same command starts a cluster, and the manifests agree.
     Each command's --help states its threshold."""
     import json
     import subprocess
-    import sys
 
     from pipeline.synth import SynthSpec, write_synthetic
 
@@ -242,8 +258,7 @@ def test_small_input_starts_no_cluster_unless_asked(tmp_path: Any) -> None:
 
     def scan(*extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
         out = tmp_path / f"m{len(extra)}.json"
-        r = subprocess.run([sys.executable, "-m", "pipeline.cli", "scan", str(src), "--out", str(out),
-                            "--no-progress", *extra], capture_output=True, text=True, timeout=300, check=False)
+        r = run_prep("scan", src, "--out", out, "--no-progress", *extra)  # a child process when a cluster starts
         assert r.returncode == 0, r.stderr
         return r, json.loads(out.read_text())
 
@@ -257,8 +272,7 @@ def test_small_input_starts_no_cluster_unless_asked(tmp_path: Any) -> None:
     for command, text in [("scan", "at most 256 file sets"), ("verify", "at most 128 file sets"),
                           ("reencode", "at most 4 camera video files"), ("convert", "at most 64 episodes"),
                           ("edit", "at most 512 kept episodes")]:
-        h = subprocess.run([sys.executable, "-m", "pipeline.cli", command, "--help"], capture_output=True,
-                           text=True, timeout=120, check=False, env={"COLUMNS": "400", "PATH": ""})
+        h = run_prep(command, "--help", env={"COLUMNS": "400", "PATH": ""}, timeout=120)
         assert text in " ".join(h.stdout.split()), (command, h.stdout)
 
 
@@ -274,16 +288,15 @@ def test_runs_inline_follows_the_threshold_and_the_size_hint() -> None:
         assert not engine.runs_inline(1)  # a --scheduler run always uses the cluster
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_engine_line_is_not_glued_onto_the_progress_bar(tmp_path: Any) -> None:
     """The cluster starts while the first progress bar is drawn: its `[engine]` line gets a line of its own."""
-    import subprocess
-    import sys
 
     from pipeline.synth import SynthSpec, write_synthetic
 
     src = write_synthetic(tmp_path / "ds", SynthSpec(episodes=2, frames=10, height=48, width=64))
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "scan", str(src), "--out", str(tmp_path / "m.json"),
-                        "--workers", "1"], capture_output=True, text=True, timeout=300, check=False)
+    r = run_prep("scan", src, "--out", tmp_path / "m.json", "--workers", "1")
     assert r.returncode == 0, r.stderr
     lines = [line for line in r.stderr.split("\n") if "[engine]" in line]
     assert len(lines) == 1 and "scan:" in r.stderr, r.stderr  # a bar was drawn

@@ -11,12 +11,12 @@ import os
 from pathlib import Path
 
 import pytest
-from faults_support import check_source, corpus, count_line, scenario, snapshot
-from safety_support import VERSIONS, Watch, args_of, copy, first_video, record_outcome, run
+from support.faults import check_source, corpus, count_line, scenario, snapshot
+from support.safety import VERSIONS, Watch, args_of, copy, first_video, record_outcome, run
 
 from pipeline.stages.reencode import FINGERPRINT_BLOCK, source_fingerprint
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 PAD = 600 * 1024  # a trailing `free` box (demuxers skip it) so that bytes can change outside the hashed blocks
 

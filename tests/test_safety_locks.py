@@ -5,13 +5,12 @@ first run finishes unharmed (its output equals a clean run's, it verifies). Two 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from faults_support import (
+from support.faults import (
     baseline_digest,
     check_source,
     corpus,
@@ -24,20 +23,13 @@ from faults_support import (
     start_prep,
     wait_until,
 )
-from safety_support import INLINE, OTHER, Watch, record_outcome, refused, run
+from support.locks import holder
+from support.safety import INLINE, OTHER, Watch, record_outcome, refused, run
 
 from pipeline.jobs.output import LOCK_REL, output_lock, refuse_busy
 from pipeline.lock import LockedError
 
-pytestmark = pytest.mark.faults
-
-
-def holder(out: Path) -> dict:
-    try:
-        obj = json.loads((out / LOCK_REL).read_text())
-    except (OSError, ValueError):
-        return {}
-    return obj if isinstance(obj, dict) else {}
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 
 def test_convert_while_reencode_runs_is_refused(tmp_path: Path) -> None:
@@ -49,13 +41,13 @@ def test_convert_while_reencode_runs_is_refused(tmp_path: Path) -> None:
                   "convert refused (exit 2, one line: holder's command, pid, start); reencode exit 0, output as a "
                   "clean run, verify passes") as row:
         first = start_prep(*reencode_args(src, out), log=tmp_path / "reencode.log")
-        assert wait_until(lambda: holder(out).get("pid") == first.pid, timeout=180, proc=first), \
+        assert wait_until(lambda: holder(out / LOCK_REL).get("pid") == first.pid, timeout=180, proc=first), \
             first.output()[-2000:]
         watch = Watch(tmp_path, allowed=[out, tmp_path / "reencode.log"])
         second = run(row, "convert", str(src), "--to", OTHER["v21"], "--out", str(out), *INLINE)
         still_running = first.proc.poll() is None
         assert still_running, "the reencode ended before convert was tried: the test proves nothing"
-        h = holder(out)
+        h = holder(out / LOCK_REL)
         line = refused(second, "convert", "in use by another prep run", "prep reencode", f"pid {first.pid}",
                        f"since {h['started_utc']}")
         assert str(src) in line  # the holder's whole command line
@@ -79,7 +71,7 @@ def test_reencode_while_convert_runs_is_refused(tmp_path: Path) -> None:
                   "reencode refused (exit 2, one line naming `prep convert` and its pid); convert exit 0") as row:
         first = start_prep("convert", str(src), "--to", OTHER["v30"], "--out", str(out), "--workers", "1",
                            "--no-progress", log=tmp_path / "convert.log")
-        assert wait_until(lambda: holder(out).get("pid") == first.pid, timeout=180, proc=first), \
+        assert wait_until(lambda: holder(out / LOCK_REL).get("pid") == first.pid, timeout=180, proc=first), \
             first.output()[-2000:]
         watch = Watch(tmp_path, allowed=[out, tmp_path / "convert.log"])
         second = run(row, *reencode_args(src, out))
@@ -110,7 +102,7 @@ def test_output_lock_api_one_lock_for_any_command(tmp_path: Path) -> None:
                   "nested hold works; another process gets LockedError naming `prep edit`") as row:
         with output_lock(out, "prep edit X --out OUT") as path, output_lock(out, "prep convert"):
             refuse_busy(out)  # this process holds it: not refused
-            assert path == out / LOCK_REL and holder(out)["command"] == "prep edit X --out OUT"
+            assert path == out / LOCK_REL and holder(out / LOCK_REL)["command"] == "prep edit X --out OUT"
             probe = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
                                     "from pipeline.jobs.output import refuse_busy; refuse_busy(Path(sys.argv[1]))",
                                     str(out)], capture_output=True, text=True, timeout=120)

@@ -9,10 +9,10 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from faults_support import check_source, corpus, scenario, snapshot
-from safety_support import INLINE, OTHER, VERSIONS, Watch, args_of, copy, first_video, record_outcome, refused, run
+from support.faults import check_source, corpus, scenario, snapshot
+from support.safety import INLINE, OTHER, VERSIONS, Watch, args_of, copy, first_video, record_outcome, refused, run
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("target", ["meta/info.json", "first video", "a new report in the root"])
@@ -69,7 +69,7 @@ def test_dataset_output_inside_the_source_is_refused(version: str, command: str,
 @pytest.fixture(scope="module")
 def manifests(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A `prep scan` manifest of each corpus (written outside it)."""
-    from faults_support import prep
+    from support.faults import prep
 
     folder = tmp_path_factory.mktemp("manifests")
     found = {}
@@ -105,7 +105,7 @@ def test_budget_report_inside_the_scanned_dataset_is_refused(version: str, how: 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_budget_report_inside_the_prepared_dataset_is_refused(version: str, tmp_path: Path) -> None:
     """`prep budget DATASET --out DATASET/report`: DATASET (a reencode output) is read, never written."""
-    from safety_support import finished
+    from support.safety import finished
 
     ds = copy(finished(version), tmp_path / "prepared")
     before = snapshot(ds)

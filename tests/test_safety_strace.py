@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from faults_support import corpus, scenario
-from safety_support import args_of, copy, finished, make_special
-from strace_support import available, trace
+from support.faults import corpus, scenario
+from support.safety import args_of, copy, finished, make_special
+from support.strace import available, trace
 
-pytestmark = [pytest.mark.faults, pytest.mark.skipif(not available(), reason="strace is not installed")]
+pytestmark = [pytest.mark.faults, pytest.mark.slow,
+              pytest.mark.skipif(not available(), reason="strace is not installed")]
 
 
 def _case(name: str, args: list[str], allowed: list[Path], src: Path, work: Path, code: int) -> None:
@@ -49,7 +50,7 @@ def test_strace_scan_and_verify_reports_v21(tmp_path: Path) -> None:
 def test_strace_budget_writes_only_its_folder(tmp_path: Path) -> None:
     """`prep budget --out NEW` proves NEW writable before reading its inputs: the probe goes into NEW (made and
     removed), never into the folder above it."""
-    from faults_support import prep
+    from support.faults import prep
 
     src = corpus("v21")
     manifest = tmp_path / "m.json"
@@ -88,7 +89,7 @@ def test_strace_refused_symlinked_lock_writes_nothing(tmp_path: Path) -> None:
 def test_the_trace_parser_sees_writes_through_links_and_not_reads() -> None:
     """The parser is what proves "zero writes": it must report a write through a link at the link's target,
     both paths of a rename, a dirfd-relative unlink, and no read-only open."""
-    from strace_support import written_paths
+    from support.strace import written_paths
 
     lines = {
         'openat(AT_FDCWD</w>, "/w/out/prep/output.lock", O_RDWR|O_CREAT|O_CLOEXEC, 0644) = 3</w/victim.txt>':

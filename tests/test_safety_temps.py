@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from faults_support import check_source, corpus, count_line, output_digest, prep, scenario, snapshot
-from safety_support import (
+from support.faults import check_source, corpus, count_line, output_digest, prep, scenario, snapshot
+from support.safety import (
     INLINE,
     OTHER,
     VERSIONS,
@@ -26,7 +26,7 @@ from safety_support import (
 
 from pipeline import atomic
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 REWRITTEN = {"meta/info.json", "meta/episodes_stats.jsonl", "meta/stats.json"}
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from faults_support import check_source, corpus, scenario, snapshot
-from safety_support import (
+from support.faults import check_source, corpus, scenario, snapshot
+from support.safety import (
     KIND_WORDS,
     VERSIONS,
     Watch,
@@ -24,7 +24,7 @@ from safety_support import (
     run,
 )
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 WRITERS = ("scan", "verify", "reencode", "convert")
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_prep as prep
+from support.trees import disk_bytes
 
 from pipeline.formats import open_dataset
 from pipeline.manifest import load_manifest
@@ -18,22 +19,8 @@ from pipeline.schemas import validate
 from pipeline.stages.scan import scan_unit, scan_units
 
 
-def prep(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
-
-
-def files_on_disk(root: Path) -> int:
-    total = 0
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            p = Path(dirpath) / name
-            if p.is_file() and not p.is_symlink():
-                total += p.stat().st_size
-    return total
-
-
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_real_fixture_manifest(real_v21: Path, tmp_path: Path) -> None:
     out = tmp_path / "real.manifest.json"
     res = prep("scan", str(real_v21), "--out", str(out), "--workers", "1", "--no-progress")
@@ -49,7 +36,7 @@ def test_real_fixture_manifest(real_v21: Path, tmp_path: Path) -> None:
         ("observation.images.cam_high", "av1", 640, 480)
     ]
     assert m["dataset"]["codebase_version"] == "v2.1"
-    assert t["bytes"]["total"] == files_on_disk(real_v21)
+    assert t["bytes"]["total"] == disk_bytes(real_v21)
     assert t["bytes"]["total"] == sum(t["bytes"][k] for k in ("video", "data", "meta", "other"))
     assert t["bytes"]["per_camera"]["observation.images.cam_high"] == t["bytes"]["video"]
     assert t["gb_per_hour"] == pytest.approx(t["bytes"]["total"] / 1e9 / t["hours"])
@@ -63,6 +50,7 @@ def test_real_fixture_manifest(real_v21: Path, tmp_path: Path) -> None:
     assert "camera    observation.images.cam_high: av1 640x480 yuv420p\n" in res.stdout  # as info.json declares
 
 
+@pytest.mark.slow
 def test_summary_names_what_info_json_declares_otherwise(synth_v21: Path, tmp_path: Path,
                                                         copy_dataset: Callable[[Path, str], Path]) -> None:
     root = copy_dataset(synth_v21, "mislabelled")
@@ -80,6 +68,7 @@ def test_summary_names_what_info_json_declares_otherwise(synth_v21: Path, tmp_pa
     assert (c["codec"], c["declared"]["codec"], c["declared"]["width"]) == ("h264", "av1", 224)
 
 
+@pytest.mark.slow
 def test_synthetic_v21_per_episode_counts_and_bytes(synth_v21: Path) -> None:
     ds, rejected = open_dataset(synth_v21)
     assert rejected == []
@@ -98,8 +87,8 @@ def test_synthetic_v21_per_episode_counts_and_bytes(synth_v21: Path) -> None:
             assert c.keyframes == 3  # GOP 30 over 90 frames
 
 
-def test_synthetic_v30_spans_within_shared_files(synth_v30: Path) -> None:
-    ds, _ = open_dataset(synth_v30)
+def test_synthetic_v30_spans_within_shared_files(lowres_v30: Path) -> None:
+    ds, _ = open_dataset(lowres_v30)
     assert len(list(ds.iter_video_files())) == 6  # 3 cameras x 2 files (2 + 1 episodes)
     scans = [s for u in scan_units(ds) for s in scan_unit(u)]
     assert sorted(s.episode or 0 for s in scans) == [0, 1, 2]
@@ -111,10 +100,12 @@ def test_synthetic_v30_spans_within_shared_files(synth_v30: Path) -> None:
     for rel, eps in ds.iter_video_files():
         cam = eps[0].videos[[v.rel for v in eps[0].videos].index(rel)].camera
         attributed = sum(next(s for s in scans if s.episode == e.index).cameras[cam].bytes for e in eps)
-        assert abs(attributed - (synth_v30 / rel).stat().st_size) <= len(eps)
+        assert abs(attributed - (lowres_v30 / rel).stat().st_size) <= len(eps)
         assert scans[eps[0].index].cameras[cam].frames_from_header == 90 * len(eps)
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_v30_manifest_totals(synth_v30: Path, tmp_path: Path) -> None:
     out = tmp_path / "m.json"
     res = prep("scan", str(synth_v30), "--out", str(out), "--workers", "2", "--no-progress")
@@ -122,7 +113,7 @@ def test_v30_manifest_totals(synth_v30: Path, tmp_path: Path) -> None:
     m = json.loads(out.read_text())
     validate(m, "manifest")
     assert m["totals"]["episodes"] == 3 and m["totals"]["frames"] == 270
-    assert m["totals"]["bytes"]["total"] == files_on_disk(synth_v30)
+    assert m["totals"]["bytes"]["total"] == disk_bytes(synth_v30)
     assert sum(m["totals"]["bytes"]["per_camera"].values()) == m["totals"]["bytes"]["video"]
     assert m["totals"]["frames_per_episode"] == {"mean": 90.0, "min": 90, "max": 90}
     assert {(c["codec"], c["width"], c["height"], c["pix_fmt"]) for c in m["dataset"]["cameras"]} == {
@@ -150,10 +141,10 @@ def _one_line_error(res: subprocess.CompletedProcess[str]) -> str:
     ids=["missing-info", "invalid-json", "v2.0", "v1.x"],
 )
 def test_dataset_level_errors_are_one_line(
-    synth_v21: Path, copy_dataset: Callable[[Path, str], Path], tmp_path: Path,
+    lowres_v21: Path, copy_dataset: Callable[[Path, str], Path], tmp_path: Path,
     mutate: Callable[[Path], None], expect: str,
 ) -> None:
-    root = copy_dataset(synth_v21, "bad")
+    root = copy_dataset(lowres_v21, "bad")
     mutate(root)
     res = prep("scan", str(root), "--out", str(tmp_path / "m.json"), "--workers", "1", "--no-progress")
     assert res.returncode == 2
@@ -169,6 +160,8 @@ def test_not_a_dataset_folder(tmp_path: Path) -> None:
     assert "not a LeRobot dataset" in _one_line_error(res)
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_bad_videos_recorded_per_episode(synth_v21: Path, copy_dataset: Callable[[Path, str], Path],
                                          tmp_path: Path) -> None:
     root = copy_dataset(synth_v21, "badvideos")
@@ -190,6 +183,8 @@ def test_bad_videos_recorded_per_episode(synth_v21: Path, copy_dataset: Callable
     assert "FAILED    episode 1" in res.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_other_episodes_complete_when_one_is_bad(synth_v21: Path, copy_dataset: Callable[[Path, str], Path],
                                                  tmp_path: Path) -> None:
     root = copy_dataset(synth_v21, "onebad")

@@ -7,8 +7,6 @@ loader reads them. Real synthetic v3.0 (PyAV h264, 3 data files), the real jobs.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_prep
 
 from pipeline.formats import open_dataset
 from pipeline.formats.v30 import Limits
@@ -84,8 +83,7 @@ def test_verify_warns_naming_the_real_file(stale: Path) -> None:
 
 def test_scan_counts_rows_and_warns(stale: Path, tmp_path: Path) -> None:
     out = tmp_path / "m.json"
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "scan", str(stale), "--out", str(out), "--backend",
-                        "inline", "--no-progress"], capture_output=True, text=True, check=False, timeout=300)
+    r = run_prep("scan", stale, "--out", out, backend="inline", progress=False)
     assert r.returncode == 0, r.stdout + r.stderr
     m = json.loads(out.read_text())
     assert m["warnings_total"] == 2 and "episode 2: data/file_index names" in m["warnings"][0]

@@ -379,3 +379,38 @@ def test_local_store_lock_is_pipeline_lock(tmp_path: Path) -> None:
             pytest.raises(LockedError, match="prep edit X"):
         store.refuse_if_held("prep/output.lock", "output")
     store.refuse_if_held("prep/output.lock", "output")
+
+
+def test_streamed_copy_that_fails_publishes_nothing(s3: str) -> None:
+    """s3fs commits a writer closed by `with` even when the body raised (a truncated object): copy_in discards."""
+    import io
+
+    import boto3
+
+    from pipeline.storage.objects import ObjectStore
+
+    class Failing(io.RawIOBase):
+        def __init__(self) -> None:
+            self.sent = 0
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+            if self.sent >= 12 << 20:
+                raise OSError("source connection reset")
+            n = min(len(b), 1 << 20)
+            b[:n] = b"\0" * n
+            self.sent += n
+            return n
+
+    class Elsewhere(ObjectStore):  # another endpoint's store, whose stream breaks after 12 MiB (past one part)
+        def open(self, rel, *, block_size=None, what="file"):  # type: ignore[no-untyped-def,override]
+            return io.BufferedReader(Failing())
+
+    src = Elsewhere(Location("s3", "other/ds", None, (("endpoint_url", "http://127.0.0.1:9"),)))
+    out = parse_location(f"s3://{s3}/copied").store()
+    with pytest.raises(OSError, match="connection reset"):
+        out.copy_in(src, "videos/big.mp4", "videos/big.mp4")
+    assert not out.exists("videos/big.mp4")
+    assert boto3.client("s3").list_multipart_uploads(Bucket=s3).get("Uploads", []) == []

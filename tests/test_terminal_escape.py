@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults_support import check_source, copy_tree, prep, scenario, scratch, short_paths, snapshot
+from support.faults import check_source, copy_tree, prep, scenario, scratch, short_paths, snapshot
 
 from pipeline.synth import SynthSpec, write_synthetic
 from pipeline.text import printable
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.cluster]
 
 TIMEOUT_S = 300
 HOSTILE = "\x1b[2J\x1b[31m\rFAILED    forged\n\u202eX"

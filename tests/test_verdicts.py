@@ -5,12 +5,13 @@ the user's own rules (`--expect-frames`, `--size`, `--all-intra`) fail the run b
 
 from __future__ import annotations
 
+import functools
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_prep
 
 from pipeline.checks import severity_by_reader, target_severity
 from pipeline.jobs.verify import verify_in_process
@@ -22,10 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "compat"))
 from parity_cases.synth_cases import spec
 from test_formats_depth import DEPTH, depth_dataset
 
-
-def prep(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args, "--backend", "inline", "--no-progress"],
-                          capture_output=True, text=True, check=False, timeout=300)
+prep = functools.partial(run_prep, backend="inline", progress=False)
 
 
 def test_severity_per_reader_table() -> None:

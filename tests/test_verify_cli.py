@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from inject import drop_frame, truncate_video
+from support.inject import drop_frame, truncate_video
 
 from pipeline.atomic import TEMP_MARK
 from pipeline.cli import main
@@ -30,6 +30,7 @@ def small_v21(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_synthetic(tmp_path_factory.mktemp("cli") / "v21", spec)
 
 
+@pytest.mark.cluster
 @pytest.mark.slow
 def test_cli_on_a_cluster_reports_one_broken_camera(
     small_v21: Path, copy_dataset: Callable[[Path, str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -60,6 +61,7 @@ def test_cli_on_a_cluster_reports_one_broken_camera(
     assert list(root.rglob(f"*{TEMP_MARK}*")) == []
 
 
+@pytest.mark.cluster
 @pytest.mark.slow
 def test_cli_real_fixture_fails_expect_frames_naming_its_episodes(
     real_v21: Path, capsys: pytest.CaptureFixture[str],

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from inject import (
+from support.inject import (
     add_frame,
     delete_parquet_row,
     drop_frame,
@@ -82,6 +82,7 @@ def test_clean_intra_corpus_passes_every_check(name: str, request: pytest.Fixtur
                                               cam.frames_from_header)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["synth_v21", "synth_v30"])
 def test_native_gop30_corpus_passes_but_is_not_all_intra(name: str, request: pytest.FixtureRequest) -> None:
     root: Path = request.getfixturevalue(name)
@@ -132,18 +133,6 @@ V21_FAULTS: list[tuple[str, Fault, VerifyOptions, set[int], str | None, set[str]
 ]
 
 
-@pytest.mark.parametrize(("fault", "options", "episodes", "camera", "checks"),
-                         [f[1:] for f in V21_FAULTS], ids=[f[0] for f in V21_FAULTS])
-def test_v21_fault_is_reported_where_it_is(
-    fault: Fault, options: VerifyOptions, episodes: set[int], camera: str | None, checks: set[str],
-    intra_v21: Path, copy_dataset: Callable[[Path, str], Path],
-) -> None:
-    root = copy_dataset(intra_v21, "broken")
-    assert verify_in_process(root, options).passed  # the copy is clean before the fault
-    fault(root)
-    assert_fault(verify_in_process(root, options), episodes, camera, checks)
-
-
 def test_counts_by_origin_name_the_short_camera(intra_v21: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
     root = copy_dataset(intra_v21, "broken")
     drop_frame(root, 1, LEFT)
@@ -189,13 +178,18 @@ V30_FAULTS: list[tuple[str, Fault, VerifyOptions, set[int], str | None, set[str]
 ]
 
 
-@pytest.mark.parametrize(("fault", "options", "episodes", "camera", "checks"),
-                         [f[1:] for f in V30_FAULTS], ids=[f[0] for f in V30_FAULTS])
-def test_v30_fault_is_reported_where_it_is(
-    fault: Fault, options: VerifyOptions, episodes: set[int], camera: str | None, checks: set[str],
-    intra_v30: Path, copy_dataset: Callable[[Path, str], Path],
+FAULTS = [("v21", *f) for f in V21_FAULTS] + [("v30", *f) for f in V30_FAULTS]
+
+
+@pytest.mark.parametrize(("layout", "fault", "options", "episodes", "camera", "checks"),
+                         [(f[0], *f[2:]) for f in FAULTS], ids=[f"{f[0]}-{f[1]}" for f in FAULTS])
+def test_fault_is_reported_where_it_is(
+    layout: str, fault: Fault, options: VerifyOptions, episodes: set[int], camera: str | None, checks: set[str],
+    request: pytest.FixtureRequest, copy_dataset: Callable[[Path, str], Path],
 ) -> None:
-    root = copy_dataset(intra_v30, "broken")
+    """Each format's faults (v2.1: one file per episode; v3.0: episodes 0 and 1 share a file per camera)."""
+    root = copy_dataset(request.getfixturevalue(f"intra_{layout}"), "broken")
+    assert verify_in_process(root, options).passed  # the copy is clean before the fault
     fault(root)
     assert_fault(verify_in_process(root, options), episodes, camera, checks)
 

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
-from pipeline.commands.common import SmallInput, add_run_options, outcome_lines, plural, run_config
+from pipeline.commands.common import (
+    SmallInput,
+    add_run_options,
+    outcome_lines,
+    output_records,
+    plural,
+    run_config,
+)
 from pipeline.errors import PrepError
 from pipeline.formats import VERSIONS
 from pipeline.text import printable_lines
@@ -115,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         options = ConvertOptions(args.to, limits_of(args))
     except ValueError as exc:
         raise PrepError(str(exc)) from None
-    with open_engine(run_config(args)) as engine:
+    with open_engine(run_config(args, records=output_records(out), shared=[src])) as engine:
         report = convert_dataset(src, out, options, engine, verify=not args.no_verify)
     print(summary(report))
     return 0 if report.ok else 1

@@ -71,7 +71,11 @@ def run(args: argparse.Namespace) -> int:
     """Every step runs through one engine session: one cluster for the whole demo."""
     from pipeline.runner import open_engine
 
-    with open_engine(run_config(args)) as engine:
+    # --cluster slurm: the work folder (given, on the shared filesystem) holds the corpus and the jobs' records
+    work = args.work.absolute() if args.work is not None else None
+    config = run_config(args, records=work / "slurm" if work else None, shared=[work] if work else [],
+                        records_flag="--work")
+    with open_engine(config) as engine:
         return _demo(args, engine)
 
 

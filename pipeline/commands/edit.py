@@ -17,15 +17,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.commands import help_of
-from pipeline.commands.common import SmallInput, add_run_options, outcome_lines, plural, run_config
+from pipeline.commands.common import (
+    SmallInput,
+    add_run_options,
+    outcome_lines,
+    output_records,
+    plural,
+    run_config,
+)
 from pipeline.errors import PrepError
-from pipeline.text import printable_lines
+from pipeline.text import printable_lines, shown
 
 if TYPE_CHECKING:
     from pipeline.jobs.edit import EditReport
 
 SELECTIONS = ("drop", "keep", "drop_failed", "drop_tasks", "keep_tasks")
 MAX_LISTED = 10_000_000  # indices one list may name (a range like 0-99999999 is refused, not expanded)
+MAX_INDEX = 2**31 - 1  # the largest episode index an edit holds (its selection keeps int32 runs)
 
 
 def episode_list(text: str) -> tuple[int, ...]:
@@ -40,12 +48,16 @@ def episode_list(text: str) -> tuple[int, ...]:
             lo = int(lo_text)
             hi = int(hi_text) if sep else lo
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected episode indices and ranges such as 0-9,12, got {item!r}") \
-                from None
+            raise argparse.ArgumentTypeError(f"expected episode indices and ranges such as 0-9,12, got "
+                                             f"{shown(item, 60)}") from None
         if lo < 0 or hi < lo:
-            raise argparse.ArgumentTypeError(f"{item!r} is not a range of episode indices (low-high, low <= high)")
+            raise argparse.ArgumentTypeError(f"{shown(item, 60)} is not a range of episode indices (low-high, "
+                                             "low <= high)")
+        if hi > MAX_INDEX:
+            raise argparse.ArgumentTypeError(f"{shown(item, 60)}: episode index {shown(hi, 40)} is beyond any "
+                                             f"dataset (at most {MAX_INDEX:,})")
         if hi - lo + 1 + len(out) > MAX_LISTED:
-            raise argparse.ArgumentTypeError(f"{item!r}: more than {MAX_LISTED:,} episodes in one list")
+            raise argparse.ArgumentTypeError(f"{shown(item, 60)}: more than {MAX_LISTED:,} episodes in one list")
         out.update(range(lo, hi + 1))
     if not out:
         raise argparse.ArgumentTypeError("no episode given (expected indices and ranges such as 0-9,12)")
@@ -152,6 +164,13 @@ def resume_note(args: argparse.Namespace) -> str | None:
     return f"finished files are kept in {args.out.absolute()}"
 
 
+def engine_config(args: argparse.Namespace) -> Any:
+    """The engine settings: --cluster slurm keeps its records in <out>/prep/slurm/; the workers must see the
+    sources."""
+    sources = [p for p in (args.merge or [args.src]) if p is not None]
+    return run_config(args, records=output_records(args.out.absolute()), shared=sources)
+
+
 def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.edit import EditOptions, SplitPart, edit_dataset, merge_datasets, split_dataset
     from pipeline.runner import open_engine
@@ -165,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         if args.src is not None or args.split or any(getattr(args, k) is not None for k in SELECTIONS):
             raise PrepError("--merge takes its datasets after it (prep edit --merge A B --out OUT) and no other "
                             "selection or --split; edit the merged dataset afterwards")
-        with open_engine(run_config(args)) as engine:
+        with open_engine(engine_config(args)) as engine:
             report = merge_datasets(args.merge, args.out.absolute(), engine, verify=not args.no_verify)
         print(f"merged    {', '.join(str(p.absolute()) for p in args.merge)}")
         print(summary(report))
@@ -178,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
                           drop_tasks=tuple(args.drop_tasks) if args.drop_tasks else None,
                           keep_tasks=tuple(args.keep_tasks) if args.keep_tasks else None)
     if args.split:
-        with open_engine(run_config(args)) as engine:
+        with open_engine(engine_config(args)) as engine:
             parts = [SplitPart(name, fraction, episodes) for name, fraction, episodes in args.split]
             split = split_dataset(args.src.absolute(), args.out.absolute(), parts, options, engine,
                                   seed=args.seed, shuffle=not args.no_shuffle, group_by_task=args.group_by_task,
@@ -187,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"part      {name}: {plural(part.episodes, 'episode')}")
             print(summary(part))
         return 0 if split.ok else 1
-    with open_engine(run_config(args)) as engine:
+    with open_engine(engine_config(args)) as engine:
         report = edit_dataset(args.src.absolute(), args.out.absolute(), options, engine,
                               verify=not args.no_verify, reencode_partial=args.reencode_partial)
     print(summary(report))
@@ -221,7 +240,7 @@ def run_to(args: argparse.Namespace) -> int:
         return edit_dataset(args.src.absolute(), staged, options, engine, verify=verify,
                             reencode_partial=args.reencode_partial)
 
-    with open_engine(run_config(args)) as engine:
+    with open_engine(engine_config(args)) as engine:
         result = edit_as(args_to, out, engine, edit, verify=not args.no_verify)
     print(summary(result.edit))
     if result.convert is not None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.checks import READER_CHOICES, REPAIR_NAMES
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import LazyChoices, LazyHelp, dataset_path
-from pipeline.commands.common import SmallInput, add_run_options, plural, run_config, warn
+from pipeline.commands.common import SmallInput, add_run_options, output_records, plural, run_config, warn
 from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
@@ -96,7 +96,8 @@ def add_parser(sub: Any) -> None:
                    help="the reader generation whose errors refuse the source, as in prep verify --reader: 0.4 or 0.6 "
                    "(v3.0), 0.3 (v2.1), or all (default: the strictest of the dataset's format line). A source only "
                    "0.6 refuses (e.g. a depth codec it cannot resolve) is re-encoded with --reader 0.4, and the "
-                   "output is refused by 0.6 as the source is")
+                   "output is refused by 0.6 as the source is. A reader that cannot open the source's format (0.3 "
+                   "on v3.0, 0.4 or 0.6 on v2.1) fails the check (exit 1, nothing encoded)")
     add_run_options(p, SmallInput(4, "camera video files to encode (v2.1: episodes x cameras)"))
     p.set_defaults(func=run)
 
@@ -330,14 +331,14 @@ def run(args: argparse.Namespace) -> int:
                 limits = limits_of(args)
             except ValueError as exc:
                 raise PrepError(str(exc)) from None
-            with open_engine(run_config(args)) as engine:
+            with open_engine(run_config(args, records=output_records(out), shared=[src])) as engine:
                 result = reencode_as(src, out, options, args.format, engine, limits=limits,
                                      keep_staged=args.keep_staged, reader=args.reader)
             print(format_summary(result))
             for w in warnings:
                 print(f"warning   {printable(w)}")
             return 0 if result.ok else 1
-        with open_engine(run_config(args)) as engine:
+        with open_engine(run_config(args, records=output_records(out), shared=[src])) as engine:
             report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source,
                                       reader=args.reader)
     except SourceRefused as exc:

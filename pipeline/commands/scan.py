@@ -9,8 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.commands import help_of
-from pipeline.commands.common import SmallInput, add_run_options, default_in_cwd, plural, run_config
-from pipeline.commands.where import add_location_options, dataset_location, default_name
+from pipeline.commands.common import (
+    SmallInput,
+    add_run_options,
+    default_in_cwd,
+    plural,
+    report_records,
+    run_config,
+)
+from pipeline.commands.where import add_location_options, dataset_location, default_name, shared_paths
 from pipeline.storage import Location
 from pipeline.text import printable_lines
 
@@ -111,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
     out = output_of(args)
     if args.out is None:
         check_default_manifest(out)
-    with open_engine(run_config(args)) as engine:  # `cd DATASET && prep scan .`: the default is refused, said so
+    config = run_config(args, records=report_records(out), shared=shared_paths(src))
+    with open_engine(config) as engine:  # `cd DATASET && prep scan .`: the default is refused, said so
         manifest, _ = scan_dataset(src, out, engine, resume=not args.fresh, out_is_default=args.out is None)
     print(summary(manifest, out))
     return 1 if manifest["failures"] else 0

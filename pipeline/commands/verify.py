@@ -13,11 +13,11 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.checks import READER_CHOICES
+from pipeline.checks import READER_CHOICES, Reader, refusal_line
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import positive_int
-from pipeline.commands.common import SmallInput, add_run_options, plural, run_config
-from pipeline.commands.where import add_location_options, dataset_location
+from pipeline.commands.common import SmallInput, add_run_options, plural, report_records, run_config
+from pipeline.commands.where import add_location_options, dataset_location, shared_paths
 from pipeline.text import printable, printable_lines
 
 if TYPE_CHECKING:
@@ -69,10 +69,19 @@ def summary(report: VerifyReport) -> str:
         *_predictions(report),
         f"time      {t['seconds']:.1f} s ({t['episodes_per_s']:.1f} episodes/s)",
         (f"PASSED    ({plural(t['warnings'], 'warning')})" if t["warnings"] else "PASSED") if report.passed else
-        f"FAILED    {plural(t['errors'], 'error')} in " + _episode_list(report.failed_episodes)
-        + (f" ({plural(t['warnings'], 'warning')})" if t["warnings"] else ""),
+        _failed_line(report, t),
     ]
     return printable_lines(lines)
+
+
+def _failed_line(report: VerifyReport, t: dict[str, Any]) -> str:
+    warnings = f" ({plural(t['warnings'], 'warning')})" if t["warnings"] else ""
+    errors = f"{plural(t['errors'], 'error')} in " + _episode_list(report.failed_episodes)
+    cannot = report.unreadable_by
+    if cannot is None:
+        return f"FAILED    {errors}{warnings}"
+    return (f"FAILED    --reader {cannot.value}: {refusal_line(cannot, report.dataset.codebase_version)}"
+            + (f"; and {errors}" if t["errors"] else "") + warnings)
 
 
 def _depth_line(report: VerifyReport) -> list[str]:
@@ -89,7 +98,18 @@ def _predictions(report: VerifyReport) -> list[str]:
     then the user's own rules that failed (errors for the exit code, never a reader's)."""
     head = report.head_json()
     lines = []
-    for p in head["lerobot_loads"].values():
+    version = report.dataset.codebase_version
+    refused = head.get("format_refused_by") or {}
+    for r in Reader:  # one line per reader generation, 0.3, 0.4, 0.6, whatever the format
+        if r.value in refused:
+            text = refusal_line(r, version)
+            if refused[r.value]["targeted"]:
+                text += f"  [--reader {r.value}: FAILED]"
+            lines.append(f"lerobot   {text}")
+            continue
+        p = head["lerobot_loads"].get(r.value)
+        if p is None:
+            continue
         name = f"{p['reader']} ({p['codebase_version']})"
         if p["loads"] is None:
             text = f"{name}: no error it trips over; the pixels were not decoded (add --decode to predict)"
@@ -158,7 +178,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--reader", choices=READER_CHOICES, default="all",
                    help="the reader generation the severities and the exit code follow: 0.4 or 0.6 (lerobot 0.4.x / "
                    "0.6.x, v3.0 datasets), 0.3 (lerobot 0.3.x / openpi, v2.1), or all (default: the strictest of the "
-                   "dataset's format line). Every reader's prediction is printed either way")
+                   "dataset's format line). A reader that cannot open the dataset's format (0.3 on v3.0, 0.4 or 0.6 "
+                   "on v2.1) fails it (exit 1), naming the `prep convert --to` that writes a copy it reads. Every "
+                   "reader generation's line is printed either way")
+    p.add_argument("--fingerprint", choices=("mtime", "content"), default="mtime",
+                   help="how the report identifies the files of each failed episode, so that `prep edit "
+                   "--drop-failed REPORT` acts only on these files: mtime (default) = size and mtime (a stat); "
+                   "content = a BLAKE2b of every byte of them (a copy of the same bytes matches). meta/ is always "
+                   "hashed whole")
     p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
     add_run_options(p, SmallInput(128, "file sets (a v2.1 episode; in v3.0, the episodes that share their files)"))
     p.set_defaults(func=run)
@@ -179,8 +206,10 @@ def run(args: argparse.Namespace) -> int:
     out = args.out.absolute() if args.out else None
     options = VerifyOptions(expect_frames=args.expect_frames, size=args.size, all_intra=args.all_intra,
                             decode=args.decode, reader=args.reader)
-    with open_engine(run_config(args)) as engine:
-        report = verify_dataset(src, options, engine, json_path=out, resume=not args.fresh)
+    config = run_config(args, records=report_records(out) if out else None, shared=shared_paths(src))
+    with open_engine(config) as engine:
+        report = verify_dataset(src, options, engine, json_path=out, resume=not args.fresh,
+                                fingerprint=args.fingerprint)
     print(summary(report))
     if out:
         print(f"report    {printable(out)}")

@@ -64,3 +64,12 @@ def default_name(location: Location) -> str:
             return Path(repo).name.split("--")[-1]
         return Path(location.root).resolve().name
     return location.name
+
+
+def shared_paths(location: Location) -> list[Path]:
+    """What the workers of a remote or SLURM cluster must see at the same path: a local dataset's folder (a hub
+    snapshot's whole cache repository folder: its links point into its blobs); nothing for an object store
+    (each worker reads it with its own credentials)."""
+    if not location.is_local:
+        return []
+    return [Path(location.link_root or location.root)]

@@ -87,6 +87,7 @@ from pipeline.stages.edit import (
     edit_unit,
 )
 from pipeline.stages.edit_video import SpliceSpan
+from pipeline.text import shown as shown_value
 from pipeline.video.remux import StartProblem
 
 FORMATS = VERSIONS
@@ -296,12 +297,55 @@ class EditReport:
 # ---- selection ------------------------------------------------------------------------------------
 
 
+CHECK_NAME_SHOWN = 64  # a check name from a report, clipped in the reasons (the summary's lines)
+CHECKS_SHOWN = 8  # check names per reason
+
+
+def _checks_reason(checks: list[str]) -> str:
+    """"verify: a, b" from a report row's checks_failed, each name clipped, at most CHECKS_SHOWN of them."""
+    names = [c if len(c) <= CHECK_NAME_SHOWN else c[:CHECK_NAME_SHOWN - 3] + "..." for c in checks[:CHECKS_SHOWN]]
+    more = f" (+{len(checks) - CHECKS_SHOWN} more)" if len(checks) > CHECKS_SHOWN else ""
+    return "verify: " + (", ".join(names) or "failed") + more
+
+
+def _report_episodes(doc: dict[str, Any], shown: str, ds: Any) -> dict[int, str]:
+    """The report's `episodes` list, strictly: each row an object with an integer `episode` of this dataset
+    (never a bool, a float or a string), a `status` string and, when failed, `checks_failed` a list of strings;
+    anything else is refused with one line naming the value. -> the failed episodes and why."""
+    rows = doc.get("episodes")
+    if not isinstance(rows, list):
+        raise PrepError(f"--drop-failed {shown}: its `episodes` is {shown_value(rows, 60)}, not a list")
+    failed: dict[int, str] = {}
+    for i, row in enumerate(rows):
+        where = f"--drop-failed {shown}: episodes[{i}]"
+        if not isinstance(row, dict):
+            raise PrepError(f"{where} is {shown_value(row, 60)}, not an object")
+        ep, status = row.get("episode"), row.get("status")
+        if type(ep) is not int:  # a bool or a float is refused, never read as 1 or 2
+            raise PrepError(f"{where}.episode is {shown_value(ep, 60)}, not an episode index (an integer)")
+        if ds.episodes.position(ep) is None:
+            raise PrepError(f"{where}.episode is {shown_value(ep, 60)}, not an episode of {atomic.shown(ds.root)}: "
+                            "verify this dataset again")
+        if status not in ("passed", "failed"):
+            raise PrepError(f"{where}.status is {shown_value(status, 60)}, not \"passed\" or \"failed\"")
+        if status != "failed":
+            continue
+        checks = row.get("checks_failed", [])
+        if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
+            raise PrepError(f"{where}.checks_failed is {shown_value(checks, 60)}, not a list of check names")
+        failed[ep] = _checks_reason(checks)
+    return failed
+
+
 def failed_in_report(report_path: Path, src: Path) -> dict[int, str]:
     """The episodes a `prep verify --out` report of `src` failed -> the checks they failed. Refuses a report
-    of another dataset (its `metadata_digest`, the fingerprint of info.json and the episode metadata, must be
-    the source's)."""
+    of another dataset: its `dataset.fingerprint` (`pipeline.jobs.identity`) must be the source's, both the
+    digest of every file under meta/ (info.json, the episode metadata) and that of the files of each episode it
+    failed (size and mtime, or their bytes when verify ran with --fingerprint content); and a report whose
+    episode list is not what verify writes (an id of another dataset, a bool, a float, a string)."""
     from pipeline.bounded import read_json
     from pipeline.formats import open_dataset
+    from pipeline.jobs import identity
 
     shown = atomic.shown(report_path)
     try:
@@ -312,20 +356,23 @@ def failed_in_report(report_path: Path, src: Path) -> dict[int, str]:
         raise PrepError(f"--drop-failed {shown}: not a `prep verify --out` report (schema prep.verify/1)")
     found = doc.get("dataset")
     dataset: dict[str, Any] = found if isinstance(found, dict) else {}
-    digest = dataset.get("metadata_digest")
-    if not isinstance(digest, str) or not digest:
-        raise PrepError(f"--drop-failed {shown}: the report has no dataset fingerprint (written by an older prep): "
-                        f"run `prep verify {atomic.shown(src)} --out REPORT` again")
+    recorded = dataset.get("fingerprint")
+    if identity.recorded_mode(recorded) is None:
+        raise PrepError(f"--drop-failed {shown}: the report has no dataset fingerprint of this prep (written by an "
+                        f"older prep): run `prep verify {atomic.shown(src)} --out REPORT` again")
+    assert isinstance(recorded, dict)
     ds, _rejected = open_dataset(src)
-    if digest != ds.metadata_digest:
-        raise PrepError(f"--drop-failed {shown}: the report is of another dataset or of other metadata (its "
-                        f"fingerprint {digest[:12]} is not {atomic.shown(src)}'s {ds.metadata_digest[:12]}; report "
-                        f"root {dataset.get('root')!r}): verify this dataset again"[:600])
-    failed: dict[int, str] = {}
-    for row in doc.get("episodes") or []:
-        if isinstance(row, dict) and row.get("status") == "failed" and isinstance(row.get("episode"), int):
-            checks = row.get("checks_failed") or []
-            failed[int(row["episode"])] = "verify: " + (", ".join(str(c) for c in checks) or "failed")
+    root = dataset.get("root")
+    again = f"; report root {root!r}): verify this dataset again"[:300]
+    differs = identity.metadata_mismatch(recorded, src)
+    if differs is not None:
+        raise PrepError(f"--drop-failed {shown}: the report is of another dataset or of other metadata ({differs}"
+                        + again)
+    failed = _report_episodes(doc, shown, ds)
+    differs = identity.files_mismatch(recorded, ds, failed)
+    if differs is not None:
+        raise PrepError(f"--drop-failed {shown}: the report is of another dataset's files or of files since "
+                        f"changed (fingerprint: {differs}" + again)
     return failed
 
 
@@ -336,11 +383,11 @@ def _resolve_tasks(given: Sequence[str], tasks: list[str], flag: str) -> set[int
     for g in given:
         if g in index_of:
             out.add(index_of[g])
-        elif g.strip().isdigit() and int(g) < len(tasks):
+        elif g.strip().isascii() and g.strip().isdigit() and len(g.strip()) < 19 and int(g) < len(tasks):
             out.add(int(g))
         else:
-            raise PrepError(f"{flag}: {g!r} is neither a task of the dataset nor a task_index "
-                            f"0..{len(tasks) - 1}"[:400])
+            raise PrepError(f"{flag}: {shown_value(g, 200)} is neither a task of the dataset nor a task_index "
+                            f"0..{len(tasks) - 1}")
     return out
 
 
@@ -495,7 +542,7 @@ def plan_v21(s: Source, out: Path) -> Iterator[PlanItem]:
             rels = [format_template(tpl, info_path, {"episode_chunk", "episode_index", "video_key"},
                                     episode_chunk=e // c, episode_index=e, video_key=cam)
                     for tpl, c, e in ((video_tpl, cs, idx), (video_out_tpl, out_cs, new))]
-            yield CopyVideoUnit(str(src), str(out), rels[0], rels[1], idx, new, length)
+            yield CopyVideoUnit(str(src), str(out), rels[0], rels[1], idx, new, length, float(info["fps"]), cam)
         yield Placed(idx, new, length, before)
         before += length
 
@@ -727,6 +774,72 @@ def splice_refusals(s: Source, out: Path, engine: Engine) -> list[StartProblem]:
                                 unit_name="file", cost_s=None):
         problems += found[:max(0, FAILURES_LISTED - len(problems))]
     return sorted(problems, key=lambda p: (p.episode if p.episode is not None else -1, p.camera or ""))
+
+
+@dataclass(slots=True, frozen=True)
+class Overlap:
+    """Two episodes whose spans in one video file (`length` frames from `from_timestamp`, what the reader reads)
+    share frames: `episode` (the later in time order, or by index at the same start) and `other`."""
+
+    episode: int
+    other: int
+    camera: str
+    rel: str
+    span: tuple[int, int]  # [first, end) frames of the file
+    other_span: tuple[int, int]
+
+    def line(self, fps: float, sel: Selection) -> str:
+        def secs(span: tuple[int, int]) -> str:
+            return f"[{span[0] / fps:.6f}, {span[1] / fps:.6f}) s"
+
+        pair = f"{min(self.episode, self.other)},{max(self.episode, self.other)}"
+        kept = sorted(e for e in (self.episode, self.other) if sel.is_kept(e))
+        return (f"episode {self.episode} ({self.camera}): its span {secs(self.span)} in {self.rel} overlaps episode "
+                f"{self.other}'s {secs(self.other_span)}: the metadata gives both the same frames, so the output "
+                f"would hand one of them the other's (kept: {', '.join(map(str, kept))}). Neither a stream copy nor "
+                f"--reencode-partial can tell whose frames they are: leave both out (--drop {pair}), or correct "
+                "their from_timestamp in meta/episodes and verify again")
+
+
+def _overlaps_in(camera: str, rel: str, spans: list[tuple[int, int, int]]) -> Iterator[Overlap]:
+    """(first frame, end, episode) of one file's episodes -> each episode whose span starts before the end of
+    an earlier one's (by start, then index), paired with the one it runs into."""
+    best: tuple[int, int, int] | None = None  # the span reaching furthest so far
+    for start, end, ep in sorted(spans):
+        if best is not None and start < best[1] and end > start:
+            yield Overlap(ep, best[2], camera, rel, (start, end), (best[0], best[1]))
+        if best is None or end > best[1]:
+            best = (start, end, ep)
+
+
+def overlap_refusals(s: Source) -> list[Overlap]:
+    """The overlaps (v3.0 metadata: two episodes' spans in one video file sharing frames) that involve a kept
+    episode: an edit would copy (or re-encode) one episode's frames as another's. One pass over the episode
+    metadata; each file's spans are held while its episodes are read (they are consecutive)."""
+    src, info = s.src, s.info
+    cameras = video_keys(info, src / "meta/info.json")
+    fps = float(info["fps"])
+    runs: dict[str, tuple[str, list[tuple[int, int, int]]]] = {}
+    found: list[Overlap] = []
+
+    def close(cam: str) -> None:
+        rel, spans = runs.pop(cam)
+        found.extend(o for o in _overlaps_in(cam, rel, spans)
+                     if (s.sel.is_kept(o.episode) or s.sel.is_kept(o.other)) and len(found) < FAILURES_LISTED)
+
+    for ep, _row in iter_v30_episodes(src, info, cameras, stats=False):
+        for v in ep.videos:
+            run = runs.get(v.camera)
+            if run is not None and run[0] != v.rel:
+                close(v.camera)
+                run = None
+            if run is None:
+                run = runs[v.camera] = (v.rel, [])
+            start = round(v.from_timestamp * fps)
+            run[1].append((start, start + ep.length, ep.index))
+    for cam in list(runs):
+        close(cam)
+    return sorted(found, key=lambda o: (o.episode, o.camera))
 
 
 def refusal(problems: list[StartProblem]) -> EditRefused:
@@ -1011,6 +1124,11 @@ def check_cuts(sources: Sequence[Source], out: Path, engine: Engine, *, reencode
     """Refuse (`EditRefused`) a v3.0 edit with a cut off a keyframe; nothing is written. `reencode_partial`:
     instead, the episodes whose cut is off a keyframe are set to be re-encoded (`Source.reencode`), and the
     rest is checked again."""
+    for s in sources:  # before any cut: an episode whose span is another's frames is never written
+        overlaps = overlap_refusals(s) if format_of(s.info).layout.shares_files else []
+        if overlaps:
+            more = f" (and {len(overlaps) - 1} more overlaps)" if len(overlaps) > 1 else ""
+            raise EditRefused(f"{atomic.shown(s.src)}: {overlaps[0].line(float(s.info['fps']), s.sel)}{more}", [])
     problems: list[StartProblem] = []
     for s in sources:
         if format_of(s.info).layout.shares_files and s.sel.dropped_count:  # a shared file loses an episode

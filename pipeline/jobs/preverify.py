@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.checks import REPAIR_NAMES, Severity, repair, repaired_by
+from pipeline.checks import (
+    READER_LINES,
+    REPAIR_NAMES,
+    Severity,
+    reader_cannot_open,
+    reader_format,
+    refusal_line,
+    repair,
+    repaired_by,
+)
 from pipeline.errors import ClusterError, PrepError
 
 if TYPE_CHECKING:
@@ -59,6 +68,22 @@ class SourceRefused(PrepError):
                          f"{_advice(checks)}")
 
 
+class ReaderCannotOpen(PrepError):
+    """`--reader` names a generation that cannot open the source's format at all (0.3 on v3.0, 0.4/0.6 on v2.1):
+    the source check fails for it (exit 1; nothing encoded), never passes and is never ignored."""
+
+    exit_code = 1
+
+    def __init__(self, reader: str, codebase_version: str) -> None:
+        cannot = reader_cannot_open(codebase_version, reader)
+        assert cannot is not None
+        fmt = reader_format(cannot)
+        own = " or ".join(r.value for r in READER_LINES.get(codebase_version, ()))
+        super().__init__(f"--reader {reader}: {refusal_line(cannot, codebase_version)}. Nothing was encoded: the "
+                         f"source is checked for the readers of its format (--reader all or {own}); "
+                         f"--format {fmt} writes the output in the format {cannot.label} reads")
+
+
 def _advice(checks: Iterable[str]) -> str:
     names = [name for name in REPAIR_NAMES if set(checks) & repaired_by(name)]
     repair = " or ".join(f"--repair {n}" for n in names)
@@ -87,9 +112,13 @@ def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_inv
     """Run verify (no decode) on the source; raise SourceRefused when errors remain after the repairs (checked
     by `check_repairs` first) and the invalid source is not accepted. `reader` (0.4, 0.6, 0.3 or all) names the
     reader generations whose errors refuse it, as `prep verify --reader` does."""
+    from pipeline.formats import read_info
     from pipeline.jobs.verify import verify_dataset
     from pipeline.stages.verify import WORKER_LOST, VerifyOptions
 
+    version = str(read_info(src).get("codebase_version"))
+    if reader_cannot_open(version, reader) is not None:  # a FAIL for that reader, before any verify
+        raise ReaderCannotOpen(reader, version)
     report = verify_dataset(src, VerifyOptions(reader=reader), engine)
     lost = next((f for f in report.failures if f.check == WORKER_LOST), None)
     if lost is not None:  # a resource problem of the cluster, never a source error: stop, name it, keep nothing

@@ -30,12 +30,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import __version__, atomic
-from pipeline.checks import ReaderTally, Severity, Status, is_file_check, lerobot_loads, severity_by_reader
+from pipeline.checks import (
+    Reader,
+    ReaderTally,
+    Severity,
+    Status,
+    format_refused_by,
+    is_file_check,
+    lerobot_loads,
+    reader_cannot_open,
+    severity_by_reader,
+)
 from pipeline.clock import utc_now
 from pipeline.dataset import Dataset
 from pipeline.errors import EpisodeError
 from pipeline.formats.validate import open_validated
 from pipeline.jobs import parts
+from pipeline.jobs.identity import DEFAULT_FILE_MODE, identity
 from pipeline.runner import Engine, RunConfig, open_engine
 from pipeline.schemas import validate
 from pipeline.stages.dataset_checks import dataset_findings
@@ -288,12 +299,20 @@ class VerifyReport:
     tally: ReaderTally | None = None  # per-reader error counts and the user's rules that failed
     trains_wrong_total: int = 0  # findings with which every reader loads but training is poisoned (NaN/inf)
     non_finite_by_feature: dict[str, dict[str, int]] = field(default_factory=dict)
+    identity: dict[str, Any] | None = None  # what the report was taken of (`pipeline.jobs.identity`)
     _cleanup: Any = None
 
     @property
     def passed(self) -> bool:
-        """No error (warnings and info findings do not fail a dataset)."""
-        return self.errors_total == 0
+        """No error (warnings and info findings do not fail a dataset), and the reader `--reader` names opens
+        the dataset's format (`unreadable_by`)."""
+        return self.errors_total == 0 and self.unreadable_by is None
+
+    @property
+    def unreadable_by(self) -> Reader | None:
+        """The `--reader` generation that cannot open this dataset's format at all (0.3 on v3.0, 0.4/0.6 on
+        v2.1): a FAIL for that reader, whatever the findings."""
+        return reader_cannot_open(self.dataset.codebase_version, self.options.reader)
 
     @property
     def episodes(self) -> EpisodeResults:
@@ -325,7 +344,9 @@ class VerifyReport:
                 "cameras": list(ds.camera_keys),
                 "declared_total_episodes": _int_or_none(ds.info.get("total_episodes")),
                 "declared_total_frames": _int_or_none(ds.info.get("total_frames")),
-                "metadata_digest": ds.metadata_digest,  # the dataset's fingerprint (`prep edit --drop-failed`)
+                "metadata_digest": ds.metadata_digest,  # of the episode metadata as read (plans key on it)
+                # meta/ and the failed episodes' files: `prep edit --drop-failed` acts only on this dataset
+                **({"fingerprint": self.identity} if self.identity is not None else {}),
             },
             "options": {
                 "expect_frames": opts.expect_frames,
@@ -337,6 +358,8 @@ class VerifyReport:
             "passed": self.passed,
             "lerobot_loads": lerobot_loads(ds.codebase_version, tally.errors, tally.trains_wrong, opts.decode,
                                            opts.reader),
+            # the reader generations that cannot open this format at all, with the way forward
+            "format_refused_by": format_refused_by(ds.codebase_version, opts.reader),
             "user_rules_failed": dict(tally.rules),
             "totals": {
                 "episodes": n + self.rejected_total,
@@ -431,10 +454,11 @@ def _take(it: Iterator[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 
 
 def verify_dataset(src: Path | Location, options: VerifyOptions, engine: Engine, *, json_path: Path | None = None,
-                   resume: bool = True) -> VerifyReport:
+                   resume: bool = True, fingerprint: str = DEFAULT_FILE_MODE) -> VerifyReport:
     """Verify every episode of `src` through `engine`; with `json_path`, write the JSON report (and the
     per-episode table beside it) and resume from `<json_path>.parts/`. Raises PrepError when the
-    dataset's metadata as a whole is unreadable."""
+    dataset's metadata as a whole is unreadable. `fingerprint`: how the report identifies the files of the
+    failed episodes (`pipeline.jobs.identity`: mtime = size and mtime, content = a hash of every byte)."""
     t0 = time.monotonic()
     ds, rejected = open_validated(src, "verify", options.reader)  # metadata checked before any unit
     if json_path is not None:  # in the source, or a link in its place: refused before anything is written
@@ -463,14 +487,16 @@ def verify_dataset(src: Path | Location, options: VerifyOptions, engine: Engine,
             for e in results:
                 reduce.add(e)
         table.close()
+        failed_ids = np.frombuffer(reduce.failed_ids, dtype=np.int64).copy() if reduce.failed_ids else \
+            np.zeros(0, dtype=np.int64)
         report = VerifyReport(
             dataset=ds, options=options, failures=reduce.kept, rejected=rejected, seconds=time.monotonic() - t0,
             table=table_path, episodes_checked=reduce.episodes, episodes_passed=reduce.passed,
             frames_expected=reduce.frames, failures_total=reduce.failures, errors_total=reduce.errors,
             warnings_total=reduce.warnings, failures_by_check=reduce.by_check,
-            failed_ids=np.frombuffer(reduce.failed_ids, dtype=np.int64).copy() if reduce.failed_ids else
-            np.zeros(0, dtype=np.int64), dataset_failures=first, tally=reduce.tally,
-            trains_wrong_total=reduce.trains_wrong, non_finite_by_feature=reduce.non_finite)
+            failed_ids=failed_ids, dataset_failures=first, tally=reduce.tally,
+            trains_wrong_total=reduce.trains_wrong, non_finite_by_feature=reduce.non_finite,
+            identity=identity(ds, (int(e) for e in failed_ids), fingerprint))
         if work is None:
             report._cleanup = weakref.finalize(report, shutil.rmtree, str(table_path.parent), True)
             return report

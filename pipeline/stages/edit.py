@@ -54,6 +54,8 @@ class CopyVideoUnit:
     episode: int  # in the source
     new_episode: int
     frames: int
+    fps: float = 0.0  # > 0: the copy is checked as every file an edit writes (its frames, pts on the grid from 0)
+    camera: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -193,6 +195,17 @@ def _failure_text(failures: list[Any]) -> str:
 # ---- videos ---------------------------------------------------------------------------------------
 
 
+def copy_failures(unit: CopyVideoUnit, path: Path) -> list[Any]:
+    """The checks of a copied episode mp4 (`video_failures`: it decodes as a video holding the episode's
+    `frames` frames, pts on the 1/fps grid from 0), as the v3.0 path checks each file it splices; none when the
+    unit carries no fps."""
+    if unit.fps <= 0:
+        return []
+    n = unit.frames
+    return video_failures(path, unit.fps, [Span(unit.episode, 0.0, frames_to_seconds(n, unit.fps), n)], n,
+                          unit.camera)
+
+
 def copy_video(unit: CopyVideoUnit) -> EditResult:
     def body() -> EditResult:
         dst = Path(unit.out_root) / unit.out_rel
@@ -201,7 +214,8 @@ def copy_video(unit: CopyVideoUnit) -> EditResult:
             size = src.stat("video file").size
         except FileProblem as exc:
             raise EpisodeError(unit.episode, exc.path, exc.message) from None
-        if dst.is_file() and dst.stat().st_size == size:  # renamed into place only when complete
+        # renamed into place only when complete and checked
+        if dst.is_file() and dst.stat().st_size == size and not copy_failures(unit, dst):
             return EditResult("video-copy", unit.out_rel, "kept", out_bytes=size)
         with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
             try:
@@ -209,6 +223,12 @@ def copy_video(unit: CopyVideoUnit) -> EditResult:
                     shutil.copyfileobj(fin, fout, STREAM_BLOCK)  # its store
             except OSError as exc:
                 raise EpisodeError(unit.episode, src, f"cannot copy: {exc.strerror or exc}") from None
+            failures = copy_failures(unit, tmp)
+            if failures:  # a broken kept video fails its file: meta/info.json is withheld, as in v3.0
+                found = "; ".join(f"{f.check}: expected {f.expected}, found {f.found}".replace(str(tmp), str(src))
+                                  for f in failures[:3])  # the copy holds the source's bytes: name the source
+                more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""
+                raise EpisodeError(unit.episode, src, f"the kept episode's video failed its checks: {found}{more}")
         return EditResult("video-copy", unit.out_rel, "written", out_bytes=size)
 
     return _run("video-copy", unit.out_rel, 1, unit.frames, body)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from compat_support import (
+    backend_arg,
     backend_of,
     drop_last_frame,
     iterate_all,
@@ -40,11 +41,7 @@ def corpus_name(kind: str, fmt: str) -> str:
     return f"{base}-{fmt}" + (f"-{suffix}" if suffix else "")
 
 
-def backend_arg(backend: str) -> str | None:
-    return None if backend == "default" else backend
-
-
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", CORPORA)
 def test_iterate_every_sample(corpora, fmt: str, kind: str, backend: str) -> None:
@@ -62,7 +59,7 @@ def test_iterate_every_sample(corpora, fmt: str, kind: str, backend: str) -> Non
     )
 
 
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", CORPORA)
 def test_frames_identical_to_pyav_decode(corpora, fmt: str, kind: str, backend: str) -> None:
@@ -102,7 +99,7 @@ LETTERBOX_CASES = [
 ]
 
 
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize(("source", "variant", "min_rgb", "min_mean"), LETTERBOX_CASES,
                          ids=[f"{s}{v}" for s, v, _a, _b in LETTERBOX_CASES])
 def test_letterbox_matches_openpi(
@@ -142,7 +139,7 @@ def test_letterbox_matches_openpi(
         assert bars <= 2, f"{out_name}: letterbox bars not black (max {bars})"
 
 
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", ["synthetic", "synthetic-224"])
 def test_negative_control_dropped_frame(corpora, fmt: str, kind: str, backend: str, tmp_path: Path) -> None:

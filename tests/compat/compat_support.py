@@ -14,8 +14,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import av
 import numpy as np
 import pytest
 from PIL import Image
+from support.cli import run_prep
 
 REPO = Path(__file__).resolve().parents[2]
 REAL_FIXTURE_CANDIDATES = (
@@ -53,6 +52,11 @@ def require_lerobot(prefix: str, fmt: str) -> str:
     if not version.startswith(prefix):
         pytest.skip(f"compat {fmt}: needs lerobot {prefix}x, this env has {version}", allow_module_level=True)
     return version
+
+
+def backend_arg(backend: str) -> str | None:
+    """A test's backend id as `open_dataset` takes it ("default": the reader's own default)."""
+    return None if backend == "default" else backend
 
 
 def backend_of(ds: Any) -> str:
@@ -93,23 +97,11 @@ def writable_copy(src: Path, dst: Path) -> Path:
 # ---------------------------------------------------------------- prep reencode
 
 
-def reencode_missing() -> str | None:
-    """Why `prep reencode` cannot be used here, or None when it can."""
-    if importlib.util.find_spec("pipeline.commands.reencode") is None:
-        return "`prep reencode` is not built yet (pipeline/commands/reencode.py missing)"
-    r = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "reencode", "--help"], capture_output=True, text=True, timeout=120
-    )
-    if r.returncode != 0:
-        return f"`prep reencode --help` failed (rc {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}"
-    return None
-
-
 def run_reencode(src: Path, out: Path, options: list[str] | None = None) -> Path:
     """`prep reencode --src SRC --dst 224 --out OUT [options]`, run with this interpreter."""
-    cmd = [sys.executable, "-m", "pipeline.cli", "reencode", "--src", str(src), "--dst", str(TARGET)]
-    cmd += ["--out", str(out), "--no-progress", *(options or [])]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=REENCODE_TIMEOUT_S)
+    r = run_prep("reencode", "--src", src, "--dst", TARGET, "--out", out, "--no-progress", *(options or []),
+                 timeout=REENCODE_TIMEOUT_S, inprocess=False)  # a child of this interpreter (the reader's venv)
+    cmd = r.args
     assert r.returncode == 0, f"{' '.join(cmd)} failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert (out / "meta" / "info.json").is_file(), f"{out} has no meta/info.json after prep reencode"
     return out

@@ -16,15 +16,24 @@ None where the frames were re-encoded (the 224 outputs of the loop).
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-from compat_support import run_reencode
+from compat_support import (
+    backend_arg,
+    backend_of,
+    iterate_all,
+    load_info,
+    open_dataset,
+    report,
+    run_reencode,
+    video_keys,
+)
+from support.cli import run_prep
 from test_edit_loop import BROKEN, loop_spec, repair_loop
 
 from pipeline.synth import SynthSpec, write_synthetic
@@ -42,21 +51,14 @@ def spec(version: str, episodes: int, seed: int) -> SynthSpec:
                      episodes_per_file=3, seed=seed)
 
 
-def prep(*args: object) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pipeline.cli", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=PREP_TIMEOUT_S, check=False)
+# a command with this interpreter (the reader's venv), as a child process, as the readers' users run it
+prep = functools.partial(run_prep, timeout=PREP_TIMEOUT_S, inprocess=False)
 
 
 def must(r: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     what = " ".join(map(str, r.args[3:]))
     assert r.returncode == 0, f"prep {what}: rc {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r
-
-
-def require_edit(flag: str) -> None:
-    r = prep("edit", "--help")
-    if r.returncode != 0 or flag not in r.stdout:
-        pytest.skip(f"prep edit {flag} is not built yet")
 
 
 def episodes_of(root: Path) -> int:
@@ -125,7 +127,6 @@ class EditOutputs:
         return self.built[name]
 
     def _drop(self, src: Path, out: Path, drop: tuple[int, ...]) -> tuple[Path, Mapping]:
-        require_edit("--drop")
         must(prep("edit", src, "--out", out, "--drop", ",".join(map(str, drop)), "--no-progress"))
         return out, [(src, e) for e in range(episodes_of(src)) if e not in drop]
 
@@ -138,7 +139,6 @@ class EditOutputs:
         if name == "lerobot-drop":
             return self._drop(self.source("L"), out, LEROBOT_DROP)
         if name.startswith("split-"):
-            require_edit("--split")
             split = self.base / "out" / "split"
             if not (split / name.removeprefix("split-") / "meta/info.json").is_file():
                 must(prep("edit", self.source("A"), "--out", split, "--no-shuffle", "--no-progress", "--split",
@@ -146,7 +146,6 @@ class EditOutputs:
             part = name.removeprefix("split-")
             return split / part, [(self.source("A"), e) for e in SPLIT[part]]
         if name == "merge":
-            require_edit("--merge")
             dropped, first = self.get("drop")
             b = self.source("B")
             must(prep("edit", "--merge", dropped, b, "--out", out, "--no-progress"))
@@ -154,7 +153,7 @@ class EditOutputs:
             return out, [*first, *((b, e) for e in range(episodes_of(b)))]
         if name.startswith("loop-"):
             if "loop" not in self.built:
-                loop = repair_loop(self.base / "loop", self.version)
+                loop = repair_loop(self.base / "loop", self.version, inprocess=False)
                 kept = [e for e in range(episodes_of(loop.broken)) if e not in BROKEN]
                 # v2.1: the broken corpus does not open in lerobot 0.3.x (it checks every timestamp at load);
                 # its kept episodes' files are untouched, so they are the clean corpus's
@@ -174,3 +173,54 @@ def global_starts(ds: Any) -> list[int]:
         starts.append(at)
         at += int(ds.meta.episodes[ep]["length"])
     return starts
+
+
+# ---- the checks both reader generations run (test_edit_v21.py: lerobot 0.3.x; test_edit_v30.py: 0.4.x, 0.6.x) ----
+
+BACKENDS = ("default", "pyav")
+
+
+def check_every_sample_loads(outputs: EditOutputs, name: str, backend: str, reader: str, lerobot: str) -> None:
+    """Every sample of output `name` loads with the reader's `backend`; `reader` labels the report line."""
+    root, _ = outputs.get(name)
+    assert load_info(root)["codebase_version"] == outputs.version
+    ds = open_dataset(root, backend_arg(backend))
+    n = iterate_all(ds, root)
+    report(f"compat {reader} edit lerobot {lerobot} {name} backend={backend_of(ds)}: {n} samples x "
+           f"{len(video_keys(load_info(root)))} cameras read")
+
+
+def check_frames_are_the_source_episodes(outputs: EditOutputs, name: str, backend: str, reader: str,
+                                         lerobot: str) -> None:
+    """Every frame of every camera of every output episode equals, exactly, the frame the same reader returns
+    for the same frame of the source episode it came from (a stream copy decodes to the same pixels; an
+    episode shifted by one frame or taken from the wrong place does not)."""
+    root, mapping = outputs.get(name)
+    assert mapping is not None
+    ds = open_dataset(root, backend_arg(backend), horizon=None)
+    cams = video_keys(load_info(root))
+    assert ds.meta.total_episodes == len(mapping)
+    sources: dict[Path, Any] = {}
+    starts = global_starts(ds)
+    compared = 0
+    for new, (src, old) in enumerate(mapping):
+        if src not in sources:
+            sources[src] = open_dataset(src, backend_arg(backend), horizon=None)
+        sds = sources[src]
+        length = int(ds.meta.episodes[new]["length"])
+        assert length == int(sds.meta.episodes[old]["length"]), f"episode {new} (source {old}): length differs"
+        s0 = global_starts(sds)[old]
+        for f in range(length):
+            a, b = ds[starts[new] + f], sds[s0 + f]
+            assert int(a["frame_index"]) == int(b["frame_index"]) == f
+            for cam in cams:
+                assert bool((a[cam] == b[cam]).all()), f"{name} episode {new} (source {old}) frame {f} {cam} differs"
+            compared += 1
+    report(f"compat {reader} edit lerobot {lerobot} {name} backend={backend_of(ds)}: {compared} samples x "
+           f"{len(cams)} cameras identical to the source episodes' frames")
+
+
+def check_prep_verify_decode_passes(outputs: EditOutputs, name: str) -> None:
+    root, _ = outputs.get(name)
+    r = must(prep("verify", root, "--decode", "--no-progress"))
+    assert "PASSED" in r.stdout, r.stdout

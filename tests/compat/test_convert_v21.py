@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -39,10 +38,11 @@ from compat_support import (
     require_lerobot,
     video_keys,
 )
+from support.cli import run_prep
 
 LEROBOT = require_lerobot("0.3.", "v2.1")
 
-pytestmark = pytest.mark.lerobot
+pytestmark = pytest.mark.readers
 WAYS = ("convert", "reencode")
 VENVS = Path(os.environ.get("PREP_VENVS", "/opt/prep-venvs"))
 WRITER_PY = VENVS / "lerobot-v30" / "bin" / "python"
@@ -91,10 +91,10 @@ else:
 '''
 
 
-def prep(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pipeline.cli", *args, "--workers", "2", "--no-progress"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, f"{' '.join(cmd)} failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+def prep_ok(*args: str) -> subprocess.CompletedProcess[str]:
+    """`prep ARGS --workers 2` (a child process of this interpreter: the reader's venv), which must succeed."""
+    r = run_prep(*args, "--workers", "2", "--no-progress", timeout=900)
+    assert r.returncode == 0, f"{' '.join(r.args)} failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r
 
 
@@ -123,9 +123,9 @@ class Converted:
             src = self.source(kind)
             out = self.base / f"{kind}-{way}-v21"
             if way == "convert":
-                r = prep("convert", str(src), "--to", "v2.1", "--out", str(out))
+                r = prep_ok("convert", str(src), "--to", "v2.1", "--out", str(out))
             else:
-                r = prep("reencode", "--src", str(src), "--dst", "224", "--format", "v2.1", "--crf", "0",
+                r = prep_ok("reencode", "--src", str(src), "--dst", "224", "--format", "v2.1", "--crf", "0",
                          "--out", str(out))
             assert "verify    PASSED" in r.stdout, r.stdout
             doc = json.loads((out / "prep/convert_report.json").read_text())

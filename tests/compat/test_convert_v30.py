@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +31,14 @@ from compat_support import (
     video_keys,
     writable_copy,
 )
+from support.cli import run_prep
 
 LEROBOT = require_lerobot("0.4.", "v3.0")
 
 from pipeline.formats.v30 import exact_offsets_error  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402
 
-pytestmark = pytest.mark.lerobot
+pytestmark = pytest.mark.readers
 KINDS = ("real", "synthetic")
 # Short h264 episodes with B-frames (dts < pts, an edit list in each mp4); the report shows how far each
 # converter's from_timestamp is from frames_before / fps.
@@ -69,9 +68,8 @@ class Pairs:
                 src = write_synthetic(self.base / "synthetic", SYNTH)
                 theirs = lerobot_convert(src, self.base / "lerobot-synthetic")
             ours = self.base / f"ours-{kind}"
-            cmd = [sys.executable, "-m", "pipeline.cli", "convert", str(src), "--to", "v3.0", "--out", str(ours),
-                   "--workers", "2", "--no-progress"]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            r = run_prep("convert", src, "--to", "v3.0", "--out", ours, "--workers", "2", "--no-progress",
+                         timeout=900)  # a LocalCluster: a child of this interpreter (the reader's venv)
             assert r.returncode == 0, f"prep convert: rc {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
             assert "verify    PASSED" in r.stdout, r.stdout
             doc = json.loads((ours / "prep/convert_report.json").read_text())

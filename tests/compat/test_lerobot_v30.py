@@ -18,7 +18,7 @@ from compat_cases import (  # noqa: E402
     test_negative_control_dropped_frame,
 )
 
-pytestmark = pytest.mark.lerobot
+pytestmark = pytest.mark.readers
 
 __all__ = [
     "test_frames_identical_to_pyav_decode",

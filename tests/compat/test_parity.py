@@ -50,7 +50,7 @@ def digest(root: Path, suffixes: tuple[str, ...]) -> str:
     return h.hexdigest()
 
 
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize("fmt", params())
 @pytest.mark.parametrize("name", ["clean-synth", "vfr-mean-30", "preroll-cut", "ms-timebase", "depth-12bit"])
 def test_builders_are_deterministic(request: pytest.FixtureRequest, fmt: str, name: str, tmp_path: Path) -> None:
@@ -73,7 +73,7 @@ def test_builders_are_deterministic(request: pytest.FixtureRequest, fmt: str, na
         assert worst >= 30.0, f"{name} {rel}: builds differ by {worst:.1f} dB"
 
 
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize("fmt", params())
 def test_reader_judge_catches_a_shifted_frame(request: pytest.FixtureRequest, fmt: str, tmp_path: Path) -> None:
     """The clean control loads; the same dataset judged against truth shifted by one frame is
@@ -101,7 +101,7 @@ def _row(reader: str, verify_err: bool, decode_err: bool, wrote: bool, out: str 
     return {"case": "c", "format": "v3.0", "reader": rr, "verify": v, "verify_decode": vd, "reencode": [re]}
 
 
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize("fmt", params())
 def test_verdict_rule(request: pytest.FixtureRequest, fmt: str) -> None:
     skip_other_venvs(request)
@@ -139,7 +139,7 @@ def skip_other_venvs(request: pytest.FixtureRequest) -> None:
         pytest.skip(f"{'/'.join(i for i in ids if i in VENV_OF_READER.values())} runs in its own venv")
 
 
-@pytest.mark.lerobot
+@pytest.mark.readers
 @pytest.mark.parametrize("fmt", params())
 def test_prediction_reads_both_report_shapes(request: pytest.FixtureRequest, fmt: str) -> None:
     """verify's lerobot_loads: one entry per format (today), or one per reader line (per-reader verdicts)."""

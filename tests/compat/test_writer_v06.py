@@ -16,19 +16,20 @@ Runs inside the lerobot-v06 venv (`.ci/compat.sh` runs it: ids hold `v06`); skip
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from compat_support import report, require_lerobot
+from support.cli import run_prep
 
 LEROBOT = require_lerobot("0.6.", "v3.0")
 
-pytestmark = pytest.mark.lerobot
+pytestmark = pytest.mark.readers
 
 H, W, N, EPISODES, FPS = 72, 96, 15, 3, 30
 RGB = ("observation.images.top", "observation.images.left", "observation.images.right")
@@ -37,10 +38,8 @@ CODECS = {"h264-v06": "h264", "av1-v06": "libsvtav1"}
 TIMEOUT_S = 1200
 
 
-def prep(*args: str) -> subprocess.CompletedProcess[str]:
-    """`prep ARGS` with this interpreter (prep is installed in the reader's venv), one worker."""
-    cmd = [sys.executable, "-m", "pipeline.cli", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+# `prep ARGS` with this interpreter (prep is installed in the reader's venv), as a child process
+prep = functools.partial(run_prep, timeout=TIMEOUT_S, inprocess=False)
 
 
 def ok(r: subprocess.CompletedProcess[str]) -> str:

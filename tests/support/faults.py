@@ -3,13 +3,13 @@
 - `prep(...)` / `start_prep(...)`: the real CLI as a subprocess in its own session, so that
   `kill_group` can SIGKILL it together with its LocalCluster worker processes, and
   `group_members` can prove none of them survived (no orphaned workers);
-- `snapshot` / `changed`: every file, folder and symlink under a root with its bytes (sha256),
-  size, mode and mtime, to prove a source tree was not touched;
+- `snapshot` / `changed` (support.trees): every file, folder and symlink under a root with its bytes
+  (sha256), size, mode and mtime, to prove a source tree was not touched;
 - `corpus` / `baseline`: small synthetic datasets built once per process, and the output of one
   uninterrupted `prep reencode` of each, the reference every interrupted run must equal;
 - `output_digest` / `digest_diff`: an output compared by decoded frames (videos) and bytes
   (everything else), `prep/` excluded (reports hold timings);
-- `tmpfs`: a small tmpfs mounted for a disk-full scenario (skips where mounting is not allowed);
+- `tmpfs` (support.tmpfs): a small tmpfs mounted for a disk-full scenario (skips where mounting is not allowed);
 - `scenario(...)`: records one row of the scenario table (scenario, expected, observed, pass,
   files lost, sources modified; optionally the command, its exit code, whether it printed a traceback,
   writes outside the allowed paths and temp files left) to the JSON-lines file named by $PREP_FAULTS_RECORD, which
@@ -22,15 +22,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import re
 import shutil
 import signal
-import stat
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +39,9 @@ import av
 
 from pipeline.atomic import TEMP_MARK
 from pipeline.synth import SynthSpec, write_synthetic
+from support.cli import child_env, prep_cmd
+from support.media import frame_hashes
+from support.trees import Snapshot, changed, sha256, snapshot
 
 RECORD_ENV = "PREP_FAULTS_RECORD"
 CAMERAS = ("observation.images.cam_high", "observation.images.cam_wrist")
@@ -76,14 +76,10 @@ def scratch() -> Path:
 # ---- running prep --------------------------------------------------------------------------------
 
 
-def prep_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline.cli", *args]
-
-
 def prep(*args: str, cwd: Path | None = None, timeout: float = PREP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run `prep ARGS` to completion in its own session; afterwards no process of it may be left."""
     p = subprocess.Popen(prep_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                         start_new_session=True)
+                         env=child_env(), start_new_session=True)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -138,7 +134,7 @@ class Running:
 
 def start_prep(*args: str, log: Path) -> Running:
     proc = subprocess.Popen(prep_cmd(*args), stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            env=child_env(), start_new_session=True)
     return Running(proc, log)
 
 
@@ -245,51 +241,6 @@ def step_until(run: Running, cond: Callable[[], bool], *, timeout: float = 120.0
     return False
 
 
-def dead_pid() -> int:
-    """The pid of a process that has exited (and been reaped)."""
-    p = subprocess.Popen(["true"])
-    p.wait()
-    return p.pid
-
-
-# ---- the source tree, byte for byte and mtime for mtime -------------------------------------------
-
-
-Snapshot = dict[str, tuple[Any, ...]]
-
-
-def snapshot(root: Path) -> Snapshot:
-    """Every entry under `root` (itself included): kind, mode, size, mtime_ns, sha256 or link target."""
-    snap: Snapshot = {}
-    for dirpath, dirs, names in os.walk(root):
-        for name in [".", *dirs, *names]:
-            p = Path(dirpath) / name if name != "." else Path(dirpath)
-            st = p.lstat()
-            rel = p.relative_to(root).as_posix()
-            if stat.S_ISLNK(st.st_mode):
-                snap[rel] = ("link", os.readlink(p), st.st_mtime_ns)
-            elif stat.S_ISDIR(st.st_mode):
-                snap[rel] = ("dir", st.st_mode, st.st_mtime_ns)
-            elif not stat.S_ISREG(st.st_mode):  # a FIFO, socket or device: never opened (a FIFO would block)
-                snap[rel] = ("special", st.st_mode, st.st_mtime_ns)
-            else:
-                snap[rel] = ("file", st.st_mode, st.st_size, st.st_mtime_ns, sha256(p))
-    return snap
-
-
-def changed(before: Snapshot, after: Snapshot) -> list[str]:
-    """Paths added, removed or changed (bytes, size, mode, mtime, link target)."""
-    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 # ---- corpora and the uninterrupted reference -------------------------------------------------------
 
 
@@ -323,17 +274,6 @@ def baseline(name: str, engine: str = "pyav") -> Path:
 @functools.cache
 def baseline_digest(name: str, engine: str = "pyav") -> dict[str, tuple[str, Any]]:
     return output_digest(baseline(name, engine))
-
-
-def frame_hashes(path: Path) -> tuple[str, ...]:
-    """sha1 of every decoded frame (rgb24), in order."""
-    out = []
-    with av.open(str(path)) as c:
-        stream = c.streams.video[0]
-        stream.codec_context.thread_count = 1
-        for frame in c.decode(stream):
-            out.append(hashlib.sha1(frame.to_ndarray(format="rgb24").tobytes()).hexdigest())
-    return tuple(out)
 
 
 def dataset_files(root: Path) -> list[str]:
@@ -401,50 +341,6 @@ def count_line(stdout: str) -> dict[str, int]:
                     counts[words[1]] = int(words[0].replace(",", ""))
             return counts
     return {}
-
-
-# ---- tmpfs ---------------------------------------------------------------------------------------
-
-
-def mount_refusal() -> str | None:
-    """Why a tmpfs cannot be mounted here (None when it can)."""
-    if not sys.platform.startswith("linux"):
-        return "tmpfs mounts need Linux"
-    if os.geteuid() != 0:
-        return "mounting a tmpfs needs root (run as root, or in a container with CAP_SYS_ADMIN)"
-    probe = Path(tempfile.mkdtemp(prefix="prep-faults-mnt-"))
-    try:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)], capture_output=True,
-                           text=True, check=False)
-        if r.returncode != 0:
-            return f"mount -t tmpfs is not permitted here: {r.stderr.strip() or r.returncode}"
-        subprocess.run(["umount", str(probe)], check=False)
-        return None
-    except FileNotFoundError:
-        return "no mount command"
-    finally:
-        with contextlib.suppress(OSError):
-            probe.rmdir()
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size_bytes: int) -> Iterator[Path]:
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def remount(path: Path, size_bytes: int) -> None:
-    """Grow (or shrink) a mounted tmpfs in place, keeping its files: "space freed"."""
-    subprocess.run(["mount", "-o", f"remount,size={size_bytes}", str(path)], check=True)
-
-
-def tmpfs_bytes(sizes: list[int], page: int = 4096) -> int:
-    """What files of these sizes take on a tmpfs (whole pages)."""
-    return sum(-(-s // page) * page for s in sizes)
 
 
 # ---- the scenario table --------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Helpers of the safety suite (tests/test_safety_*.py): one prep command run as a real process against a
-planted hazard, and the exact outcome recorded in the scenario table (tests/faults_support.py's `scenario`
+planted hazard, and the exact outcome recorded in the scenario table (tests/support/faults.py's `scenario`
 rows, with the command, exit code, traceback, outside writes and temps left columns).
 
 - `run(row, *args)`: `prep ARGS` to completion (bounded by a subprocess timeout, never a speed assertion);
@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from faults_support import Row, Snapshot, changed, corpus, prep, scratch, short_paths, snapshot
-
 from pipeline import atomic
+from support.faults import Row, Snapshot, changed, corpus, prep, scratch, short_paths, snapshot
+from support.faults import copy_tree as copy  # noqa: F401  (the safety tests' name for it)
 
 CASE_TIMEOUT_S = 240  # one command: a hang shows as a timeout failure, never as a stuck suite
 VERSIONS = ("v21", "v30")
@@ -116,11 +115,6 @@ def finished(version: str) -> Path:
     r = prep(*args_of("reencode", version, corpus(version), out), timeout=CASE_TIMEOUT_S)
     assert r.returncode == 0, r.stdout + r.stderr
     return out
-
-
-def copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst, symlinks=True)
-    return dst
 
 
 def first_video(root: Path) -> Path:
