@@ -35,7 +35,8 @@ def episode_payloads(root: Path, only: list[int] | None = None, *,
                      allow_rejected: bool = False) -> dict[tuple[int, str], list[bytes]]:
     """Each episode's packet payloads per camera, cut from its file by its span: {(episode, camera): payloads}.
     The dataset's metadata must hold no rejected episode unless `allow_rejected`."""
-    from pipeline.dataset import open_dataset, resolve_inside
+    from pipeline.dataset import resolve_inside
+    from pipeline.formats import open_dataset
 
     ds, rejected = open_dataset(root)
     assert allow_rejected or not rejected, rejected
