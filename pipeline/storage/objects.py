@@ -28,6 +28,7 @@ line naming the URL and what to set (`StorageError`), with any credential value 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -170,6 +171,8 @@ def translated(url: str) -> Iterator[None]:
 INFO_CACHED = 16_384  # objects whose HEAD (or listing entry) a store remembers: one request per file read, not
 # one per stat and another per open (a source is never written while it is read; a write here forgets its key)
 CACHE_BYTES = 32 << 20  # what one open reader keeps of its file at most (blocks of its block size)
+SMALL_FILE = 256 << 10  # a file this small is fetched whole in one GET and kept (a metadata file, a parquet of a
+SMALL_KEPT = 32 << 20  # few rows is read by the plan, the checks and the stage): this many bytes at most a store
 
 
 class ObjectStore(Store):
@@ -178,6 +181,7 @@ class ObjectStore(Store):
         self._fs: Any = None
         self._infos: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._infos_lock = threading.Lock()
+        self._small: OrderedDict[tuple[str, str], bytes] = OrderedDict()  # (key, ETag) -> the whole file
 
     def _remember(self, key: str, info: dict[str, Any]) -> None:
         with self._infos_lock:
@@ -187,8 +191,30 @@ class ObjectStore(Store):
                 self._infos.popitem(last=False)
 
     def _forget(self, rel: str) -> None:
+        key = self.key(rel)
         with self._infos_lock:
-            self._infos.pop(self.key(rel), None)
+            self._infos.pop(key, None)
+            for k in [k for k in self._small if k[0] == key]:
+                del self._small[k]
+
+    def _small_file(self, rel: str, info: dict[str, Any]) -> bytes:
+        """A small file's bytes: one GET, then kept (LRU, `SMALL_KEPT` bytes at most) while its ETag stands."""
+        key = self.key(rel)
+        tag = (key, str(info.get("ETag") or info.get("etag") or info.get("size")))
+        with self._infos_lock:
+            data = self._small.get(tag)
+            if data is not None:
+                self._small.move_to_end(tag)
+                return data
+        size = int(info["size"])
+        with translated(self._url(rel)):  # a range: s3fs asks no HEAD for the size
+            data = bytes(self.fs.cat_file(key, start=0, end=size)) if size else b""
+        with self._infos_lock:
+            self._small[tag] = data
+            held = sum(len(v) for v in self._small.values())
+            while held > SMALL_KEPT and len(self._small) > 1:
+                held -= len(self._small.popitem(last=False)[1])
+        return data
 
     @property
     def fs(self) -> Any:
@@ -229,6 +255,8 @@ class ObjectStore(Store):
 
     def open(self, rel: str, *, block_size: int | None = None, what: str = "file") -> IO[bytes]:
         info = self._info(rel, what)
+        if int(info["size"]) <= SMALL_FILE:
+            return io.BytesIO(self._small_file(rel, info))
         block = block_size or STREAM_BLOCK
         # A whole-file stream: blocks cached and never read twice (bench/storage_libs.py: 8 MiB blocks, at most 4
         # held, ~1 GET a block). A header read: 64 KiB blocks, cached too (measured here: a header whose moov is at
