@@ -17,7 +17,7 @@ class PrepError(Exception):
 class DatasetError(PrepError):
     """The dataset as a whole cannot be read (missing or invalid metadata, unsupported version)."""
 
-    def __init__(self, path: Path | str, message: str) -> None:
+    def __init__(self, path: Path | str | object, message: str) -> None:  # a path, or a store's file (its str())
         self.path = str(path)
         self.message = message
         super().__init__(f"{self.path}: {message}")
@@ -26,7 +26,7 @@ class DatasetError(PrepError):
 class EpisodeError(PrepError):
     """One episode (or one of its files) is bad; the others go on."""
 
-    def __init__(self, episode: int | None, path: Path | str, message: str) -> None:
+    def __init__(self, episode: int | None, path: Path | str | object, message: str) -> None:
         self.episode = episode
         self.path = str(path)
         self.message = message
@@ -38,7 +38,7 @@ class MetadataError(DatasetError):
     """A dataset's metadata breaks its declared rules: one line per problem (file, line or row, field,
     value), the first few listed and all counted. Raised before any unit of a job runs."""
 
-    def __init__(self, root: Path | str, problems: list[str], total: int) -> None:
+    def __init__(self, root: Path | str | object, problems: list[str], total: int) -> None:
         self.problems = list(problems)
         self.total = total
         more = f" ({total - len(problems)} more not listed)" if total > len(problems) else ""

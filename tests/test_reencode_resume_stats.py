@@ -76,7 +76,7 @@ def test_replaced_source_of_the_same_size_and_frames_is_redone(unit: stage.Reenc
     fingerprint (size, mtime, a hash of three blocks) differs, so the output and its stats are redone."""
     import os
 
-    src = Path(unit.src_root) / unit.rel
+    src = unit.src_root.path / unit.rel  # the unit carries its dataset's Location
     other = write_synthetic(tmp_path / "other", SynthSpec(episodes=1, height=240, width=320, seed=99,
                                                           cameras=("observation.images.cam",)))
     a, b = src.read_bytes(), (other / unit.rel).read_bytes()

@@ -3,7 +3,6 @@ other escaping link refused), and the object store against a real S3 server (mot
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import subprocess
@@ -13,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.hub import make_hub_cache
 
 from pipeline.storage import (
     Location,
@@ -31,24 +31,6 @@ KEY_ID, SECRET = "AKIAPREPTESTKEY00001", "prep-test-secret-value-0123456789abcde
 
 
 # ---- a hub cache in huggingface_hub's own layout -------------------------------------------------------------
-
-
-def make_hub_cache(cache: Path, repo_id: str, files: dict[str, bytes], revision: str = "main") -> Path:
-    """`cache/datasets--OWNER--NAME/{blobs/<sha256>, refs/<revision>, snapshots/<commit>/<path>}` with each
-    snapshot file a relative symlink into blobs/, as huggingface_hub writes it. Returns the snapshot folder."""
-    repo = cache / ("datasets--" + repo_id.replace("/", "--"))
-    commit = hashlib.sha1(repr(sorted(files.items())).encode()).hexdigest()
-    (repo / "refs").mkdir(parents=True, exist_ok=True)
-    (repo / "refs" / revision).write_text(commit)
-    snap = repo / "snapshots" / commit
-    for rel, data in files.items():
-        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        link = snap / rel
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-    return snap
 
 
 def test_hub_cache_layout_is_huggingface_hubs(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""`prep scan DATASET [--out PATH]`: the storage/hours manifest of a dataset (the job: pipeline.jobs.scan)."""
+"""`prep scan DATASET [--out PATH]`: the storage/hours manifest of a dataset (the job: pipeline.jobs.scan).
+DATASET is a folder, a hub-cache snapshot, a hub repo id or an s3:// URL (`pipeline.commands.where`); the
+manifest is written locally."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.commands import help_of
-from pipeline.commands.argtypes import dataset_path
 from pipeline.commands.common import (
     SmallInput,
     add_run_options,
@@ -16,6 +17,8 @@ from pipeline.commands.common import (
     report_records,
     run_config,
 )
+from pipeline.commands.where import add_location_options, dataset_location, default_name, shared_paths
+from pipeline.storage import Location
 from pipeline.text import printable_lines
 
 DEFAULT_DIR = Path("manifests")
@@ -26,22 +29,24 @@ def add_parser(sub: Any) -> None:
                        description="Scan a LeRobot dataset (v2.1 or v3.0) without decoding pixels and write "
                        "a JSON manifest plus a per-episode Parquet table. A killed scan rerun with the same "
                        "arguments resumes from its finished batches (<manifest>.parts/).")
-    p.add_argument("dataset", type=dataset_path, metavar="DATASET",
-                   help="dataset root (the folder holding meta/info.json)")
+    add_location_options(p)
     p.add_argument("--out", type=Path, metavar="PATH",
-                   help=f"manifest file (default: {DEFAULT_DIR}/<DATASET name>.manifest.json in the current "
-                   "folder; the per-episode table goes beside it)")
+                   help=f"manifest file, a local path (default: {DEFAULT_DIR}/<DATASET name>.manifest.json in the "
+                   "current folder; the per-episode table goes beside it)")
     p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
     add_run_options(p, SmallInput(256, "file sets (a v2.1 episode; in v3.0, the episodes that share their files)"))
     p.set_defaults(func=run)
 
 
-def default_out(src: Path) -> Path:
-    return default_in_cwd(DEFAULT_DIR / f"{src.resolve().name}.manifest.json")
+def default_out(src: Path | Location) -> Path:
+    name = default_name(src) if isinstance(src, Location) else src.resolve().name
+    return default_in_cwd(DEFAULT_DIR / f"{name}.manifest.json")
 
 
 def output_of(args: argparse.Namespace) -> Path:
-    return (args.out or default_out(args.dataset)).absolute()
+    if args.out is not None:
+        return Path(args.out).absolute()
+    return default_out(dataset_location(args, reachable=False)).absolute()
 
 
 def check_default_manifest(out: Path) -> None:
@@ -109,11 +114,12 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.scan import scan_dataset
     from pipeline.runner import open_engine
 
+    src = dataset_location(args)  # an object store: reachable with these credentials, or one line now
     out = output_of(args)
     if args.out is None:
         check_default_manifest(out)
-    config = run_config(args, records=report_records(out), shared=[args.dataset])
+    config = run_config(args, records=report_records(out), shared=shared_paths(src))
     with open_engine(config) as engine:  # `cd DATASET && prep scan .`: the default is refused, said so
-        manifest, _ = scan_dataset(args.dataset, out, engine, resume=not args.fresh, out_is_default=args.out is None)
+        manifest, _ = scan_dataset(src, out, engine, resume=not args.fresh, out_is_default=args.out is None)
     print(summary(manifest, out))
     return 1 if manifest["failures"] else 0

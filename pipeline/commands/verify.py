@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.checks import READER_CHOICES, Reader, refusal_line
 from pipeline.commands import help_of
-from pipeline.commands.argtypes import dataset_path, parse_size, positive_int
+from pipeline.commands.argtypes import parse_size, positive_int
 from pipeline.commands.common import SmallInput, add_run_options, plural, report_records, run_config
+from pipeline.commands.where import add_location_options, dataset_location, shared_paths
 from pipeline.text import printable, printable_lines
 
 if TYPE_CHECKING:
@@ -154,8 +155,7 @@ def add_parser(sub: Any) -> None:
                        "timestamps and pts must sit on the 1/fps grid. Each finding is an error (LeRobot's reader "
                        "refuses the dataset, raises, or hands a wrong frame), a warning (metadata inconsistent, "
                        "loading unaffected) or info. Exit 0 when there is no error (warnings printed), 1 on errors.")
-    p.add_argument("dataset", type=dataset_path, metavar="DATASET",
-                   help="dataset root (the folder holding meta/info.json)")
+    add_location_options(p)
     p.add_argument("--expect-frames", type=positive_int, metavar="N",
                    help="every episode must have exactly N frames (e.g. 90 = 3 s at 30 fps)")
     p.add_argument("--size", type=size_arg, metavar="WxH",
@@ -195,12 +195,13 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.runner import open_engine
     from pipeline.stages.verify import VerifyOptions
 
+    src = dataset_location(args)  # an object store: reachable with these credentials, or one line now
     out = args.out.absolute() if args.out else None
     options = VerifyOptions(expect_frames=args.expect_frames, size=args.size, all_intra=args.all_intra,
                             decode=args.decode, reader=args.reader)
-    config = run_config(args, records=report_records(out) if out else None, shared=[args.dataset])
+    config = run_config(args, records=report_records(out) if out else None, shared=shared_paths(src))
     with open_engine(config) as engine:
-        report = verify_dataset(args.dataset, options, engine, json_path=out, resume=not args.fresh,
+        report = verify_dataset(src, options, engine, json_path=out, resume=not args.fresh,
                                 fingerprint=args.fingerprint)
     print(summary(report))
     if out:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from pipeline.storage import HEADER_BLOCK, FileProblem, Root, as_root
 
 DATA_DIR = "data"
 _NUMBERS = re.compile(r"chunk-(\d+)/file-(\d+)\.parquet$")
@@ -49,16 +50,17 @@ class Stale:
 class DataFiles:
     """Every data file of a v3.0 dataset in LeRobot's order, with the global index range each holds."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        paths = sorted((root / DATA_DIR).glob("*/*.parquet"))
+    def __init__(self, where: Root) -> None:
+        root = self.root = as_root(where)
+        paths = (root / DATA_DIR).glob("*/*.parquet")  # one listing, sorted as LeRobot sorts them
         self.rels = [p.relative_to(root).as_posix() for p in paths]
         counts = []
         self.readable = True
         for p in paths:
             try:
-                counts.append(pq.read_metadata(p).num_rows)
-            except (pa.ArrowException, OSError):  # an unreadable file: positions after it are unknown
+                with p.media(block_size=HEADER_BLOCK, what="parquet file") as source:  # the footer only
+                    counts.append(pq.read_metadata(source).num_rows)
+            except (pa.ArrowException, OSError, FileProblem):  # an unreadable file: positions after it are unknown
                 self.readable = False
                 break
         self.ends = np.cumsum(np.asarray(counts, dtype=np.int64)) if counts else np.zeros(0, dtype=np.int64)
@@ -87,7 +89,7 @@ def numbers_of(rel: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def relocate_columns(root: Path, fill: Callable[[int, int], str], chunk: np.ndarray, file: np.ndarray,
+def relocate_columns(root: Root, fill: Callable[[int, int], str], chunk: np.ndarray, file: np.ndarray,
                      index: np.ndarray, from_index: np.ndarray, length: np.ndarray) -> tuple[list[Stale], int]:
     """Point every episode's (chunk, file) columns (changed in place) at the data file that holds its rows.
     Returns the first `STALE_KEPT` stale episodes and how many there are in all."""
@@ -113,15 +115,17 @@ def relocate_columns(root: Path, fill: Callable[[int, int], str], chunk: np.ndar
     return stale, len(off)
 
 
-def locator(root: Path) -> DataFiles | None:
+def locator(where: Root) -> DataFiles | None:
     """A `DataFiles` for a streaming reader of the episode metadata (convert, edit), or None when positions are
     not the reader's addresses (see `DataFiles.usable`); the last `dataset_to_index` is read column-wise."""
+    root = as_root(where)
     last = -1
-    for path in sorted((root / "meta/episodes").glob("chunk-*/file-*.parquet")):
+    for path in (root / "meta/episodes").glob("chunk-*/file-*.parquet"):
         try:
-            with pq.ParquetFile(path) as pf:  # not pq.read_table: that imports pyarrow.dataset and pandas (~0.5 s)
+            # not pq.read_table: that imports pyarrow.dataset and pandas (~0.5 s)
+            with path.media(what="episode metadata parquet") as source, pq.ParquetFile(source) as pf:
                 col = pf.read(columns=["dataset_to_index"])["dataset_to_index"]
-        except (pa.ArrowException, OSError, KeyError):
+        except (pa.ArrowException, OSError, KeyError, FileProblem):
             return None
         values = [v for v in col.to_pylist() if isinstance(v, int)]
         if values:

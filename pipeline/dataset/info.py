@@ -9,21 +9,29 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from pipeline.bounded import JsonBoundError, read_json
+from pipeline.bounded import MAX_JSON_CHARS, JsonBoundError, loads_json
 from pipeline.dataset.features import declared_pix_fmt, is_depth_flagged, is_high_bit_gray
 from pipeline.dataset.model import CameraInfo
 from pipeline.dataset.template import cached_template, inside_root
 from pipeline.errors import DatasetError
+from pipeline.storage import FileProblem, StorePath, as_file
 
 INFO_REL = "meta/info.json"
 
 
-def read_json_file(path: Path) -> Any:
-    """A whole JSON file of the dataset (size and depth bounded: `pipeline.bounded.read_json`)."""
-    if not path.is_file():
-        raise DatasetError(path, "missing file")
+def read_json_file(path: Path | StorePath) -> Any:
+    """A whole JSON file of the dataset, read through its store (size checked before it is read, depth before it
+    is parsed, as `pipeline.bounded.read_json` does)."""
+    src = as_file(path)
     try:
-        return read_json(path)
+        if not src.is_file():
+            raise DatasetError(src, "missing file")
+        size = src.stat().size
+        if size > 4 * MAX_JSON_CHARS:  # UTF-8: at most 4 bytes a character
+            raise JsonBoundError(f"{size:,} bytes, above the {4 * MAX_JSON_CHARS:,} prep reads", "", 0)
+        return loads_json(src.read_text(encoding="utf-8"))
+    except FileProblem as exc:
+        raise DatasetError(exc.path, exc.message) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(path, f"cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
@@ -31,7 +39,7 @@ def read_json_file(path: Path) -> Any:
         raise DatasetError(path, f"{what} at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
-def cameras_from_info(info: dict[str, Any], path: Path) -> tuple[CameraInfo, ...]:
+def cameras_from_info(info: dict[str, Any], path: Path | StorePath) -> tuple[CameraInfo, ...]:
     cams: list[CameraInfo] = []
     for key, feat in info["features"].items():
         if not isinstance(feat, dict):
@@ -68,7 +76,7 @@ def video_keys(info: dict[str, Any], path: Path | str = INFO_REL) -> tuple[str, 
     return tuple(c.key for c in cameras_from_info(info, Path(path)))
 
 
-def format_template(template: str, path: Path | str, allowed: Collection[str], *, key: str | None = None,
+def format_template(template: str, path: Path | str | StorePath, allowed: Collection[str], *, key: str | None = None,
                     **values: Any) -> str:
     """Fill a path template from info.json (checked by `pipeline.dataset.template.check_template` first),
     refusing paths that leave the root."""

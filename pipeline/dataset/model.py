@@ -5,8 +5,9 @@ knows no format: what it needs of one (the path templates' fields, whether episo
 dataset's `Layout`, which the reader sets. `ds.episodes`
 is a sequence of `Episode` records over numpy columns (`pipeline.dataset.table`): millions of
 episodes cost tens of bytes each, and a record (with its paths) exists only while a unit uses it.
-Paths inside records are POSIX paths relative to the dataset root; `resolve_inside` turns them into
-absolute paths and refuses anything that leaves the root.
+Paths inside records are POSIX paths relative to the dataset root, where it lives (`ds.location`: a local
+folder, a hub snapshot, an object-store prefix); its store (`pipeline.storage`) reads them and refuses any that
+leaves the root.
 
 The files episodes share are found by `file_groups` ("data" or a camera): the plan of every job
 iterates them (`iter_file_sets`, `iter_camera_files`, `iter_data_files`) instead of building a
@@ -16,8 +17,6 @@ dict over the corpus.
 from __future__ import annotations
 
 import heapq
-import os
-import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipeline.errors import EpisodeError
+from pipeline.storage.base import Location, StorePath
 
 if TYPE_CHECKING:
     from pipeline.dataset.table import EpisodeTable, Groups
@@ -139,9 +139,9 @@ class Rejected(list[EpisodeError]):
 
 @dataclass(slots=True)
 class Dataset:
-    """A LeRobot dataset opened read-only."""
+    """A LeRobot dataset opened read-only, where it lives (`location`; `root` names its files)."""
 
-    root: Path
+    location: Location
     codebase_version: str
     fps: float
     info: dict[str, Any]
@@ -164,6 +164,11 @@ class Dataset:
     rule_warnings: list[tuple[str, str]] = field(default_factory=list)
     rule_warnings_total: int = 0
     _groups: dict[str, Groups] = field(default_factory=dict)
+
+    @property
+    def root(self) -> StorePath:
+        """The dataset's root folder: `ds.root / rel` is one of its files, read through its store."""
+        return StorePath(self.location, "")
 
     @property
     def camera_keys(self) -> tuple[str, ...]:
@@ -218,40 +223,17 @@ class Dataset:
             yield eps[0].data.rel, eps
 
 
-def resolve_inside(root: Path, rel: str, *, episode: int | None = None) -> Path:
-    """The absolute path of `rel` under `root`, refusing paths (or symlinks) that leave the root."""
-    root_real = Path(os.path.realpath(root))
-    candidate = Path(os.path.normpath(root / rel))
-    real = Path(os.path.realpath(candidate))
-    if not _is_within(candidate, Path(os.path.normpath(root))):
-        raise EpisodeError(episode, candidate, f"path {rel!r} leaves the dataset root {root}")
-    if not _is_within(real, root_real):
-        raise EpisodeError(episode, candidate, f"symlink points outside the dataset root: {real}")
-    return candidate
+def resolve_inside(root: Path | str | StorePath, rel: str, *, episode: int | None = None) -> Path:
+    """The absolute local path of `rel` under a local dataset `root`, refusing paths (or symlinks) that leave
+    it: the local store's rules (`pipeline.storage.local`), for a caller that needs the path itself."""
+    from pipeline.storage import FileProblem, as_root
+    from pipeline.storage.local import LocalStore
 
-
-def _is_within(path: Path, root: Path) -> bool:
+    where = as_root(root)
+    store = where.store
+    if not isinstance(store, LocalStore):
+        raise EpisodeError(episode, str(where / rel), "not a local file")
     try:
-        path.relative_to(root)
-    except ValueError:
-        return False
-    return True
-
-
-FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
-def require_file(path: Path, what: str, *, episode: int | None = None) -> os.stat_result:
-    """`path`'s stat when it is a regular file (symlinks followed); else EpisodeError: `missing <what>`, or
-    `<what> is not a regular file (a FIFO (named pipe))` -- reading a FIFO would block the worker forever."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise EpisodeError(episode, path, f"missing {what}") from None
-    except OSError as exc:
-        raise EpisodeError(episode, path, f"cannot read {what}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = next((name for test, name in FILE_KINDS if test(st.st_mode)), "not a file")
-        raise EpisodeError(episode, path, f"{what} is not a regular file ({kind})")
-    return st
+        return store.path_of((where / rel).rel if where.rel else rel)
+    except FileProblem as exc:
+        raise EpisodeError(episode, exc.path, exc.message) from None

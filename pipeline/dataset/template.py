@@ -177,7 +177,7 @@ def cached_template(text: str, where: str, key: str, allowed: frozenset[str]) ->
     return check_template(text, where, key, allowed)
 
 
-def inside_root(rel: str, template: str, path: Path | str, key: str) -> str:
+def inside_root(rel: str, template: str, path: Path | str | object, key: str) -> str:
     """A filled template's path, normalised; refused when it is absolute or leaves the dataset root."""
     norm = os.path.normpath(rel)
     if os.path.isabs(rel) or norm == ".." or norm.startswith(".." + os.sep):

@@ -38,11 +38,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import DatasetError
 from pipeline.formats.base import Format
+from pipeline.storage import Root, as_root
 from pipeline.text import shown
 
 if TYPE_CHECKING:
@@ -102,12 +102,13 @@ def format_of(what: str | Mapping[str, Any] | Dataset) -> Format:
     return FORMATS[version]
 
 
-def read_info(root: Path) -> dict[str, Any]:
+def read_info(where: Root) -> dict[str, Any]:
     """`meta/info.json` as a dict, after checking that this is a dataset of a format prep reads (its path templates
     checked with that format's fields before anything fills one)."""
     from pipeline.dataset.info import read_json_file
     from pipeline.dataset.template import cached_template
 
+    root = as_root(where)
     if not root.exists():
         raise DatasetError(root, "no such dataset folder")
     if not root.is_dir():
@@ -151,14 +152,15 @@ def read_info(root: Path) -> dict[str, Any]:
     return info
 
 
-def open_dataset(root: Path | str, *, strict_tasks: bool = True) -> tuple[Dataset, Rejected]:
-    """Open a dataset root read-only: the dataset and the episode records its metadata rejected
-    (the first MAX_REJECTED_KEPT of them in file order; `rejected.total` counts them all).
+def open_dataset(where: Root, *, strict_tasks: bool = True) -> tuple[Dataset, Rejected]:
+    """Open a dataset read-only where it lives (a local folder, or a `Location`: a hub snapshot, an object-store
+    prefix): the dataset and the episode records its metadata rejected (the first MAX_REJECTED_KEPT of them in
+    file order; `rejected.total` counts them all). Every file is read through the location's store.
 
     Raises `DatasetError` (one line naming the path) when the dataset as a whole is unreadable; with
     `strict_tasks` False an unreadable tasks file leaves `ds.tasks` empty instead (scan does not need it).
     """
-    root = Path(root).absolute()
+    root = as_root(where)
     info = read_info(root)
     fmt = format_of(info)
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pipeline.errors import DatasetError
+from pipeline.storage import Root, StorePath
 
 if TYPE_CHECKING:
     from pipeline.dataset.model import Dataset, Layout, Rejected
@@ -61,16 +62,16 @@ class Format(ABC):
     # ---- reading ------------------------------------------------------------------------------------
 
     @abstractmethod
-    def open(self, root: Path, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
+    def open(self, root: Root, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
         """The lenient reader: the whole episode metadata into the columnar model (a bad record is rejected, the
         rest load); `tasks` False leaves `ds.tasks` empty."""
 
     @abstractmethod
-    def iter_tasks(self, root: Path) -> Iterator[tuple[int, str]]:
+    def iter_tasks(self, root: Root) -> Iterator[tuple[int, str]]:
         """The strict reader of the tasks: (task_index, task), checked to be 0, 1, 2, ..."""
 
     @abstractmethod
-    def iter_episode_tasks(self, root: Path, info: dict[str, Any]) -> Iterator[tuple[int, tuple[str, ...], int]]:
+    def iter_episode_tasks(self, root: Root, info: dict[str, Any]) -> Iterator[tuple[int, tuple[str, ...], int]]:
         """The strict reader of the episodes: (episode_index, tasks, length), checked to be 0, 1, 2, ..."""
 
     # ---- writing ------------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ class Format(ABC):
     # ---- checking -----------------------------------------------------------------------------------
 
     @abstractmethod
-    def check_files(self, root: Path, cameras: list[str], problems: Problems) -> None:
+    def check_files(self, root: Root, cameras: list[str], problems: Problems) -> None:
         """Every episode and task metadata file checked against its rules (`pipeline.formats.validate`)."""
 
     @abstractmethod
@@ -112,7 +113,7 @@ def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def in_order(path: Path, where: str, index: Any, expected: int) -> int:
+def in_order(path: Path | StorePath, where: str, index: Any, expected: int) -> int:
     """An episode_index that is the record's position: LeRobot 0.3 and 0.4 index episodes by position."""
     idx = as_int(index)
     if idx is None or idx < 0:
@@ -123,7 +124,7 @@ def in_order(path: Path, where: str, index: Any, expected: int) -> int:
     return idx
 
 
-def tasks_of(path: Path, where: str, value: Any) -> tuple[str, ...]:
+def tasks_of(path: Path | StorePath, where: str, value: Any) -> tuple[str, ...]:
     """An episode's tasks: a list of strings (null: none)."""
     if value is None:
         return ()
@@ -132,7 +133,7 @@ def tasks_of(path: Path, where: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def length_of(path: Path, where: str, value: Any) -> int:
+def length_of(path: Path | StorePath, where: str, value: Any) -> int:
     """An episode's length: a positive integer."""
     n = as_int(value)
     if n is None or n <= 0:

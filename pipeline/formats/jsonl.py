@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeline.bounded import MAX_JSON_CHARS, loads_json
 from pipeline.errors import DatasetError
+from pipeline.storage import FileProblem, StorePath, as_file
 
 EPISODE_INDEX_RE = re.compile(r'"episode_index"\s*:\s*(\d+)')
 READ_BLOCK = 1 << 22  # bytes read at a time
@@ -34,20 +35,25 @@ class BadJsonLine(ValueError):
         return int(match.group(1)) if match else None
 
 
-def iter_lines(path: Path, digest: Any = None, max_chars: int = MAX_JSON_CHARS) -> Iterator[tuple[int, str]]:
+def iter_lines(file: Path | StorePath, digest: Any = None,
+               max_chars: int = MAX_JSON_CHARS) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line, as `str.splitlines` numbers them, reading a block at a time.
 
     Raises DatasetError for a missing or unreadable file (not UTF-8) and for a line longer than
     `max_chars` (refused as it is read: a file with no newline is never held whole). `digest` (a
-    hashlib object) is fed the file's bytes.
+    hashlib object) is fed the file's bytes. The file is read through its store (`pipeline.storage`).
     """
-    if not path.is_file():
-        raise DatasetError(path, "missing file")
+    path = as_file(file)
+    try:
+        if not path.is_file():
+            raise DatasetError(path, "missing file")
+    except FileProblem as exc:
+        raise DatasetError(exc.path, exc.message) from None
     decoder = codecs.getincrementaldecoder("utf-8")()
     carry = ""
     lineno = 0
     try:
-        with open(path, "rb") as fh:
+        with path.open(block_size=READ_BLOCK) as fh:
             while True:
                 block = fh.read(READ_BLOCK)
                 if digest is not None and block:
@@ -73,11 +79,13 @@ def iter_lines(path: Path, digest: Any = None, max_chars: int = MAX_JSON_CHARS) 
         except (OSError, UnicodeDecodeError) as exc:
             raise DatasetError(path, f"cannot read: {exc}") from None
         raise
+    except FileProblem as exc:
+        raise DatasetError(exc.path, exc.message) from None
     except OSError as exc:
         raise DatasetError(path, f"cannot read: {exc}") from None
 
 
-def iter_json_lines(path: Path, digest: Any = None) -> Iterator[tuple[int, str, Any]]:
+def iter_json_lines(path: Path | StorePath, digest: Any = None) -> Iterator[tuple[int, str, Any]]:
     """(line number, text, parsed value) of each non-empty line; a line that is not JSON (or is refused by the
     bounds) has its `json.JSONDecodeError` as its value. The errors of `iter_lines` are raised."""
     for lineno, line in iter_lines(path, digest):
@@ -90,7 +98,7 @@ def iter_json_lines(path: Path, digest: Any = None) -> Iterator[tuple[int, str, 
         yield lineno, line, obj
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_jsonl(path: Path | StorePath) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) per non-empty line, for a strict reader: a line that is not a JSON object is a
     `DatasetError` naming the file and the line."""
     for lineno, _line, obj in iter_json_lines(path):

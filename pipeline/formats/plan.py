@@ -13,21 +13,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow.parquet as pq
+
+from pipeline.storage import HEADER_BLOCK, Location, Source, as_file
 
 MB = 1024**2  # LeRobot's "MB" (get_file_size_in_mb)
 
 
-def file_mb(path: Path) -> float:
+def file_mb(path: Source) -> float:
     """LeRobot's `get_file_size_in_mb`."""
-    return path.stat().st_size / MB
+    return as_file(path).stat().size / MB
 
 
-def parquet_uncompressed_mb(path: Path) -> float:
-    """LeRobot's `get_parquet_file_size_in_mb`: the row groups' uncompressed column sizes."""
-    meta = pq.read_metadata(path)
+def parquet_uncompressed_mb(path: Source) -> float:
+    """LeRobot's `get_parquet_file_size_in_mb`: the row groups' uncompressed column sizes (from the footer)."""
+    with as_file(path).media(block_size=HEADER_BLOCK, what="parquet file") as source:
+        meta = pq.read_metadata(source)
     total = 0
     for g in range(meta.num_row_groups):
         rg = meta.row_group(g)
@@ -36,7 +38,7 @@ def parquet_uncompressed_mb(path: Path) -> float:
 
 
 # How a data file's size is counted against `data_files_size_in_mb` (CLI choices are the keys).
-DATA_SIZE_MEASURES: dict[str, Callable[[Path], float]] = {
+DATA_SIZE_MEASURES: dict[str, Callable[[Source], float]] = {
     "lerobot": parquet_uncompressed_mb,  # what LeRobot's converter counts
     "bytes": file_mb,  # the file on disk (no footer read)
 }
@@ -71,7 +73,7 @@ class EpisodeInput:
 class VideoConcatUnit:
     """One v3.0 video file: the camera's episode mp4s stream-copied back to back."""
 
-    src_root: str
+    src_root: Location  # the source dataset (`pipeline.storage`): its files are read through its store
     out_root: str
     out_rel: str
     camera: str
@@ -87,7 +89,7 @@ class VideoConcatUnit:
 class DataConcatUnit:
     """One v3.0 data parquet: the episodes' parquets back to back, `index` running from `first_index`."""
 
-    src_root: str
+    src_root: Location  # the source dataset (`pipeline.storage`): its files are read through its store
     out_root: str
     out_rel: str
     first_index: int
@@ -161,7 +163,7 @@ class V30Episode:
 class VideoCutUnit:
     """One v2.1 episode mp4: an episode's span of a v3.0 file, stream-copied (exact from a keyframe)."""
 
-    src_root: str
+    src_root: Location  # the source dataset (`pipeline.storage`): its files are read through its store
     out_root: str
     src_rel: str
     out_rel: str
@@ -177,7 +179,7 @@ class VideoCutUnit:
 class DataSplitUnit:
     """One v2.1 episode parquet: the episode's rows of a v3.0 data file."""
 
-    src_root: str
+    src_root: Location  # the source dataset (`pipeline.storage`): its files are read through its store
     out_root: str
     src_rel: str
     out_rel: str
@@ -191,7 +193,7 @@ class KeyframeCheckUnit:
     """One v3.0 video file and the spans (episode, from_timestamp, to_timestamp, frames) of its episodes,
     to be checked for starting on keyframes before a stream-copy cut."""
 
-    src_root: str
+    src_root: Location  # the source dataset (`pipeline.storage`): its files are read through its store
     rel: str
     camera: str
     spans: tuple[tuple[int, float, float, int], ...]

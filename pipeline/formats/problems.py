@@ -21,6 +21,7 @@ from typing import Any
 from pipeline.bounded import JsonBoundError
 from pipeline.errors import MetadataError
 from pipeline.formats.jsonl import iter_json_lines
+from pipeline.storage import StorePath
 from pipeline.text import shown
 
 MAX_LISTED = 20  # problems listed one per line (all are counted)
@@ -32,7 +33,7 @@ class Problems:
     """The problems found so far: the first `limit` as lines, all counted; per rule (`pipeline.checks`:
     the rule being checked when a problem was added) the first `limit` lines and a count."""
 
-    root: Path
+    root: Path | StorePath
     limit: int = MAX_LISTED
     lines: list[str] = field(default_factory=list)
     total: int = 0
@@ -152,7 +153,7 @@ class ShapeCache:
         return verdict
 
 
-def check_jsonl(path: Path, name: str, problems: Problems) -> None:
+def check_jsonl(path: Path | StorePath, name: str, problems: Problems) -> None:
     """Every non-empty line of a JSON Lines file: JSON, and valid against schemas/<name>.schema.json."""
     cache_ = ShapeCache(name)
     for lineno, line, obj in iter_json_lines(path):  # size and depth bounded before parsing
@@ -203,7 +204,7 @@ def _null_rows(table: Any, name: str, limit: int) -> list[int]:
     return [int(i) for i in np.flatnonzero(mask)[:limit]]
 
 
-def check_columns(path: Path, table: Any, wanted: dict[str, str], problems: Problems,
+def check_columns(path: Path | StorePath, table: Any, wanted: dict[str, str], problems: Problems,
                   minimums: dict[str, int] | None = None) -> None:
     """Each wanted column present, of the declared kind, without nulls (and at least its minimum)."""
     import numpy as np

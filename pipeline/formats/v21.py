@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from pipeline import atomic
 from pipeline.dataset.info import cameras_from_info, format_template
-from pipeline.dataset.model import DataRef, Dataset, Episode, Layout, Rejected, VideoRef, resolve_inside
+from pipeline.dataset.model import DataRef, Dataset, Episode, Layout, Rejected, VideoRef
 from pipeline.dataset.rows import RowBuilder
 from pipeline.dataset.table import EpisodeTable, PathTemplate
 from pipeline.errors import DatasetError, EpisodeError
@@ -52,6 +52,7 @@ from pipeline.formats.plan import (
     file_mb,
 )
 from pipeline.formats.problems import check_jsonl
+from pipeline.storage import FileProblem, Root, StorePath, as_root
 
 if TYPE_CHECKING:
     from pipeline.formats.problems import Problems
@@ -77,7 +78,7 @@ Reject = Callable[[int, EpisodeError, "int | None"], None]
 # ---- reading: meta/episodes.jsonl --------------------------------------------------------------------------
 
 
-def iter_episode_lines(path: Path, reject: Reject | None = None,
+def iter_episode_lines(path: Path | StorePath, reject: Reject | None = None,
                        digest: Any = None) -> Iterator[tuple[int, int, int, Sequence[str], dict[str, Any]]]:
     """(line number, episode_index, length, tasks, the line's object) of each episode line of
     `meta/episodes.jsonl`, a block at a time (`digest`, a hashlib object, is fed the file's bytes).
@@ -124,16 +125,17 @@ def iter_episode_lines(path: Path, reject: Reject | None = None,
         yield lineno, index, length, task_list, obj
 
 
-def iter_v21_episode_lines(root: Path) -> Iterator[tuple[int, tuple[str, ...], int]]:
+def iter_v21_episode_lines(root: Root) -> Iterator[tuple[int, tuple[str, ...], int]]:
     """(episode_index, tasks, length) per line of meta/episodes.jsonl, checked to be 0, 1, 2, ... (strict)."""
-    for _lineno, idx, length, tasks, _obj in iter_episode_lines(root / EPISODES_REL):
+    for _lineno, idx, length, tasks, _obj in iter_episode_lines(as_root(root) / EPISODES_REL):
         yield idx, tuple(tasks), length
 
 
 def iter_v21_episodes(
-    root: Path, info: dict[str, Any], cameras: tuple[str, ...], data_size: str = "lerobot"
+    where: Root, info: dict[str, Any], cameras: tuple[str, ...], data_size: str = "lerobot"
 ) -> Iterator[V21Episode]:
     """The v2.1 episodes with their files' paths and sizes (one stat per file), in order (strict)."""
+    root = as_root(where)
     info_path = root / "meta/info.json"
     chunks_size = as_int(info.get("chunks_size", 1000))
     if chunks_size is None or chunks_size <= 0:
@@ -154,10 +156,12 @@ def iter_v21_episodes(
                          video_rels, tuple(_size(root, rel, idx, file_mb) for rel in video_rels))
 
 
-def _size(root: Path, rel: str, episode: int, measure: Callable[[Path], float]) -> float:
-    path = resolve_inside(root, rel, episode=episode)
+def _size(root: StorePath, rel: str, episode: int, measure: Callable[[StorePath], float]) -> float:
+    path = root / rel
     try:
         return measure(path)
+    except FileProblem as exc:  # missing, not a file, or leaving the dataset (the store's rules)
+        raise EpisodeError(episode, exc.path, exc.message) from None
     except FileNotFoundError:
         raise EpisodeError(episode, path, "missing file") from None
     except (OSError, pa.ArrowException) as exc:
@@ -167,9 +171,9 @@ def _size(root: Path, rel: str, episode: int, measure: Callable[[Path], float]) 
 # ---- reading: meta/episodes_stats.jsonl, meta/tasks.jsonl -----------------------------------------------
 
 
-def iter_v21_stats(root: Path) -> Iterator[tuple[int, dict[str, dict[str, Any]]]]:
+def iter_v21_stats(root: Root) -> Iterator[tuple[int, dict[str, dict[str, Any]]]]:
     """(episode_index, stats) per line of meta/episodes_stats.jsonl, checked to be 0, 1, 2, ... (strict)."""
-    path = root / EPISODES_STATS_REL
+    path = as_root(root) / EPISODES_STATS_REL
     for expected, (lineno, obj) in enumerate(iter_jsonl(path)):
         where = f"line {lineno}"
         idx = in_order(path, where, obj.get("episode_index"), expected)
@@ -179,14 +183,14 @@ def iter_v21_stats(root: Path) -> Iterator[tuple[int, dict[str, dict[str, Any]]]
         yield idx, stats
 
 
-def iter_task_lines(root: Path, *, strict: bool) -> Iterator[tuple[int, str]]:
+def iter_task_lines(root: Root, *, strict: bool) -> Iterator[tuple[int, str]]:
     """(task_index, task) per line of meta/tasks.jsonl.
 
     Strict (convert, edit): read as a stream, tasks listed 0, 1, 2, ... (LeRobot reads them by position); a
     missing file is a `DatasetError`. Lenient (the model): a missing file has no tasks, the file (small) is read
     whole before its lines are checked, any integer task_index is taken.
     """
-    path = root / TASKS_REL
+    path = as_root(root) / TASKS_REL
     if strict:
         lines: Iterable[tuple[int, str, Any]] = iter_json_lines(path)
     elif not path.is_file():
@@ -215,12 +219,12 @@ def iter_task_lines(root: Path, *, strict: bool) -> Iterator[tuple[int, str]]:
         yield index, text
 
 
-def read_tasks(root: Path) -> dict[int, str]:
+def read_tasks(root: Root) -> dict[int, str]:
     """task_index -> task (lenient: `iter_task_lines`)."""
     return dict(iter_task_lines(root, strict=False))
 
 
-def iter_v21_tasks(root: Path) -> Iterator[tuple[int, str]]:
+def iter_v21_tasks(root: Root) -> Iterator[tuple[int, str]]:
     """(task_index, task) per line of meta/tasks.jsonl, checked to be 0, 1, 2, ... (strict)."""
     return iter_task_lines(root, strict=True)
 
@@ -228,7 +232,8 @@ def iter_v21_tasks(root: Path) -> Iterator[tuple[int, str]]:
 # ---- reading: the columnar model (lenient) ----------------------------------------------------------------
 
 
-def open_v21(root: Path, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
+def open_v21(where: Root, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
+    root = as_root(where)
     info_path = root / "meta/info.json"
     cameras = cameras_from_info(info, info_path)
     chunks_size = info.get("chunks_size", 1000)
@@ -273,7 +278,7 @@ def open_v21(root: Path, info: dict[str, Any], *, tasks: bool = True) -> tuple[D
         return [np.zeros(len(cols), dtype=np.int64)]
 
     ds = Dataset(
-        root=root,
+        location=root.location,
         codebase_version=VERSION,
         fps=float(info["fps"]),
         info=info,
@@ -416,25 +421,27 @@ def v21_paths(episode: int, cameras: tuple[str, ...], chunks_size: int) -> tuple
 def plan_v30_to_v21(
     episodes: Iterable[V30Episode],
     fps: float,
-    src_root: str,
+    src_root: Root,
     out_root: str,
     chunks_size: int = DEFAULT_CHUNKS_SIZE,
 ) -> Iterator[DataSplitUnit | VideoCutUnit]:
     """Per episode: its parquet, then one mp4 per camera (in the episode's camera order)."""
+    source = as_root(src_root).location
     for ep in episodes:
         data_rel, video_rels = v21_paths(ep.index, tuple(v.camera for v in ep.videos), chunks_size)
-        yield DataSplitUnit(src_root, out_root, ep.data_rel, data_rel, ep.index, ep.length, ep.dataset_from_index)
+        yield DataSplitUnit(source, out_root, ep.data_rel, data_rel, ep.index, ep.length, ep.dataset_from_index)
         for v, out_rel in zip(ep.videos, video_rels, strict=True):
-            yield VideoCutUnit(src_root, out_root, v.rel, out_rel, v.camera, ep.index, fps,
+            yield VideoCutUnit(source, out_root, v.rel, out_rel, v.camera, ep.index, fps,
                                v.from_timestamp, v.to_timestamp, ep.length)
 
 
 # ---- checks ------------------------------------------------------------------------------------------------
 
 
-def check_files(root: Path, problems: Problems) -> None:
+def check_files(where: Root, problems: Problems) -> None:
     """Every line of meta/episodes.jsonl, tasks.jsonl and episodes_stats.jsonl (when present): JSON, and valid
     against its schema; each file's problems under its own rule (episodes_jsonl, tasks_jsonl, ...)."""
+    root = as_root(where)
     for rel, name, required in JSONL_FILES:
         problems.rule = rel.removeprefix("meta/").replace(".", "_")  # episodes_jsonl, tasks_jsonl, ...
         path = root / rel
@@ -458,13 +465,13 @@ class V21(Format):
     episodes_rel = EPISODES_REL
     episodes_stats_rel = EPISODES_STATS_REL
 
-    def open(self, root: Path, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
+    def open(self, root: Root, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
         return open_v21(root, info, tasks=tasks)
 
-    def iter_tasks(self, root: Path) -> Iterator[tuple[int, str]]:
+    def iter_tasks(self, root: Root) -> Iterator[tuple[int, str]]:
         return iter_v21_tasks(root)
 
-    def iter_episode_tasks(self, root: Path, info: dict[str, Any]) -> Iterator[tuple[int, tuple[str, ...], int]]:
+    def iter_episode_tasks(self, root: Root, info: dict[str, Any]) -> Iterator[tuple[int, tuple[str, ...], int]]:
         return iter_v21_episode_lines(root)
 
     def write_tasks(self, path: Path, tasks: Iterable[tuple[int, str]], root: Path | None = None) -> int:
@@ -482,7 +489,7 @@ class V21(Format):
         _write_v21_stats(ds, out, videos, cameras, data_stats)
         return [out / EPISODES_STATS_REL]
 
-    def check_files(self, root: Path, cameras: list[str], problems: Problems) -> None:
+    def check_files(self, root: Root, cameras: list[str], problems: Problems) -> None:
         check_files(root, problems)
 
     def rotation_readers(self, coded: str, shown: str, how: str) -> str:

@@ -63,6 +63,7 @@ from pipeline.formats.plan import (
 )
 from pipeline.formats.problems import check_columns, column_kind
 from pipeline.rates import fps_fraction, frames_to_seconds
+from pipeline.storage import FileProblem, Location, Root, StorePath, as_root
 
 if TYPE_CHECKING:
     from pipeline.formats.problems import Problems
@@ -91,9 +92,9 @@ DEFAULT_VIDEO_FILE_SIZE_IN_MB = 200
 # ---- reading: the files, a file or a batch at a time -----------------------------------------------------
 
 
-def episode_meta_files(root: Path, pattern: str = EPISODE_FILES) -> list[Path]:
-    """The episode metadata files in the order LeRobot reads them (sorted paths)."""
-    return sorted((root / EPISODES_DIR).glob(pattern))
+def episode_meta_files(root: Root, pattern: str = EPISODE_FILES) -> list[StorePath]:
+    """The episode metadata files in the order LeRobot reads them (sorted paths; one listing of the folder)."""
+    return (as_root(root) / EPISODES_DIR).glob(pattern)
 
 
 def without_stats(names: list[str]) -> list[str]:
@@ -102,38 +103,44 @@ def without_stats(names: list[str]) -> list[str]:
     return [n for n in names if not n.startswith("stats/")]
 
 
-def _episode_tables(files: list[Path], *, stats: bool,
-                    batch_rows: int | None) -> Iterator[tuple[int, Path, pa.Table | pa.RecordBatch]]:
+def _episode_tables(files: list[StorePath], *, stats: bool,
+                    batch_rows: int | None) -> Iterator[tuple[int, StorePath, pa.Table | pa.RecordBatch]]:
     """(file number, file, rows) of each episode metadata file: the whole file (`batch_rows` None) or a batch of
     rows at a time; without the per-episode `stats/...` columns unless `stats`. A file that cannot be read is a
     `DatasetError` naming it."""
     for file_no, path in enumerate(files):
         try:
-            with pq.ParquetFile(path) as pf:  # not pq.read_table: that imports pyarrow.dataset and pandas (~0.5 s)
+            # not pq.read_table: that imports pyarrow.dataset and pandas (~0.5 s)
+            with path.media(what="episode metadata parquet") as source, pq.ParquetFile(source) as pf:
                 columns = None if stats else without_stats(pf.schema_arrow.names)
                 if batch_rows is None:
                     yield file_no, path, pf.read(columns=columns)
                     continue
                 for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
                     yield file_no, path, batch
+        except FileProblem as exc:
+            raise DatasetError(exc.path, exc.message) from None
         except (pa.ArrowException, OSError) as exc:
             raise DatasetError(path, f"cannot read episode metadata parquet: {exc}") from None
 
 
-def iter_task_rows(root: Path, *, strict: bool) -> Iterator[tuple[int, str]]:
+def iter_task_rows(root: Root, *, strict: bool) -> Iterator[tuple[int, str]]:
     """(task_index, task) per row of meta/tasks.parquet (the task is the pandas index, or a `task` column).
 
     Strict (convert, edit): a batch at a time, tasks listed 0, 1, 2, ... (LeRobot reads them by position); a
     missing file is a `DatasetError`. Lenient (the model): a missing file has no tasks, both columns are read
     whole before their rows are checked, any integer task_index is taken.
     """
-    path = root / TASKS_REL
-    if not path.is_file():
-        if strict:
-            raise DatasetError(path, "missing file")
-        return
+    path = as_root(root) / TASKS_REL
     try:
-        with pq.ParquetFile(path) as pf:
+        if not path.is_file():
+            if strict:
+                raise DatasetError(path, "missing file")
+            return
+    except FileProblem as exc:
+        raise DatasetError(exc.path, exc.message) from None
+    try:
+        with path.media(what="tasks parquet") as source, pq.ParquetFile(source) as pf:
             names = pf.schema_arrow.names
             task_col = "task" if "task" in names else "__index_level_0__" if "__index_level_0__" in names else None
             if "task_index" not in names or task_col is None:
@@ -157,12 +164,12 @@ def iter_task_rows(root: Path, *, strict: bool) -> Iterator[tuple[int, str]]:
         raise DatasetError(path, f"cannot read tasks parquet: {exc}") from None
 
 
-def read_tasks(root: Path) -> dict[int, str]:
+def read_tasks(root: Root) -> dict[int, str]:
     """task_index -> task (lenient: `iter_task_rows`)."""
     return dict(iter_task_rows(root, strict=False))
 
 
-def iter_v30_tasks(root: Path) -> Iterator[tuple[int, str]]:
+def iter_v30_tasks(root: Root) -> Iterator[tuple[int, str]]:
     """(task_index, task) per row of meta/tasks.parquet, checked to be 0, 1, 2, ... (strict)."""
     return iter_task_rows(root, strict=True)
 
@@ -323,7 +330,8 @@ def _read_table(table: pa.Table, file_no: int, cameras: list[str], rows: RowBuil
                      from_index=f["from_index"], cameras={c: f[c] for c in cameras})
 
 
-def open_v30(root: Path, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
+def open_v30(where: Root, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
+    root = as_root(where)
     info_path = root / "meta/info.json"
     cameras = cameras_from_info(info, info_path)
     data_tpl, video_tpl = info["data_path"], str(info.get("video_path") or "")
@@ -343,7 +351,7 @@ def open_v30(root: Path, info: dict[str, Any], *, tasks: bool = True) -> tuple[D
     rows = RowBuilder(v30_cameras=[c.key for c in cameras])
     for file_no, path, table in _episode_tables(files, stats=False, batch_rows=None):
         _read_table(table, file_no, [c.key for c in cameras], rows, where_of)
-        with open(path, "rb") as fh:
+        with path.open(what="episode metadata parquet") as fh:
             for block in iter(lambda: fh.read(1 << 22), b""):
                 digest.update(block)
     cols, rejected = rows.finish(where_of)
@@ -385,7 +393,7 @@ def open_v30(root: Path, info: dict[str, Any], *, tasks: bool = True) -> tuple[D
         return [cams[kind].chunk, cams[kind].file]
 
     ds = Dataset(
-        root=root,
+        location=root.location,
         codebase_version="v3.0",
         fps=float(info["fps"]),
         info=info,
@@ -407,10 +415,11 @@ def open_v30(root: Path, info: dict[str, Any], *, tasks: bool = True) -> tuple[D
 # ---- the strict reader: one row at a time, in order ------------------------------------------------------
 
 
-def iter_v30_rows(root: Path, *, stats: bool = True) -> Iterator[tuple[Path, int, dict[str, Any]]]:
+def iter_v30_rows(where: Root, *, stats: bool = True) -> Iterator[tuple[StorePath, int, dict[str, Any]]]:
     """(file, row number, row with every column) of the episode metadata, a batch at a time; `stats` False
     leaves out the per-episode `stats/...` columns (most of a row's values: a pass that only plans reads
     the rest, not them)."""
+    root = as_root(where)
     files = episode_meta_files(root, LEROBOT_EPISODE_FILES)
     if not files:
         raise DatasetError(root / EPISODES_DIR, "missing: no chunk-*/file-*.parquet episode metadata")
@@ -427,7 +436,8 @@ def iter_v30_rows(root: Path, *, stats: bool = True) -> Iterator[tuple[Path, int
             row += 1
 
 
-def parse_v30_row(info_path: Path, path: Path, rowno: int, row: dict[str, Any], info: dict[str, Any],
+def parse_v30_row(info_path: Path | StorePath, path: Path | StorePath,
+                  rowno: int, row: dict[str, Any], info: dict[str, Any],
                   cameras: tuple[str, ...], expected: int) -> V30Episode:
     """A checked `V30Episode` from one row of meta/episodes/*.parquet (`expected`: its episode_index)."""
     where = f"row {rowno}"
@@ -467,10 +477,11 @@ def parse_v30_row(info_path: Path, path: Path, rowno: int, row: dict[str, Any], 
     return V30Episode(idx, length, tasks, data_rel, start, tuple(videos))
 
 
-def iter_v30_episodes(root: Path, info: dict[str, Any], cameras: tuple[str, ...], *, stats: bool = True) -> Iterator[
+def iter_v30_episodes(where: Root, info: dict[str, Any], cameras: tuple[str, ...], *, stats: bool = True) -> Iterator[
         tuple[V30Episode, dict[str, Any]]]:
     """Each v3.0 episode and its metadata row (with its stats columns unless `stats` is False), checked to be
     0, 1, 2, ..."""
+    root = as_root(where)
     if cameras and not isinstance(info.get("video_path"), str):
         raise DatasetError(root / "meta/info.json", "video features declared but 'video_path' is missing")
     files = locator(root)  # rows where LeRobot finds them, whatever a stale data/file_index says
@@ -734,7 +745,8 @@ def _shaped(value: list[Any], typ: pa.DataType) -> Any:
 def _write_v30_episodes(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str]) -> None:
     """Each meta/episodes parquet (one file at a time): new spans and stats of the re-encoded cameras."""
     for path in episode_meta_files(ds.root):
-        table = pq.read_table(path)
+        with path.media(what="episode metadata parquet") as source:
+            table = pq.read_table(source)
         index = table["episode_index"].to_pylist()
         for cam in cameras:
             by_ep = {e: ev for e in index if isinstance(e, int) and (ev := videos.get(e, cam)) is not None}
@@ -757,7 +769,7 @@ def _write_v30_episodes(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: 
                 new = [_shaped(by_ep[e].stats[name], typ) if e in by_ep else o for e, o in zip(index, old, strict=True)]
                 table = table.set_column(table.column_names.index(col), table.schema.field(col),
                                          pa.array(new, type=typ))
-        dst = out / path.relative_to(ds.root)
+        dst = out / path.rel
         with atomic.atomic_path(dst, out) as tmp:
             pq.write_table(table, tmp)
 
@@ -813,12 +825,13 @@ def plan_v21_to_v30(
     episodes: Iterable[V21Episode],
     cameras: tuple[str, ...],
     fps: float,
-    src_root: str,
+    src: Root,
     out_root: str,
     limits: Limits = Limits(),
 ) -> Iterator[PlanItem]:
     """Stream the plan: every episode's `Placement` (in episode order) and every output file's unit as soon
     as it is closed (before the placement of the episode that opened the next file), then the last files."""
+    src_root = as_root(src).location
     data = _Packer(limits.data_files_size_in_mb, limits.chunks_size)
     video = {cam: _Packer(limits.video_files_size_in_mb, limits.chunks_size) for cam in cameras}
     frames_total = 0
@@ -849,7 +862,7 @@ def plan_v21_to_v30(
             yield _video_unit(src_root, out_root, cam, fps, packer.chunk, packer.file, packer.inputs)
 
 
-def _data_unit(src_root: str, out_root: str, chunk: int, file: int, closed: list[EpisodeInput],
+def _data_unit(src_root: Location, out_root: str, chunk: int, file: int, closed: list[EpisodeInput],
                limits: Limits, frames_total: int) -> DataConcatUnit:
     """The data file just closed: it is the one before (chunk, file), and its rows end at `frames_total`."""
     prev = _previous_chunk_file(chunk, file, limits.chunks_size)
@@ -858,7 +871,7 @@ def _data_unit(src_root: str, out_root: str, chunk: int, file: int, closed: list
                           first, tuple(closed))
 
 
-def _video_unit(src_root: str, out_root: str, cam: str, fps: float, chunk: int, file: int,
+def _video_unit(src_root: Location, out_root: str, cam: str, fps: float, chunk: int, file: int,
                 inputs: list[EpisodeInput]) -> VideoConcatUnit:
     rel = VIDEO_PATH.format(video_key=cam, chunk_index=chunk, file_index=file)
     return VideoConcatUnit(src_root, out_root, rel, cam, fps, tuple(inputs))
@@ -868,9 +881,10 @@ def _previous_chunk_file(chunk: int, file: int, chunks_size: int) -> tuple[int, 
     return (chunk - 1, chunks_size - 1) if file == 0 else (chunk, file - 1)
 
 
-def plan_keyframe_checks(episodes: Iterable[V30Episode], src_root: str) -> Iterator[KeyframeCheckUnit]:
+def plan_keyframe_checks(episodes: Iterable[V30Episode], src: Root) -> Iterator[KeyframeCheckUnit]:
     """One unit per run of consecutive episodes sharing a camera's file (LeRobot keeps a file's episodes
     consecutive; a file that appears in two runs is checked twice, which is still correct)."""
+    src_root = as_root(src).location
     open_runs: dict[str, tuple[str, list[tuple[int, float, float, int]]]] = {}
     for ep in episodes:
         for v in ep.videos:
@@ -898,7 +912,7 @@ def episode_columns(cameras: list[str]) -> dict[str, str]:
     return cols
 
 
-def check_v30_tasks(root: Path, problems: Problems) -> None:
+def check_v30_tasks(root: StorePath, problems: Problems) -> None:
     path = root / TASKS_REL
     if not path.exists():
         return
@@ -906,8 +920,12 @@ def check_v30_tasks(root: Path, problems: Problems) -> None:
         problems.add(f"{path}: not a regular file")
         return
     try:
-        with pq.ParquetFile(path) as pf:  # not pq.read_table: that imports pyarrow.dataset and pandas (~0.5 s)
+        # not pq.read_table: that imports pyarrow.dataset and pandas (~0.5 s)
+        with path.media(what="tasks parquet") as source, pq.ParquetFile(source) as pf:
             table = pf.read()
+    except FileProblem as exc:
+        problems.add(f"{exc.path}: {exc.message}")
+        return
     except (pa.ArrowException, OSError) as exc:
         problems.add(f"{path}: cannot read tasks parquet: {exc}")
         return
@@ -916,7 +934,7 @@ def check_v30_tasks(root: Path, problems: Problems) -> None:
     check_columns(path, table, {"task_index": "integer", task_col: "string"}, problems, {"task_index": 0})
 
 
-def check_v30_episodes(root: Path, cameras: list[str], problems: Problems) -> None:
+def check_v30_episodes(root: StorePath, cameras: list[str], problems: Problems) -> None:
     folder = root / EPISODES_DIR
     files = episode_meta_files(root)
     if not files:
@@ -928,10 +946,14 @@ def check_v30_episodes(root: Path, cameras: list[str], problems: Problems) -> No
             problems.add(f"{path}: not a regular file")
             continue
         try:
-            with pq.ParquetFile(path) as pf:  # not pq.read_table: that imports pyarrow.dataset (~0.5 s)
+            # not pq.read_table: that imports pyarrow.dataset (~0.5 s)
+            with path.media(what="episode metadata parquet") as source, pq.ParquetFile(source) as pf:
                 names = pf.schema_arrow.names
                 have = [n for n in (*wanted, "tasks") if n in names]
                 table = pf.read(columns=have)
+        except FileProblem as exc:
+            problems.add(f"{exc.path}: {exc.message}")
+            continue
         except (pa.ArrowException, OSError) as exc:
             problems.add(f"{path}: cannot read episode metadata parquet: {exc}")
             continue
@@ -940,8 +962,9 @@ def check_v30_episodes(root: Path, cameras: list[str], problems: Problems) -> No
             problems.add(f"{path}: column tasks: type {table.schema.field('tasks').type} (expected list<string>)")
 
 
-def check_files(root: Path, cameras: list[str], problems: Problems) -> None:
+def check_files(where: Root, cameras: list[str], problems: Problems) -> None:
     """meta/tasks.parquet (rule tasks_parquet) and every meta/episodes parquet (rule episodes_parquet)."""
+    root = as_root(where)
     problems.rule = "tasks_parquet"
     check_v30_tasks(root, problems)
     problems.rule = "episodes_parquet"
@@ -960,14 +983,14 @@ class V30(Format):
     episodes_rel = EPISODES_DIR
     episodes_stats_rel = None  # per-episode stats are `stats/<feature>/<stat>` columns of the episode rows
 
-    def open(self, root: Path, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
+    def open(self, root: Root, info: dict[str, Any], *, tasks: bool = True) -> tuple[Dataset, Rejected]:
         return open_v30(root, info, tasks=tasks)
 
-    def iter_tasks(self, root: Path) -> Iterator[tuple[int, str]]:
+    def iter_tasks(self, root: Root) -> Iterator[tuple[int, str]]:
         return iter_v30_tasks(root)
 
-    def iter_episode_tasks(self, root: Path, info: dict[str, Any]) -> Iterator[tuple[int, tuple[str, ...], int]]:
-        cameras = tuple(c.key for c in cameras_from_info(info, root / "meta/info.json"))
+    def iter_episode_tasks(self, root: Root, info: dict[str, Any]) -> Iterator[tuple[int, tuple[str, ...], int]]:
+        cameras = tuple(c.key for c in cameras_from_info(info, as_root(root) / "meta/info.json"))
         for ep, _row in iter_v30_episodes(root, info, cameras, stats=False):
             yield ep.index, ep.tasks, ep.length
 
@@ -983,9 +1006,9 @@ class V30(Format):
     def write_reencoded_episodes(self, ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str],
                                  data_stats: DataStats | None = None) -> list[Path]:
         _write_v30_episodes(ds, out, videos, cameras)
-        return [out / p.relative_to(ds.root) for p in episode_meta_files(ds.root)]
+        return [out / p.rel for p in episode_meta_files(ds.root)]
 
-    def check_files(self, root: Path, cameras: list[str], problems: Problems) -> None:
+    def check_files(self, root: Root, cameras: list[str], problems: Problems) -> None:
         check_files(root, cameras, problems)
 
     def rotation_readers(self, coded: str, shown: str, how: str) -> str:

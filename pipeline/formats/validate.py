@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.formats import INFO_REL, format_of, open_dataset, read_info
 from pipeline.formats.problems import MAX_LISTED, Problems, schema_errors, schema_problems
+from pipeline.storage import Root, StorePath, as_root
 from pipeline.text import shown
 
 if TYPE_CHECKING:
@@ -43,10 +44,11 @@ def camera_key_problems(info: dict[str, Any]) -> Iterator[str]:
                    "'/', '\\', '.' and '..' are not allowed)")
 
 
-def validate_metadata(root: Path | str, limit: int = MAX_LISTED) -> Problems:
-    """Every metadata file of the dataset at `root`, checked; the problems found (none: valid).
-    Raises `DatasetError` when the root is not a dataset of a supported version at all."""
-    root = Path(root).absolute()
+def validate_metadata(where: Root, limit: int = MAX_LISTED) -> Problems:
+    """Every metadata file of the dataset at `where` (a local folder or a location: read through its store),
+    checked; the problems found (none: valid). Raises `DatasetError` when it is not a dataset of a supported
+    version at all."""
+    root = as_root(where)
     info = read_info(root)  # not a dataset / unsupported version / no fps: one line, as before
     problems = Problems(root, limit, codebase_version=info["codebase_version"])
     unread = []
@@ -76,7 +78,7 @@ def validate_metadata(root: Path | str, limit: int = MAX_LISTED) -> Problems:
     return problems
 
 
-def check_stats(path: Path, problems: Problems) -> None:
+def check_stats(path: Path | StorePath, problems: Problems) -> None:
     """meta/stats.json: JSON holding an object (rule `stats_json_read`), then its schema (rule `stats_json`)."""
     from pipeline.dataset.info import read_json_file
     from pipeline.errors import DatasetError
@@ -95,14 +97,14 @@ def check_stats(path: Path, problems: Problems) -> None:
         problems.add(f"{path}: {p}")
 
 
-def metadata_refusals(root: Path | str, command: str, reader: str = "all") -> tuple[Problems, Problems]:
+def metadata_refusals(root: Root, command: str, reader: str = "all") -> tuple[Problems, Problems]:
     """`validate_metadata`, split into what `command` refuses the dataset for and what it only warns about
     (`pipeline.checks`: a rule no reader of the format line refuses is a warning; scan refuses only for
     the files it needs to count storage and hours)."""
     return validate_metadata(root).split(command, reader)
 
 
-def open_validated(root: Path | str, command: str = "verify", reader: str = "all") -> tuple[Dataset, Rejected]:
+def open_validated(root: Root, command: str = "verify", reader: str = "all") -> tuple[Dataset, Rejected]:
     """`open_dataset` after `validate_metadata`: raises `MetadataError` (one line per problem) when a metadata
     file breaks a rule that `command` refuses for (`metadata_refusals`), before any unit is planned; the rules
     it only warns about are in `ds.rule_warnings` (and `ds.warnings`)."""

@@ -18,10 +18,7 @@ Everything is written atomically, `meta/info.json` last: an output without it is
 
 from __future__ import annotations
 
-import filecmp
 import json
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from pipeline import atomic
-from pipeline.dataset.model import Dataset, resolve_inside
-from pipeline.errors import EpisodeError
+from pipeline.dataset.model import Dataset
 from pipeline.formats import format_of
 from pipeline.formats.base import STAT_NAMES, DataStats, EpisodeVideos
+from pipeline.storage import Entry, Store, StorePath, local_location, same_bytes
 
 PREP_DIR = "prep"  # prep's own files inside an output (lock, options, manifests, report)
 
@@ -66,68 +63,61 @@ class CopyTotals:
 
 
 def copy_unchanged(ds: Dataset, out: Path) -> CopyTotals:
-    """One walk of the source: copy (byte for byte, atomically) every file that is neither a video we
-    re-encode, an episode data parquet (the data-copy stage copies those), nor rewritten metadata, unless the
-    output already holds the same bytes; and add up the source's bytes on the way.
+    """One walk of the source (through its store): copy (byte for byte, atomically) every file that is neither a
+    video we re-encode, an episode data parquet (the data-copy stage copies those), nor rewritten metadata, unless
+    the output already holds the same bytes; and add up the source's bytes on the way.
 
     Streaming: nothing per dataset file is kept, but the files outside videos/, data/ and meta/ (normally a
     README or LICENSE) wait until the walk ends, in case they are the targets of symlinked videos (a
-    blobs/ store), which stay behind.
+    blobs/ store), which stay behind. A hub snapshot's links into its blobs are its files (copied and counted).
     """
     from pipeline.dataset.files import FileIndex
 
     index = FileIndex(ds)
     fmt = format_of(ds)
     totals = CopyTotals()
+    store = ds.root.store
     video_targets: set[str] = set()  # realpaths of symlinked videos we re-encode
-    deferred: list[str] = []
-    for dirpath, _dirs, names in os.walk(ds.root):
-        rel_dir = Path(dirpath).relative_to(ds.root)
-        for name in names:
-            full = Path(dirpath) / name
-            rel = full.relative_to(ds.root).as_posix()
-            top = rel.split("/", 1)[0]
-            is_link = full.is_symlink()
-            if not is_link and full.is_file():
-                size = full.lstat().st_size
-                if top == PREP_DIR and rel_dir != Path("."):
-                    totals.prep_folder += size
-                else:
-                    totals.source[_KINDS.get(top, "other")] += size
-                    totals.source_files += 1
-            if (top == PREP_DIR and rel_dir != Path(".")) or not full.is_file():  # any name: no file is ours
-                continue
-            kind = index.kind(rel)
-            if kind is not None:
-                if kind[0] == "video" and is_link:
-                    video_targets.add(os.path.realpath(full))
-                continue
-            if fmt.is_rewritten(rel):
-                continue
-            if is_link:
-                try:  # a link inside the dataset is copied as its target's bytes; one leaving it is not followed
-                    resolve_inside(ds.root, rel)
-                except EpisodeError:
-                    continue
-            if top in ("videos", "data", "meta"):
-                _copy_one(ds.root, out, rel, totals)
+    deferred: list[Entry] = []
+    for entry in store.iter_entries():
+        rel = entry.rel
+        top = rel.split("/", 1)[0]
+        in_prep = top == PREP_DIR and "/" in rel  # prep's folder (a file named prep at the top is the data's)
+        if not entry.link and entry.stat is not None:
+            if in_prep:
+                totals.prep_folder += entry.stat.size
             else:
-                deferred.append(rel)
-    for rel in deferred:
-        if (ds.root / rel).is_symlink() or os.path.realpath(ds.root / rel) not in video_targets:
-            _copy_one(ds.root, out, rel, totals)
+                totals.source[_KINDS.get(top, "other")] += entry.stat.size
+                totals.source_files += 1
+        if in_prep or entry.stat is None:  # any name: no file is ours
+            continue
+        kind = index.kind(rel)
+        if kind is not None:
+            if kind[0] == "video" and entry.link and entry.real is not None:
+                video_targets.add(entry.real)
+            continue
+        if fmt.is_rewritten(rel):
+            continue
+        if entry.link and not entry.inside:  # a link inside the dataset is copied as its target's bytes; one
+            continue  # leaving it is not followed
+        if top in ("videos", "data", "meta"):
+            _copy_one(store, out, rel, entry.stat.size, totals)
+        else:
+            deferred.append(entry)
+    for entry in deferred:
+        if entry.link or entry.real not in video_targets:
+            assert entry.stat is not None
+            _copy_one(store, out, entry.rel, entry.stat.size, totals)
     return totals
 
 
 _KINDS = {"videos": "video", "data": "data", "meta": "meta"}
 
 
-def _copy_one(root: Path, out: Path, rel: str, totals: CopyTotals) -> None:
-    src, dst = root / rel, out / rel
-    size = src.stat().st_size
-    if not (dst.is_file() and dst.stat().st_size == size and filecmp.cmp(src, dst, shallow=False)):
-        with atomic.atomic_path(dst, out) as tmp:
-            shutil.copyfile(src, tmp)
+def _copy_one(store: Store, out: Path, rel: str, size: int, totals: CopyTotals) -> None:
+    dst = out / rel
+    if not (dst.is_file() and dst.stat().st_size == size and same_bytes(StorePath(store.location, rel), dst)):
+        local_location(out).store().copy_in(store, rel, rel)  # atomic: a temp beside the target, renamed
         totals.copied += 1
     totals.output[_KINDS.get(rel.split("/", 1)[0], "other")] += size
     totals.output_files += 1
@@ -207,11 +197,11 @@ def _write_stats_json(ds: Dataset, out: Path, agg: dict[str, dict[str, Any]], ca
     path = ds.root / "meta/stats.json"
     if not path.is_file():
         return
+    data = path.read_bytes()
     try:
-        stats = json.loads(path.read_text(encoding="utf-8"))
+        stats = json.loads(data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n"))
     except (ValueError, RecursionError):  # a v2.1 stats.json no reader opens: carried as it is
-        with atomic.atomic_path(out / "meta/stats.json", out) as tmp:
-            shutil.copyfile(path, tmp)
+        atomic.write_bytes(out / "meta/stats.json", data, root=out)
         return
     for cam in cameras:
         if cam in agg and isinstance(stats, dict):

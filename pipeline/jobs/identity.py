@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.dataset import Dataset
+from pipeline.storage import FileProblem, StorePath
 
 SCHEME = "prep.dataset_identity/1"
 FILE_MODES = ("mtime", "content")  # prep verify --fingerprint
@@ -39,9 +40,26 @@ def _hash_file(h: Any, path: Path) -> None:
             h.update(block)
 
 
-def metadata_digest(root: Path) -> str:
+def _object_digest(h: Any, path: StorePath) -> None:
+    """An object's bytes into `h`, streamed through its store."""
+    with path.open() as fh:
+        while block := fh.read(CHUNK):
+            h.update(block)
+
+
+def metadata_digest(root: Path | StorePath) -> str:
     """BLAKE2b (16 bytes) of every entry under `root/meta` in path order: its relative path, then for a
-    regular file (a symlink to one: the readers follow it) its size and bytes, else its kind."""
+    regular file (a symlink to one: the readers follow it) its size and bytes, else its kind. An object store's
+    entries are its objects (one listing)."""
+    if isinstance(root, StorePath):
+        if not root.location.is_local:
+            h = hashlib.blake2b(digest_size=16)
+            for rel, found in (root / "meta").store.iter_files((root / "meta").rel):
+                h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+                h.update(f"{found.size}\0".encode())
+                _object_digest(h, StorePath(root.location, rel))
+            return h.hexdigest()
+        root = root.local
     h = hashlib.blake2b(digest_size=16)
     meta = Path(root) / "meta"
     entries: list[str] = []
@@ -84,11 +102,16 @@ def episode_files(ds: Dataset, episodes: Iterable[int]) -> list[str]:
     return sorted(rels)
 
 
-def files_digest(root: Path, rels: Iterable[str], mode: str) -> str:
+def files_digest(root: Path | StorePath, rels: Iterable[str], mode: str) -> str:
     """BLAKE2b (16 bytes) over each file's path and identity: `mtime` its size and mtime_ns, `content` its size
-    and a hash of every byte; a missing or irregular file is recorded as such."""
+    and a hash of every byte; a missing or irregular file is recorded as such. (An object: its size and
+    LastModified from its store's stat, or its bytes streamed.)"""
     if mode not in FILE_MODES:
         raise ValueError(mode)
+    if isinstance(root, StorePath):
+        if not root.location.is_local:
+            return _object_files_digest(root, rels, mode)
+        root = root.local
     h = hashlib.blake2b(digest_size=16)
     for rel in rels:
         path = Path(root) / rel
@@ -115,6 +138,26 @@ def files_digest(root: Path, rels: Iterable[str], mode: str) -> str:
     return h.hexdigest()
 
 
+def _object_files_digest(root: StorePath, rels: Iterable[str], mode: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for rel in rels:
+        path = root / rel
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        try:
+            found = path.stat()
+        except FileProblem:
+            h.update(b"missing\0")
+            continue
+        if mode == "mtime":
+            h.update(f"{found.size} {found.mtime_ns}\0".encode())
+            continue
+        h.update(f"{found.size}\0".encode())
+        inner = hashlib.blake2b(digest_size=16)
+        _object_digest(inner, path)
+        h.update(inner.digest())
+    return h.hexdigest()
+
+
 def identity(ds: Dataset, failed: Iterable[int], mode: str = DEFAULT_FILE_MODE) -> dict[str, Any]:
     """The report's `dataset.fingerprint`: the metadata's digest and the failed episodes' files' digest."""
     rels = episode_files(ds, failed)
@@ -131,7 +174,7 @@ def recorded_mode(recorded: Any) -> str | None:
     return mode if ok and mode in FILE_MODES else None
 
 
-def metadata_mismatch(recorded: dict[str, Any], root: Path) -> str | None:
+def metadata_mismatch(recorded: dict[str, Any], root: Path | StorePath) -> str | None:
     now = metadata_digest(root)
     if recorded["metadata"] == now:
         return None

@@ -32,7 +32,7 @@ from pipeline.dataset.model import Dataset
 from pipeline.errors import EpisodeError, PrepError
 from pipeline.schemas import validate
 from pipeline.stages.scan import CameraScan, EpisodeScan, probe_camera
-from pipeline.storage import Location, local_location
+from pipeline.storage import Location
 from pipeline.video.probe import UNKNOWN_PIX_FMT
 
 MANIFEST_SCHEMA = "manifest"
@@ -73,7 +73,7 @@ class ByteCounter:
 def bytes_on_disk(ds: Dataset, skip: Iterable[Path] = (), location: Location | None = None) -> dict[str, Any]:
     """Sizes of every file stored under the root, by kind and by camera (one listing, running sums); `skip`:
     folders and files (absolute paths) left out (a report or work folder written inside the dataset)."""
-    where = location or local_location(ds.root)
+    where = location or ds.location
     base = where.root.rstrip("/") + "/"
     skipped = tuple(str(p)[len(base):] for p in skip if str(p).startswith(base))
     counter = ByteCounter(ds)
@@ -122,7 +122,7 @@ def _pix_fmt(ds: Dataset, episode: int | None, seen: CameraScan, camera: str) ->
         return seen.pix_fmt
     try:
         rel = ds.episodes.by_index(episode).video(camera).rel
-        return probe_camera(local_location(ds.root).store(), rel, episode=episode, pix_fmt=True).pix_fmt
+        return probe_camera(ds.location.store(), rel, episode=episode, pix_fmt=True).pix_fmt
     except (EpisodeError, KeyError):
         return None
 

@@ -70,6 +70,7 @@ from pipeline.stages.reencode import (
     stats_sidecar,
 )
 from pipeline.stages.scan import CameraScan, EpisodeScan
+from pipeline.storage import local_location
 from pipeline.tables import RowGroupWriter
 from pipeline.video.encode import ENGINES, PROFILES
 from pipeline.video.quality import FRAMES_PER_SAMPLE, QUALITY_FRAMES
@@ -191,7 +192,7 @@ def plan_data(ds: Dataset, out: Path, options: ReencodeOptions | None = None) ->
     fps = ds.fps if "timestamps" in repairs else None
     feats = stats_features(ds) if "stats" in repairs and stats_file_of(ds) else ()
     for rel, eps in ds.iter_data_files():
-        yield DataUnit(str(ds.root), str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1, fps,
+        yield DataUnit(ds.location, str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1, fps,
                        feats)
 
 
@@ -372,7 +373,7 @@ class SidecarVideos:
 
     def _stats(self, rel: str, camera: str) -> dict[int, dict[str, Any]]:
         if rel not in self._cache:
-            unit = ReencodeUnit("", str(self.out), rel, camera, 0.0, (), self.reduce.options)
+            unit = ReencodeUnit(local_location(self.out), str(self.out), rel, camera, 0.0, (), self.reduce.options)
             doc = json.loads(atomic.read_regular_text(stats_sidecar(unit)))
             self._cache[rel] = {int(s[0]): st for s, st in zip(doc["key"]["spans"], doc["stats"], strict=True)}
             if len(self._cache) > 16:
@@ -424,7 +425,7 @@ def output_manifest(ds: Dataset, out: Path, reduce: ReencodeReduce, info: dict[s
                                         probe.width, probe.height, probe.pix_fmt, probe.fps)  # written: demuxed
         totals.add(s)
         table.add(episode_row(s, cams))
-    out_ds = Dataset(root=out, codebase_version=ds.codebase_version, fps=ds.fps, info=info,
+    out_ds = Dataset(location=local_location(out), codebase_version=ds.codebase_version, fps=ds.fps, info=info,
                      cameras=cameras_from_info(info, out / "meta/info.json"), episodes=ds.episodes,
                      layout=ds.layout, file_keys=ds.file_keys)
     return build_manifest(out_ds, totals, [], reduce.bytes.result())

@@ -32,6 +32,7 @@ from pipeline.jobs.manifest import (
 )
 from pipeline.runner import Engine
 from pipeline.stages.scan import CameraScan, EpisodeScan, ScanUnit, scan_unit, scan_unit_failed, scan_units
+from pipeline.storage import Location, local_root
 from pipeline.tables import RowGroupWriter
 
 COST_S = 0.004  # stage seconds per v2.1 episode (3 cameras), before any is measured
@@ -58,14 +59,14 @@ def decode(obj: list[dict[str, Any]]) -> list[EpisodeScan]:
                         cameras={k: CameraScan(*v) for k, v in d["cameras"].items()}) for d in obj]
 
 
-def scan_dataset(src: Path, out: Path, engine: Engine, *, resume: bool = True,
+def scan_dataset(src: Path | Location, out: Path, engine: Engine, *, resume: bool = True,
                  out_is_default: bool = False) -> tuple[dict[str, Any], Path]:
     """Scan `src` through `engine` and write its manifest to `out`; returns (manifest, per-episode table).
     The manifest may not be written inside `src` (the source is read-only; `out_is_default`: the refusal says
     that `out` is the command's default)."""
     out = Path(out).absolute()
     ds, rejected = open_validated(src, "scan")  # metadata checked before any unit (scan refuses fewer rules)
-    parts.check_report_place([src], out, table_path_for(out), default=out_is_default)  # in the source: refused
+    parts.check_report_place([local_root(ds)], out, table_path_for(out), default=out_is_default)  # in the source
     engine.prepare()  # a scheduler that cannot be reached: refused before anything is written
     atomic.check_target(Path(out).absolute())  # a read-only, full or blocked output: refused before any work
     fp = parts.fingerprint("scan", RECORD_VERSION, ds, out=str(Path(out).absolute()))

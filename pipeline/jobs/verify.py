@@ -62,6 +62,7 @@ from pipeline.stages.verify import (
     verify_unit_failed,
     verify_units,
 )
+from pipeline.storage import Location, local_root
 from pipeline.tables import RowGroupWriter
 from pipeline.video.checks import CheckFailure
 
@@ -452,7 +453,7 @@ def _take(it: Iterator[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 # ---- the job -----------------------------------------------------------------------------------
 
 
-def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_path: Path | None = None,
+def verify_dataset(src: Path | Location, options: VerifyOptions, engine: Engine, *, json_path: Path | None = None,
                    resume: bool = True, fingerprint: str = DEFAULT_FILE_MODE) -> VerifyReport:
     """Verify every episode of `src` through `engine`; with `json_path`, write the JSON report (and the
     per-episode table beside it) and resume from `<json_path>.parts/`. Raises PrepError when the
@@ -462,7 +463,7 @@ def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_pa
     ds, rejected = open_validated(src, "verify", options.reader)  # metadata checked before any unit
     if json_path is not None:  # in the source, or a link in its place: refused before anything is written
         json_path = Path(json_path).absolute()
-        parts.check_report_place([src], json_path, table_path_for(json_path))
+        parts.check_report_place([local_root(ds)], json_path, table_path_for(json_path))
     engine.prepare()  # a scheduler that cannot be reached: refused before anything is written
     if json_path is not None:
         atomic.check_target(Path(json_path).absolute())  # read-only, full, a folder: refused before any work
@@ -515,7 +516,7 @@ def verify_dataset(src: Path, options: VerifyOptions, engine: Engine, *, json_pa
             work.release()
 
 
-def verify_in_process(src: Path, options: VerifyOptions) -> VerifyReport:
+def verify_in_process(src: Path | Location, options: VerifyOptions) -> VerifyReport:
     """`verify_dataset` on the inline engine (this process, one unit after another): for tests,
     benchmarks, and callers already running inside a worker."""
     with open_engine(RunConfig(backend="inline", progress=False)) as engine:

@@ -17,19 +17,19 @@ LeRobot does), through a `DecoderCache` that each worker process keeps open.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset as TorchDataset
 
-from pipeline.dataset import Dataset, resolve_inside
-from pipeline.errors import DatasetError
+from pipeline.dataset import Dataset
+from pipeline.errors import DatasetError, EpisodeError
 from pipeline.formats import open_dataset
 from pipeline.loader.decode import DecoderCache
 from pipeline.loader.resize import resize_with_pad
 from pipeline.loader.rows import ACTION_KEY, STATE_KEY, EpisodeRows, load_rows
+from pipeline.storage import FileProblem, Root, StorePath
 
 IMAGE_SIZE = 224
 DEFAULT_HORIZON = 50
@@ -38,7 +38,7 @@ DEFAULT_HORIZON = 50
 class PrepFrameDataset(TorchDataset[dict[str, Any]]):
     def __init__(
         self,
-        root: Path | str,
+        root: Root,
         *,
         horizon: int = DEFAULT_HORIZON,
         image_size: int = IMAGE_SIZE,
@@ -57,10 +57,9 @@ class PrepFrameDataset(TorchDataset[dict[str, Any]]):
         self.image_size = image_size
         self.cameras = ds.camera_keys
         self.rows: EpisodeRows = load_rows(ds)
-        # Absolute video paths per episode position and camera, resolved (and checked) once.
-        self._videos: list[tuple[tuple[str, str, float], ...]] = [
-            tuple((ref.camera, str(resolve_inside(ds.root, ref.rel, episode=ep.index)), ref.from_timestamp)
-                  for ref in ep.videos)
+        # Video files per episode position and camera, checked once to lie inside the dataset (its store's rules)
+        self._videos: list[tuple[tuple[str, StorePath, float], ...]] = [
+            tuple((ref.camera, _inside(ds.root / ref.rel, ep.index), ref.from_timestamp) for ref in ep.videos)
             for ep in self.rows.episodes
         ]
         self.decoders = DecoderCache(max_open=max_open, thread_count=thread_count)
@@ -116,3 +115,11 @@ class PrepFrameDataset(TorchDataset[dict[str, Any]]):
         item["timestamp"] = torch.tensor(float("nan"), dtype=torch.float64)
         item["_decode_s"] = torch.tensor(0.0, dtype=torch.float64)
         return item
+
+
+def _inside(path: StorePath, episode: int) -> StorePath:
+    try:
+        path.store.check(path.rel)
+    except FileProblem as exc:
+        raise EpisodeError(episode, exc.path, exc.message) from None
+    return path

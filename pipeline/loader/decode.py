@@ -19,6 +19,9 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from pipeline.storage import FileProblem, StorePath
+from pipeline.video.probe import open_media
+
 # Contexts inherited through fork are parked here, never closed: finalizing an FFmpeg context
 # that the parent opened can deadlock the child (observed with PyAV 18). Workers leave via
 # os._exit, so nothing here is ever finalized; the memory is shared copy-on-write anyway.
@@ -40,7 +43,7 @@ class _OpenVideo:
 class DecoderCache:
     """Open PyAV containers by path, least recently used closed beyond `max_open`."""
 
-    _open: OrderedDict[str, _OpenVideo]
+    _open: OrderedDict[str | StorePath, _OpenVideo]
     _reformatter: VideoReformatter
 
     def __init__(self, max_open: int = 128, thread_count: int = 1) -> None:
@@ -67,7 +70,7 @@ class DecoderCache:
         self.max_open, self.thread_count = state["max_open"], state["thread_count"]
         self._reset()
 
-    def _video(self, path: str) -> _OpenVideo:
+    def _video(self, path: str | StorePath) -> _OpenVideo:
         if os.getpid() != self._pid:  # forked: the parent's contexts are not ours to use
             self._reset()
         video = self._open.get(path)
@@ -75,7 +78,9 @@ class DecoderCache:
             self._open.move_to_end(path)
             return video
         try:
-            container = av.open(path, mode="r")
+            container = av.open(open_media(path), mode="r")  # through its store (a local path, or a reader)
+        except FileProblem as exc:
+            raise FrameError(f"{path}: cannot open ({exc.message})") from None
         except (av.FFmpegError, OSError) as exc:
             raise FrameError(f"{path}: cannot open ({type(exc).__name__}: {exc})") from None
         if not container.streams.video:
@@ -94,7 +99,7 @@ class DecoderCache:
             old.container.close()
         return video
 
-    def frame_at(self, path: str, t: float) -> np.ndarray:
+    def frame_at(self, path: str | StorePath, t: float) -> np.ndarray:
         """The RGB frame (h, w, 3) uint8 shown at `t` seconds into the file (nearest pts, ±half a frame)."""
         start = time.perf_counter()
         video = self._video(path)
@@ -124,7 +129,7 @@ class DecoderCache:
                 return frame if frame.pts <= hi else None
         return None
 
-    def _drop(self, path: str) -> None:
+    def _drop(self, path: str | StorePath) -> None:
         video = self._open.pop(path, None)
         if video is not None:
             video.container.close()

@@ -12,8 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.dataset import Dataset, Episode, resolve_inside
-from pipeline.errors import DatasetError
+from pipeline.dataset import Dataset, Episode
+from pipeline.errors import DatasetError, EpisodeError
+from pipeline.storage import STREAM_BLOCK, FileProblem
 
 STATE_KEY = "observation.state"
 ACTION_KEY = "action"
@@ -60,9 +61,16 @@ def load_rows(ds: Dataset) -> EpisodeRows:
     parts: list[dict[str, np.ndarray]] = []
     for ep in ds.episodes:
         if ep.data.rel not in by_file:
-            path = resolve_inside(ds.root, ep.data.rel, episode=ep.index)
+            path = ds.root / ep.data.rel
             try:
-                table = pq.read_table(path, columns=list(COLUMNS))
+                path.store.check(path.rel)  # inside the dataset (its store's rules)
+            except FileProblem as exc:
+                raise EpisodeError(ep.index, exc.path, exc.message) from None
+            try:
+                with path.media(block_size=STREAM_BLOCK, what="parquet file") as source:
+                    table = pq.read_table(source, columns=list(COLUMNS))
+            except FileProblem as exc:
+                raise DatasetError(path, f"cannot read parquet columns {list(COLUMNS)}: {exc.message}") from None
             except (pa.ArrowException, OSError) as exc:
                 raise DatasetError(path, f"cannot read parquet columns {list(COLUMNS)}: {exc}") from None
             by_file = {ep.data.rel: table}  # keep one file at a time: episodes are sorted by file

@@ -33,15 +33,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.bounded import read_json
 from pipeline.checks import Status
-from pipeline.dataset.model import resolve_inside
-from pipeline.errors import EpisodeError
+from pipeline.dataset.info import read_json_file
+from pipeline.errors import DatasetError, EpisodeError
 from pipeline.formats.hf import target_metadata
 from pipeline.formats.plan import DataConcatUnit, DataSplitUnit, KeyframeCheckUnit, VideoConcatUnit, VideoCutUnit
 from pipeline.rates import fps_fraction, frames_to_seconds
 from pipeline.stages.keep import keep_or_write
 from pipeline.stages.result import FileResult, failure_text, file_stage, reason_of
+from pipeline.storage import STREAM_BLOCK, FileProblem, Location, Root, Source, StorePath, as_file, as_root
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, CheckFailure, Span, VideoExpect, check_coverage, check_video
 from pipeline.video.remux import ConcatInput, StartProblem, concat_stream_copy, cut_stream_copy, episodes_off_keyframe
 
@@ -62,6 +62,16 @@ ConvertResult = FileResult  # kind: "video-concat" | "video-cut" | "data-concat"
 def _written(kind: str, unit: Any, status: Status, dst: Path, rewritten: int = 0) -> ConvertResult:
     return FileResult(kind=kind, out_rel=unit.out_rel, status=status, out_bytes=dst.stat().st_size,
                       index_rewritten=rewritten)
+
+
+def source_file(root: Root, rel: str, episode: int | None) -> StorePath:
+    """The source dataset's file `rel`, checked to lie inside it (its store's rules: links too)."""
+    path = as_root(root) / rel
+    try:
+        path.store.check(path.rel)
+    except FileProblem as exc:
+        raise EpisodeError(episode, exc.path, exc.message) from None
+    return path
 
 
 # ---- videos ---------------------------------------------------------------------------------------
@@ -115,8 +125,7 @@ def concat_video(unit: VideoConcatUnit) -> ConvertResult:
         dst = Path(unit.out_root) / unit.out_rel
 
         def write(tmp: Path) -> None:
-            src = Path(unit.src_root)
-            inputs = [ConcatInput(i.episode, resolve_inside(src, i.rel, episode=i.episode), i.frames)
+            inputs = [ConcatInput(i.episode, source_file(unit.src_root, i.rel, i.episode), i.frames)
                       for i in unit.inputs]
             concat_stream_copy(inputs, tmp, fps_fraction(unit.fps))
 
@@ -133,7 +142,7 @@ def cut_video(unit: VideoCutUnit) -> ConvertResult:
         out_span = [Span(unit.episode, 0.0, None, unit.frames)]
 
         def write(tmp: Path) -> None:
-            src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.episode)
+            src = source_file(unit.src_root, unit.src_rel, unit.episode)
             span = Span(unit.episode, unit.from_timestamp, unit.to_timestamp, unit.frames)
             cut_stream_copy(src, tmp, span, fps_fraction(unit.fps))
 
@@ -147,26 +156,29 @@ def cut_video(unit: VideoCutUnit) -> ConvertResult:
 # ---- data -----------------------------------------------------------------------------------------
 
 
-def _source_features(src_root: str) -> dict[str, Any]:
+def _source_features(src_root: Location) -> dict[str, Any]:
     """The source's info.json features (only needed when a parquet carries no Hugging Face features)."""
     try:
-        info = read_json(Path(src_root) / "meta/info.json")
-    except (OSError, ValueError):
+        info = read_json_file(StorePath(src_root, "meta/info.json"))
+    except (DatasetError, OSError, ValueError):
         return {}
     feats = info.get("features") if isinstance(info, dict) else None
     return feats if isinstance(feats, dict) else {}
 
 
-def _read_parquet(path: Path, episode: int | None) -> pa.Table:
+def _read_parquet(path: Source, episode: int | None) -> pa.Table:
     try:
-        return pq.read_table(path)
+        with as_file(path).media(block_size=STREAM_BLOCK, what="parquet file") as source:
+            return pq.read_table(source)
+    except FileProblem as exc:
+        raise EpisodeError(episode, exc.path, exc.message) from None
     except FileNotFoundError:
         raise EpisodeError(episode, path, "missing parquet file") from None
     except (pa.ArrowException, OSError) as exc:
         raise EpisodeError(episode, path, f"unreadable parquet ({type(exc).__name__}: {exc})") from None
 
 
-def with_index(table: pa.Table, first: int, episode: int | None, path: Path) -> tuple[pa.Table, int]:
+def with_index(table: pa.Table, first: int, episode: int | None, path: Source) -> tuple[pa.Table, int]:
     """The table with `index` = first, first+1, ...; returns it and how many rows had another value."""
     if "index" not in table.column_names:
         raise EpisodeError(episode, path, "no 'index' column (LeRobot reads each row's global index from it)")
@@ -181,7 +193,7 @@ def with_index(table: pa.Table, first: int, episode: int | None, path: Path) -> 
     return table.set_column(pos, field, pa.array(want, type=field.type)), changed
 
 
-def _episode_column_check(table: pa.Table, episode: int, path: Path) -> None:
+def _episode_column_check(table: pa.Table, episode: int, path: Source) -> None:
     if "episode_index" not in table.column_names:
         return
     values = table.column("episode_index").to_numpy(zero_copy_only=False)
@@ -194,9 +206,11 @@ def data_failures(path: Path, episodes: Sequence[tuple[int, int]], first_index: 
     """What is wrong with a written data parquet that should hold `episodes` [(episode, rows)] in order,
     with `index` running from `first_index` (empty list = it passes)."""
     try:
-        pf = pq.ParquetFile(path)
-        names = pf.schema_arrow.names
-        table = pf.read(columns=[c for c in ("episode_index", "frame_index", "index") if c in names])
+        with as_file(path).media(what="parquet file") as source, pq.ParquetFile(source) as pf:
+            names = pf.schema_arrow.names
+            table = pf.read(columns=[c for c in ("episode_index", "frame_index", "index") if c in names])
+    except FileProblem as exc:
+        return [f"unreadable parquet ({exc.message})"]
     except (pa.ArrowException, OSError) as exc:
         return [f"unreadable parquet ({type(exc).__name__}: {exc})"]
     total = sum(n for _, n in episodes)
@@ -230,7 +244,7 @@ def concat_data(unit: DataConcatUnit) -> ConvertResult:
             index = unit.first_index
             try:
                 for item in unit.inputs:
-                    path = resolve_inside(Path(unit.src_root), item.rel, episode=item.episode)
+                    path = source_file(unit.src_root, item.rel, item.episode)
                     table = _read_parquet(path, item.episode)
                     if table.num_rows != item.frames:
                         raise EpisodeError(item.episode, path, f"{table.num_rows} rows (frames_in_parquet) but the "
@@ -272,10 +286,10 @@ def split_data(units: Sequence[DataSplitUnit]) -> list[ConvertResult]:
 def _split_one_source(units: list[DataSplitUnit]) -> Iterator[ConvertResult]:
     cache: dict[str, Any] = {}
 
-    def source() -> tuple[pa.Table, np.ndarray, Path]:
+    def source() -> tuple[pa.Table, np.ndarray, StorePath]:
         if "table" not in cache:
             u = units[0]
-            path = resolve_inside(Path(u.src_root), u.src_rel, episode=u.episode)
+            path = source_file(u.src_root, u.src_rel, u.episode)
             table = _read_parquet(path, None)
             if "episode_index" not in table.column_names:
                 raise EpisodeError(None, path, "no 'episode_index' column")
@@ -312,10 +326,10 @@ def _split_one_source(units: list[DataSplitUnit]) -> Iterator[ConvertResult]:
 
 def check_keyframes(unit: KeyframeCheckUnit) -> list[StartProblem]:
     """The episodes of one v3.0 file that a stream-copy cut could not copy exactly (one demux, no decode)."""
-    path = Path(unit.src_root) / unit.rel
+    path = StorePath(unit.src_root, "") / unit.rel
     spans = [Span(ep, t0, t1, n) for ep, t0, t1, n in unit.spans]
     try:
-        path = resolve_inside(Path(unit.src_root), unit.rel, episode=spans[0].episode if spans else None)
+        path = source_file(unit.src_root, unit.rel, spans[0].episode if spans else None)
         return episodes_off_keyframe(path, spans, unit.camera)
     except EpisodeError as exc:
         return [StartProblem(s.episode, unit.camera, str(path), exc.message) for s in spans]
@@ -362,5 +376,5 @@ def convert_failed(unit: ConvertUnit, exc: BaseException) -> list[ConvertResult]
 
 def keyframes_failed(unit: KeyframeCheckUnit, exc: BaseException) -> list[StartProblem]:
     reason = reason_of(exc)
-    return [StartProblem(ep, unit.camera, str(Path(unit.src_root) / unit.rel), f"not checked: {reason}")
+    return [StartProblem(ep, unit.camera, str(StorePath(unit.src_root, "") / unit.rel), f"not checked: {reason}")
             for ep, _t0, _t1, _n in unit.spans]

@@ -8,9 +8,7 @@ disk) is returned with its errno text so the job can stop with one line.
 
 from __future__ import annotations
 
-import filecmp
 import itertools
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,14 +20,23 @@ import pyarrow.parquet as pq
 
 from pipeline import atomic
 from pipeline.checks import Status
-from pipeline.dataset.model import require_file, resolve_inside
 from pipeline.errors import EpisodeError
 from pipeline.stages.result import StageResult, reason_of
+from pipeline.storage import (
+    HEADER_BLOCK,
+    STREAM_BLOCK,
+    Location,
+    Source,
+    StorePath,
+    as_file,
+    local_location,
+    same_bytes,
+)
 
 
 @dataclass(slots=True, frozen=True)
 class DataUnit:
-    src_root: str
+    src_root: Location  # the source dataset: its file `rel` is read through its store
     out_root: str
     rel: str
     episodes: tuple[int, ...]
@@ -55,10 +62,9 @@ class DataCopied(StageResult):
 
 def copy_data(unit: DataUnit) -> DataCopied:
     out = DataCopied(unit.rel, unit.episodes)
-    first = unit.episodes[0] if unit.episodes else None
+    src = StorePath(unit.src_root, "") / unit.rel
     try:
-        src = resolve_inside(Path(unit.src_root), unit.rel, episode=first)
-        require_file(src, "parquet file", episode=first)
+        size = src.stat("parquet file").size  # missing, not a file, or leaving the dataset (its store's rules)
     except EpisodeError as exc:
         out.fail(exc.message, exc.path)
         return out
@@ -68,10 +74,9 @@ def copy_data(unit: DataUnit) -> DataCopied:
             out.repaired = repair_timestamps(src, dst, unit.repair_fps, Path(unit.out_root))
             out.bytes = dst.stat().st_size
         else:
-            out.bytes = src.stat().st_size
-            if not (dst.is_file() and dst.stat().st_size == out.bytes and filecmp.cmp(src, dst, shallow=False)):
-                with atomic.atomic_path(dst, Path(unit.out_root)) as tmp:
-                    shutil.copyfile(src, tmp)
+            out.bytes = size
+            if not (dst.is_file() and dst.stat().st_size == out.bytes and same_bytes(src, dst)):
+                local_location(unit.out_root).store().copy_in(src.store, src.rel, unit.rel)  # atomic
     except atomic.WriteError as exc:  # the output cannot be written: named with its disk, not the source
         out.status, out.write_error = Status.FAILED, str(exc)
         return out
@@ -84,15 +89,20 @@ def copy_data(unit: DataUnit) -> DataCopied:
         return out
     try:
         if not unit.shared:
-            out.total_rows = pq.read_metadata(src).num_rows
+            with src.media(block_size=HEADER_BLOCK, what="parquet file") as source:  # the footer
+                out.total_rows = pq.read_metadata(source).num_rows
             out.rows = [out.total_rows] * len(unit.episodes)
         else:
-            counts = pc.value_counts(pq.read_table(src, columns=["episode_index"])["episode_index"]).to_pylist()
+            with src.media(block_size=STREAM_BLOCK, what="parquet file") as source:
+                counts = pc.value_counts(pq.read_table(source, columns=["episode_index"])["episode_index"]).to_pylist()
             by_ep = {int(c["values"]): int(c["counts"]) for c in counts}
             out.rows = [by_ep.get(e, 0) for e in unit.episodes]
             out.total_rows = sum(by_ep.values())
     except (pa.ArrowException, OSError, KeyError) as exc:
         out.rows, out.rows_error = [None] * len(unit.episodes), f"unreadable parquet ({exc})"
+        return out
+    except EpisodeError as exc:
+        out.rows, out.rows_error = [None] * len(unit.episodes), f"unreadable parquet ({exc.message})"
         return out
     if unit.stats_features:
         try:
@@ -111,11 +121,14 @@ def data_stats_sidecar(out_root: Path, rel: str) -> Path:
     return out_root / "prep" / "stats" / "data" / f"{rel}.json"
 
 
-def episode_stats(path: Path, features: tuple[str, ...]) -> dict[int, dict[str, dict[str, list[Any]]]]:
+def episode_stats(path: Source, features: tuple[str, ...]) -> dict[int, dict[str, dict[str, list[Any]]]]:
     """Per episode, LeRobot 0.3.x's `compute_episode_stats` of each numeric column: min, max, mean, std
     (population) over the episode's rows, per dimension (a scalar column: shape [1]), and count [rows]."""
-    names = [f for f in features if f in pq.read_schema(path).names]
-    table = pq.read_table(path, columns=sorted({*names, "episode_index"}))
+    with as_file(path).media(block_size=STREAM_BLOCK, what="parquet file") as source:
+        names = [f for f in features if f in pq.read_schema(source).names]
+        if not isinstance(source, str):
+            source.seek(0)
+        table = pq.read_table(source, columns=sorted({*names, "episode_index"}))
     episodes = table["episode_index"].to_numpy(zero_copy_only=False).astype(np.int64)
     arrays: dict[str, np.ndarray] = {}
     for name in names:
@@ -133,12 +146,13 @@ def episode_stats(path: Path, features: tuple[str, ...]) -> dict[int, dict[str, 
     return out
 
 
-def repair_timestamps(src: Path, dst: Path, fps: float, root: Path | None = None) -> list[int]:
+def repair_timestamps(src: Source, dst: Path, fps: float, root: Path | None = None) -> list[int]:
     """Write `src` to `dst` with `timestamp = frame_index / fps` (in the column's own type), where the video
     frames are on the 1/fps grid but the parquet timestamps are not (wall-clock stamps, float drift): what
     LeRobot computes from the timestamps then finds each row's frame. Every other column is unchanged; the
     file is no longer byte-identical. Returns the episodes whose timestamps changed."""
-    table = pq.read_table(src)
+    with as_file(src).media(block_size=STREAM_BLOCK, what="parquet file") as source:
+        table = pq.read_table(source)
     if "frame_index" not in table.column_names:
         raise KeyError("no frame_index column to derive timestamps from")
     frame_index = table["frame_index"].to_numpy(zero_copy_only=False).astype(np.float64)

@@ -27,10 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.checks import Status
-from pipeline.dataset.model import resolve_inside
 from pipeline.errors import EpisodeError
 from pipeline.rates import fps_fraction, frames_to_seconds
-from pipeline.stages.convert import _read_parquet, data_check, video_check, video_failures
+from pipeline.stages.convert import _read_parquet, data_check, source_file, video_check, video_failures
 from pipeline.stages.edit_video import (
     EncodeSettings,
     SpliceSpan,
@@ -42,6 +41,7 @@ from pipeline.stages.edit_video import (
 )
 from pipeline.stages.keep import OutputRecord, keep_or_write, record_of
 from pipeline.stages.result import FileResult, file_stage, reason_of
+from pipeline.storage import STREAM_BLOCK, FileProblem
 from pipeline.video.checks import Span
 from pipeline.video.remux import StartProblem
 
@@ -197,15 +197,16 @@ def copy_failures(unit: CopyVideoUnit, path: Path) -> list[Any]:
 def copy_video(unit: CopyVideoUnit) -> EditResult:
     def body() -> EditResult:
         dst = Path(unit.out_root) / unit.out_rel
-        src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.episode)
+        src = source_file(unit.src_root, unit.src_rel, unit.episode)
         try:
-            size = src.stat().st_size
-        except FileNotFoundError:
-            raise EpisodeError(unit.episode, src, "missing video file") from None
+            size = src.stat("video file").size
+        except FileProblem as exc:
+            raise EpisodeError(unit.episode, exc.path, exc.message) from None
 
         def write(tmp: Path) -> None:
             try:
-                shutil.copyfile(src, tmp)
+                with src.open(block_size=STREAM_BLOCK) as fin, open(tmp, "wb") as fout:  # the source through
+                    shutil.copyfileobj(fin, fout, STREAM_BLOCK)  # its store
             except OSError as exc:
                 raise EpisodeError(unit.episode, src, f"cannot copy: {exc.strerror or exc}") from None
 
@@ -220,9 +221,9 @@ def copy_video(unit: CopyVideoUnit) -> EditResult:
             return f"the kept episode's video failed its checks: {found}{more}"
 
         # renamed into place only when complete and checked
-        status = keep_or_write(dst, Path(unit.out_root), write, check, record=_record(unit, [src]),
+        status = keep_or_write(dst, Path(unit.out_root), write, check, record=_record(unit, [src.local]),
                                keep=lambda path: path.stat().st_size == size and check(path) is None,
-                               episode=unit.episode, blame=src)
+                               episode=unit.episode, blame=src.local)
         return _result("video-copy", unit, status, dst)
 
     return file_stage("video-copy", unit.out_rel, 1, unit.frames, body)
@@ -243,7 +244,7 @@ def out_spans(unit: SpliceVideoUnit) -> list[Span]:
 def splice_video(unit: SpliceVideoUnit) -> EditResult:
     def body() -> EditResult:
         dst = Path(unit.out_root) / unit.out_rel
-        segments = [(resolve_inside(Path(g.src_root), g.src_rel, episode=g.spans[0].episode if g.spans else None),
+        segments = [(source_file(g.src_root, g.src_rel, g.spans[0].episode if g.spans else None).local,
                      g.spans) for g in unit.segments]
         status = keep_or_write(dst, Path(unit.out_root),
                                lambda tmp: splice_segments(segments, tmp, fps_fraction(unit.fps)),
@@ -257,7 +258,7 @@ def splice_video(unit: SpliceVideoUnit) -> EditResult:
 def check_splice(unit: SpliceCheckUnit) -> list[StartProblem]:
     path = Path(unit.src_root) / unit.src_rel
     try:
-        path = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.spans[0].episode if unit.spans else None)
+        path = source_file(unit.src_root, unit.src_rel, unit.spans[0].episode if unit.spans else None).local
         return splice_problems(path, unit.spans, unit.camera)
     except EpisodeError as exc:
         return [StartProblem(s.episode, unit.camera, str(path), exc.message) for s in unit.spans if s.keep]
@@ -274,7 +275,7 @@ def check_partial(unit: SpliceCheckUnit) -> list[StartProblem]:
     the cut's problem), so that the others are copied exactly."""
     path = Path(unit.src_root) / unit.src_rel
     try:
-        path = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.spans[0].episode if unit.spans else None)
+        path = source_file(unit.src_root, unit.src_rel, unit.spans[0].episode if unit.spans else None).local
         found = partial_reencode(path, unit.spans)
     except EpisodeError as exc:
         return [StartProblem(s.episode, unit.camera, str(path), f"not checked: {exc.message}") for s in unit.spans
@@ -289,7 +290,7 @@ def reencode_video(unit: ReencodeVideoUnit) -> EditResult:
         dst = Path(unit.out_root) / unit.out_rel
         n = unit.span.frames
         spans = [Span(unit.new_episode, 0.0, frames_to_seconds(n, unit.fps), n)]
-        src = resolve_inside(Path(unit.src_root), unit.src_rel, episode=unit.span.episode)
+        src = source_file(unit.src_root, unit.src_rel, unit.span.episode).local
         settings: EncodeSettings = encode_settings(src, json.loads(unit.feature_info))
         note = (f"episode {unit.span.episode} -> {unit.new_episode} ({unit.camera}) re-encoded with "
                 f"{settings.describe()}: {unit.why}")
@@ -338,7 +339,7 @@ def edit_data(unit: EditDataUnit) -> EditResult:
         dst = Path(unit.out_root) / unit.out_rel
         expected = [(p.new_episode, p.frames) for p in unit.parts]
         first_index = unit.parts[0].new_from_index
-        sources = [resolve_inside(Path(inp.src_root), inp.src_rel, episode=inp.parts[0].episode)
+        sources = [source_file(inp.src_root, inp.src_rel, inp.parts[0].episode).local
                    for inp in unit.inputs]
 
         def write(tmp: Path) -> None:
@@ -347,7 +348,7 @@ def edit_data(unit: EditDataUnit) -> EditResult:
             try:
                 for inp in unit.inputs:
                     first = inp.parts[0].episode
-                    src = resolve_inside(Path(inp.src_root), inp.src_rel, episode=first)
+                    src = source_file(inp.src_root, inp.src_rel, first).local
                     table = _read_parquet(src, first if len(inp.parts) == 1 else None)
                     if "episode_index" not in table.column_names:
                         raise EpisodeError(first, src, "no 'episode_index' column")

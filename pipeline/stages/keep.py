@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from pipeline import atomic
 from pipeline.checks import Status
 from pipeline.errors import EpisodeError
 from pipeline.formats.write import PREP_DIR
+from pipeline.storage import HEADER_BLOCK, STREAM_BLOCK, Source, StorePath, as_file
 
 FINGERPRINTS = ("ctime", "content")
 DEFAULT_FINGERPRINT = "ctime"
@@ -40,47 +40,57 @@ CONTENT_CHUNK = 1 << 20
 RECORDS_DIR = f"{PREP_DIR}/records"  # convert's and edit's records: <out>/prep/records/<rel>.json
 
 
-def content_hash(path: Path) -> str:
-    """BLAKE2b (16 bytes) of every byte of the file."""
+def content_hash(path: Source) -> str:
+    """BLAKE2b (16 bytes) of every byte of the file (streamed through its store)."""
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
+    with as_file(path).open(block_size=STREAM_BLOCK) as fh:
         while block := fh.read(CONTENT_CHUNK):
             h.update(block)
     return h.hexdigest()
 
 
-def source_fingerprint(path: Path, *, content: bool = True) -> dict[str, Any]:
-    """Size, mtime, inode change time (ctime), a hash of three blocks and (`content`) of every byte: what a
-    rerun compares (`fingerprint_matches`) to keep an output made from this very file."""
-    st = os.stat(path)
+def version_keys(path: StorePath) -> dict[str, Any]:
+    """What says the bytes of a file may have changed without its size and mtime: a local file's inode change
+    time (`ctime_ns`), an object's ETag (`etag`)."""
+    st = path.stat()
+    if path.location.is_local:  # the local store's version: "<inode>:<ctime_ns>"
+        return {"ctime_ns": int(st.version.rpartition(":")[2])}
+    return {"ctime_ns": None, "etag": st.version}
+
+
+def source_fingerprint(path: Source, *, content: bool = True) -> dict[str, Any]:
+    """Size, mtime, inode change time (ctime; an object's ETag), a hash of three blocks and (`content`) of every
+    byte: what a rerun compares (`fingerprint_matches`) to keep an output made from this very file."""
+    src = as_file(path)
+    st = src.stat()
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        for offset in sorted({0, max(0, st.st_size // 2 - FINGERPRINT_BLOCK // 2),
-                              max(0, st.st_size - FINGERPRINT_BLOCK)}):
+    with src.open(block_size=HEADER_BLOCK) as fh:
+        for offset in sorted({0, max(0, st.size // 2 - FINGERPRINT_BLOCK // 2),
+                              max(0, st.size - FINGERPRINT_BLOCK)}):
             fh.seek(offset)
             h.update(fh.read(FINGERPRINT_BLOCK))
-    fp: dict[str, Any] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
-                          "blake2b": h.hexdigest()}
+    fp: dict[str, Any] = {"bytes": st.size, "mtime_ns": st.mtime_ns, **version_keys(src), "blake2b": h.hexdigest()}
     if content:
         fp["content_blake2b"] = content_hash(path)
     return fp
 
 
-def fingerprint_matches(recorded: Any, path: Path, mode: str = DEFAULT_FINGERPRINT) -> bool:
-    """Whether the source at `path` is the one `recorded` was taken of: "ctime" compares size, mtime, ctime and
-    the three-block hash (no full read); "content" compares size, the three-block hash and the hash of every
-    byte (mtime and ctime may differ: a copy of the same bytes matches)."""
+def fingerprint_matches(recorded: Any, path: Source, mode: str = DEFAULT_FINGERPRINT) -> bool:
+    """Whether the source at `path` is the one `recorded` was taken of: "ctime" compares size, mtime, ctime (an
+    object's ETag) and the three-block hash (no full read); "content" compares size, the three-block hash and the
+    hash of every byte (mtime and ctime may differ: a copy of the same bytes matches)."""
     if not isinstance(recorded, dict):
         return False
     try:
         now = source_fingerprint(path, content=False)
-    except OSError:  # the source is gone or unreadable: nothing made from it is kept
+    except (OSError, EpisodeError):  # the source is gone or unreadable: nothing made from it is kept
         return False
     if any(recorded.get(k) != now[k] for k in CHEAP_KEYS):
         return False
     if mode == "content":
         return isinstance(recorded.get("content_blake2b"), str) and recorded["content_blake2b"] == content_hash(path)
-    return recorded.get("mtime_ns") == now["mtime_ns"] and recorded.get("ctime_ns") == now["ctime_ns"]
+    return recorded.get("mtime_ns") == now["mtime_ns"] and recorded.get("ctime_ns") == now["ctime_ns"] and \
+        recorded.get("etag") == now.get("etag")
 
 
 def file_identity(path: Path) -> dict[str, int | str]:
@@ -103,7 +113,7 @@ class OutputRecord:
 
     path: Path
     key: Any
-    sources: tuple[Path, ...] = ()
+    sources: tuple[Source, ...] = ()
     mode: str = DEFAULT_FINGERPRINT
     content: bool = False
     root: Path | None = None  # the output folder the record is in (no folder below it may be a link)
@@ -143,7 +153,7 @@ def record_of(out_root: str | Path, rel: str, key: Any, sources: Sequence[Path])
 def keep_or_write(dst: Path, root: Path, write: Callable[[Path], object], check: Callable[[Path], str | None], *,
                   record: OutputRecord | None = None, keep: Callable[[Path], bool] | None = None,
                   saved: Callable[[Path], None] | None = None, episode: int | None = None,
-                  blame: Path | None = None) -> Status:
+                  blame: Path | StorePath | None = None) -> Status:
     """`Status.KEPT` when `dst` is a file whose `record` (if any) says it is this very output and that passes
     `keep` (default: `check`, the checks of a new file); else `Status.WRITTEN`: `write(tmp)` under a temp name beside
     `dst`, `check(tmp)` (a reason refuses it: `EpisodeError(episode, blame or dst, reason)`, and the temp file is
@@ -155,7 +165,7 @@ def keep_or_write(dst: Path, root: Path, write: Callable[[Path], object], check:
         write(tmp)
         reason = check(tmp)
         if reason is not None:
-            raise EpisodeError(episode, blame or dst, reason)
+            raise EpisodeError(episode, str(blame) if blame is not None else dst, reason)
         if saved is not None:
             saved(tmp)
         if record is not None:

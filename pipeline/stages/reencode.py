@@ -24,7 +24,7 @@ import numpy as np
 from pipeline import atomic
 from pipeline.checks import Status
 from pipeline.dataset.features import is_depth_feature, is_high_bit_gray
-from pipeline.dataset.model import CameraInfo, Dataset, resolve_inside
+from pipeline.dataset.model import CameraInfo, Dataset
 from pipeline.errors import EpisodeError
 from pipeline.formats.base import EpisodeVideo
 from pipeline.formats.write import PREP_DIR
@@ -36,6 +36,7 @@ from pipeline.stages.keep import (
     source_fingerprint,
 )
 from pipeline.stages.result import StageResult, reason_of
+from pipeline.storage import STREAM_BLOCK, Location, Source, StorePath, as_root
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,
@@ -93,7 +94,7 @@ class ReencodeOptions:
 
 @dataclass(slots=True, frozen=True)
 class ReencodeUnit:
-    src_root: str
+    src_root: Location | str  # the source dataset (a local folder's path: its Location): `rel` read through its store
     out_root: str
     rel: str
     camera: str
@@ -160,7 +161,7 @@ def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator
             Span(ep.index, ep.video(camera).from_timestamp, ep.video(camera).to_timestamp, ep.frames_expected)
             for ep in episodes
         )
-        yield ReencodeUnit(str(ds.root), str(out), rel, camera, ds.fps, spans, options,
+        yield ReencodeUnit(ds.location, str(out), rel, camera, ds.fps, spans, options,
                            declared_size(cameras[camera]), depth[camera])
 
 
@@ -297,7 +298,7 @@ def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[
     return loaded
 
 
-def load_stats(path: Path, key: dict[str, Any], source: Path | None = None,
+def load_stats(path: Path, key: dict[str, Any], source: Source | None = None,
                mode: str = DEFAULT_FINGERPRINT, output: Path | None = None) -> list[dict[str, Any]] | None:
     """The stats saved beside an earlier output of the same settings and spans, made from this very source
     (`source`: its fingerprint matches by `mode`) into this very file (`output`: its size and block hash are the
@@ -338,7 +339,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     t0 = time.perf_counter()
     result = ReencodeResult(rel=unit.rel, camera=unit.camera, status=Status.FAILED)
     try:
-        src = resolve_inside(Path(unit.src_root), unit.rel)
+        src = as_root(unit.src_root) / unit.rel  # read through its store (its rules: inside the dataset)
         dst = Path(unit.out_root) / unit.rel
         # pix_fmt=False: no probe decode at open (the source's pixel format is not needed here)
         probe = probe_video(src, episode=unit.spans[0].episode if unit.spans else None, pix_fmt=False)
@@ -425,7 +426,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     return result
 
 
-def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, result: ReencodeResult,
+def _copy_depth(unit: ReencodeUnit, src: StorePath, dst: Path, probe: VideoProbe, result: ReencodeResult,
                 t0: float) -> ReencodeResult:
     """A depth camera's file copied byte for byte (a lossy 8-bit 4:2:0 encode would squeeze thousands of
     depth levels into a few hundred): its spans, metadata and stats stay the source's. Kept on a rerun when
@@ -436,7 +437,8 @@ def _copy_depth(unit: ReencodeUnit, src: Path, dst: Path, probe: VideoProbe, res
 
     def write(tmp: Path) -> None:
         fingerprint.update(source_fingerprint(src))
-        shutil.copyfile(src, tmp)
+        with src.open(block_size=STREAM_BLOCK) as fin, open(tmp, "wb") as fout:  # through its store
+            shutil.copyfileobj(fin, fout, STREAM_BLOCK)
 
     def saved(tmp: Path) -> None:
         atomic.write_json(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": [{} for _ in spans],

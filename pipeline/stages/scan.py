@@ -19,7 +19,7 @@ from pipeline.checks import Status
 from pipeline.dataset.model import Dataset, Episode
 from pipeline.errors import EpisodeError
 from pipeline.stages.result import StageResult
-from pipeline.storage import HEADER_BLOCK, Location, Store, local_location
+from pipeline.storage import HEADER_BLOCK, Location, Store
 from pipeline.video.probe import IndexProbe, VideoProbe, probe_index, probe_video
 
 
@@ -59,7 +59,7 @@ class ScanUnit:
 
 def scan_units(ds: Dataset, location: Location | None = None) -> Iterator[ScanUnit]:
     """One unit per set of files (v2.1: per episode), lazily, in plan order; the first also probes pix_fmt."""
-    where = location or local_location(ds.root)
+    where = location or ds.location
     for k, positions in enumerate(ds.iter_file_sets()):
         yield ScanUnit(where, tuple(ds.episodes[int(p)] for p in positions), pix_fmt=k == 0)
 

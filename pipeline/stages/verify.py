@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -18,10 +17,11 @@ import pyarrow.parquet as pq
 
 from pipeline.checks import Severity, found_severity, is_file_check, target_severity
 from pipeline.dataset.features import is_high_bit_gray
-from pipeline.dataset.model import CameraInfo, Dataset, Episode, require_file, resolve_inside
+from pipeline.dataset.model import CameraInfo, Dataset, Episode
 from pipeline.errors import EpisodeError, WorkerLost
 from pipeline.formats import format_of
 from pipeline.stages.result import reason_of
+from pipeline.storage import STREAM_BLOCK, Location, OutsideRoot, StorePath
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,
@@ -84,7 +84,7 @@ class VerifyUnit:
     `file_spans` holds every span of each video file in the whole dataset (for v3.0 coverage).
     """
 
-    root: str
+    location: Location  # the dataset (`pipeline.storage`): its files are read through its store
     codebase_version: str
     fps: float
     cameras: tuple[CameraInfo, ...]
@@ -119,7 +119,6 @@ def verify_units(ds: Dataset, options: VerifyOptions, *, contiguous_index: bool 
                                        for p in groups.positions(g)))
         return cached[camera][1]
 
-    root = str(ds.root)
     floats = float_features(ds.info)
     for positions in ds.iter_file_sets():
         eps = tuple(ds.episodes[int(p)] for p in positions)
@@ -127,7 +126,7 @@ def verify_units(ds: Dataset, options: VerifyOptions, *, contiguous_index: bool 
         shared = tuple((ref.rel, file_spans(ref.camera, first)) for ref in eps[0].videos
                        if ref.to_timestamp is not None)
         yield VerifyUnit(
-            root=root, codebase_version=ds.codebase_version, fps=ds.fps, cameras=ds.cameras, episodes=eps,
+            location=ds.location, codebase_version=ds.codebase_version, fps=ds.fps, cameras=ds.cameras, episodes=eps,
             options=options, index_from=tuple(None if starts is None else int(starts[p]) for p in positions),
             file_spans=shared, float_columns=floats,
         )
@@ -207,22 +206,24 @@ def _by_reference(failure: CheckFailure, episode: int) -> CheckFailure:
 
 def _parquet(unit: VerifyUnit, results: dict[int, EpisodeVerify],
              file_failures: list[tuple[CheckFailure, set[int]]]) -> None:
-    root = Path(unit.root)
     first = unit.episodes[0]
     everyone = {ep.index for ep in unit.episodes}
+    path = StorePath(unit.location, "") / first.data.rel
     try:
-        path = resolve_inside(root, first.data.rel, episode=first.index)
-        require_file(path, "parquet file", episode=first.index)
+        path.stat("parquet file")  # missing, not a regular file, or leaving the dataset (the store's rules)
         try:
-            schema = pq.read_schema(path)
-            missing = [c for c in PARQUET_COLUMNS if c not in schema.names]
-            if missing:
-                file_failures.append((CheckFailure("parquet_columns", ", ".join(PARQUET_COLUMNS),
-                                                   f"missing {', '.join(missing)}", first.index, None,
-                                                   str(path)), everyone))
-                return
-            floats = [c for c in unit.float_columns if c in schema.names]
-            table = pq.read_table(path, columns=[*PARQUET_COLUMNS, *floats])
+            with path.media(block_size=STREAM_BLOCK, what="parquet file") as source:
+                schema = pq.read_schema(source)
+                missing = [c for c in PARQUET_COLUMNS if c not in schema.names]
+                if missing:
+                    file_failures.append((CheckFailure("parquet_columns", ", ".join(PARQUET_COLUMNS),
+                                                       f"missing {', '.join(missing)}", first.index, None,
+                                                       str(path)), everyone))
+                    return
+                floats = [c for c in unit.float_columns if c in schema.names]
+                if not isinstance(source, str):
+                    source.seek(0)
+                table = pq.read_table(source, columns=[*PARQUET_COLUMNS, *floats])
             bad_rows = {c: non_finite_rows(table[c]) for c in floats}  # row -> values not finite, per feature
         except (pa.ArrowException, OSError) as exc:
             raise EpisodeError(first.index, path, f"unreadable parquet ({exc})") from None
@@ -335,7 +336,7 @@ def _parquet_episode(ep: Episode, start: int | None, c: dict[str, np.ndarray], w
     return out
 
 
-def _inspect_camera(path: Path | str, expect: VideoExpect, spans: list[Span], cam: str,
+def _inspect_camera(path: StorePath, expect: VideoExpect, spans: list[Span], cam: str,
                     info: CameraInfo | None, codebase_version: str) -> VideoCheck:
     """`inspect_video`, except that a depth map (flagged or declared in info.json, or stored in more than 8 bits
     of gray) is checked as the copy prep makes of it: not against --size / --all-intra. A depth map found by
@@ -365,7 +366,7 @@ def rotation_finding(probe: VideoProbe, codebase_version: str, camera: str | Non
                      episode: int | None) -> CheckFailure | None:
     """A display matrix: every reader loads the file, but not all hand back the same orientation (lerobot
     0.3.x/0.4.x and 0.6.x's pyav backend: the coded frames; 0.6.x's torchcodec 0.11: rotated)."""
-    m = display_matrix(probe.path)
+    m = display_matrix(probe.source or probe.path)
     severity = found_severity("display_rotation", codebase_version)
     if m is None or severity is None:
         return None
@@ -379,7 +380,7 @@ def rotation_finding(probe: VideoProbe, codebase_version: str, camera: str | Non
 
 def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
             file_failures: list[tuple[CheckFailure, set[int]]]) -> None:
-    root = Path(unit.root)
+    root = StorePath(unit.location, "")
     opts = unit.options
     expect = VideoExpect(fps=unit.fps, size=opts.size, all_intra=opts.all_intra, decode=opts.decode)
     declared = {c.key: c for c in unit.cameras}
@@ -390,12 +391,13 @@ def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
         cam = ref0.camera
         spans = [Span(ep.index, ep.video(cam).from_timestamp, ep.video(cam).to_timestamp, ep.frames_expected)
                  for ep in unit.episodes]
+        path = root / ref0.rel
         try:
-            path: Path | str = resolve_inside(root, ref0.rel, episode=first.index)
-        except EpisodeError as exc:
-            path = exc.path
+            path.store.check(path.rel)  # inside the dataset (its links too): else not read at all
+        except OutsideRoot as exc:
             checked = None
-            failures = [CheckFailure("readable", "a video inside the dataset", exc.message, first.index, cam, path)]
+            failures = [CheckFailure("readable", "a video inside the dataset", exc.message, first.index, cam,
+                                     exc.path)]
         else:
             checked = _inspect_camera(path, expect, spans, cam, declared.get(cam), unit.codebase_version)
             failures = list(checked.failures)

@@ -36,6 +36,7 @@ from pipeline.storage.base import (
     STREAM_BLOCK,
     TESTED_SCHEMES,
     URL_RE,
+    Entry,
     FileProblem,
     Location,
     MissingFile,
@@ -44,6 +45,7 @@ from pipeline.storage.base import (
     Stat,
     StorageError,
     Store,
+    StorePath,
     clean_rel,
     join_url,
     parse_options,
@@ -51,10 +53,38 @@ from pipeline.storage.base import (
 from pipeline.text import printable
 
 __all__ = [
-    "HEADER_BLOCK", "LOCAL", "OBJECT_SCHEMES", "OPTION_KEYS", "STREAM_BLOCK", "TESTED_SCHEMES", "FileProblem",
-    "Location", "MissingFile", "NotAFile", "OutsideRoot", "Stat", "StorageError", "Store", "clean_rel",
-    "join_url", "local_location", "open_store", "parse_location", "parse_options",
+    "HEADER_BLOCK",
+    "LOCAL",
+    "OBJECT_SCHEMES",
+    "OPTION_KEYS",
+    "STREAM_BLOCK",
+    "TESTED_SCHEMES",
+    "Entry",
+    "FileProblem",
+    "Location",
+    "MissingFile",
+    "NotAFile",
+    "OutsideRoot",
+    "Root",
+    "Source",
+    "Stat",
+    "StorageError",
+    "Store",
+    "StorePath",
+    "as_file",
+    "as_root",
+    "clean_rel",
+    "join_url",
+    "local_location",
+    "local_root",
+    "open_store",
+    "parse_location",
+    "parse_options",
+    "same_bytes",
 ]
+
+Source = Path | StorePath  # a file to read: a store's file, or a local path (an output, a temp file) read as it is
+Root = Path | str | Location | StorePath  # a dataset root: a local folder, or where one lives (`as_root`)
 
 
 def parse_location(text: str | os.PathLike[str] | Location, *, revision: str | None = None,
@@ -91,6 +121,51 @@ def local_location(path: Path | str) -> Location:
     return Location(LOCAL, str(p), str(repo) if repo is not None else str(p))
 
 
+def as_root(where: Path | str | Location | StorePath) -> StorePath:
+    """A dataset root as a `StorePath`: a location's root, or a local folder under the dataset rules (links only
+    inside it, or inside its hub-cache repository folder)."""
+    if isinstance(where, StorePath):
+        return where
+    if isinstance(where, Location):
+        return StorePath(where, "")
+    return StorePath(local_location(where), "")
+
+
+def local_root(ds: object) -> Path | None:
+    """A dataset's local folder (what a report may not be written inside), None for an object store: anything
+    with a `location` (an opened `Dataset`)."""
+    loc: Location = ds.location  # type: ignore[attr-defined]
+    return loc.path if loc.is_local else None
+
+
+def as_file(source: Path | str | StorePath) -> StorePath:
+    """One file to read: a `StorePath` as it is; a local path (what a job wrote, a temp file, a caller's own
+    file) read as the path names it, links followed wherever they point (the dataset rules are the stores'
+    of a dataset's root: `as_root(root) / rel`)."""
+    if isinstance(source, StorePath):
+        return source
+    path = os.path.abspath(os.fspath(source))
+    folder, name = os.path.split(path)
+    return StorePath(Location(LOCAL, folder or "/", "/"), name)
+
+
+COMPARE_BLOCK = 1 << 20
+
+
+def same_bytes(a: Path | StorePath, b: Path | StorePath) -> bool:
+    """Whether two files hold the same bytes (sizes first, then both read a block at a time)."""
+    fa, fb = as_file(a), as_file(b)
+    if fa.stat().size != fb.stat().size:
+        return False
+    with fa.open(block_size=STREAM_BLOCK) as x, fb.open(block_size=STREAM_BLOCK) as y:
+        while True:
+            bx, by = x.read(COMPARE_BLOCK), y.read(COMPARE_BLOCK)
+            if bx != by:
+                return False
+            if not bx:
+                return True
+
+
 def _url_location(scheme: str, rest: str, raw: str, options: tuple[tuple[str, str], ...], what: str) -> Location:
     if scheme == LOCAL:
         return local_location(rest if rest.startswith("/") else "/" + rest)
@@ -120,6 +195,7 @@ _STORES: dict[tuple[Location, int], Store] = {}
 # What a store is built from besides its location: a change (a test starting another server, a user's new
 # profile) gets a new store, never one built for the old endpoint or credentials. Only a hash is kept.
 ENV_PREFIXES = ("AWS_", "HF_", "GOOGLE_", "AZURE_")
+MAX_STORES = 4096
 
 
 def _env_key() -> int:
@@ -138,6 +214,8 @@ def open_store(location: Location) -> Store:
             from pipeline.storage.objects import ObjectStore
 
             store = ObjectStore(location)
+        if len(_STORES) >= MAX_STORES:  # one per folder a caller's own files are read from: bounded
+            _STORES.clear()
         _STORES[key] = store
     return store
 

@@ -6,14 +6,15 @@ so that this module imports none of the stores."""
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import posixpath
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
 
 from pipeline.errors import EpisodeError, PrepError
 from pipeline.text import printable
@@ -70,10 +71,11 @@ class NotAFile(FileProblem):
 
 
 class OutsideRoot(FileProblem):
-    """A path, or a symlink, that leaves the dataset (or, for a hub snapshot, its cache repository folder)."""
+    """A path, or a symlink, that leaves the dataset (or, for a hub snapshot, its cache repository folder).
+    `path`: the path as shown (default: the URL joined with `rel`)."""
 
-    def __init__(self, url: str, rel: str, why: str) -> None:
-        super().__init__(join_url(url, rel), why)
+    def __init__(self, url: str, rel: str, why: str, *, path: str | None = None) -> None:
+        super().__init__(path or join_url(url, rel), why)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,31 @@ class Stat:
     size: int
     mtime_ns: int
     version: str
+
+
+def glob_match(parts: list[str], pattern: list[str]) -> bool:
+    """Whether path parts match glob pattern parts (`**` matches any number of parts, `*` and `?` within one)."""
+    if not pattern:
+        return not parts
+    head = pattern[0]
+    if head == "**":
+        return any(glob_match(parts[i:], pattern[1:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], head) and glob_match(parts[1:], pattern[1:])
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One name below a root as a walk of it sees it (`Store.iter_entries`): `stat` of what it names (None: not
+    a regular file, or a link to nothing); `link`: a symbolic link that is not one of the dataset's own files
+    (in a plain folder every link; a hub snapshot's links into its blobs are its files, not links); `inside`:
+    such a link points inside the dataset (the store reads through it); `real`: the resolved local path (None
+    in an object store)."""
+
+    rel: str
+    stat: Stat | None
+    link: bool = False
+    inside: bool = True
+    real: str | None = None
 
 
 def join_url(url: str, rel: str) -> str:
@@ -219,6 +246,13 @@ class Store(ABC):
     def stat(self, rel: str, what: str = "file") -> Stat:
         """The file's size, mtime and version; `MissingFile`, `NotAFile`, `OutsideRoot` otherwise."""
 
+    def check(self, rel: str) -> None:
+        """Raise `OutsideRoot` when `rel` leaves the location (a local link: when it points out of it)."""
+        try:
+            clean_rel(rel)
+        except ValueError:
+            raise OutsideRoot(self.url, rel, f"path {rel!r} leaves {self.location.shown}") from None
+
     def exists(self, rel: str) -> bool:
         try:
             self.stat(rel)
@@ -251,6 +285,29 @@ class Store(ABC):
     def iter_files(self, prefix: str = "") -> Iterator[tuple[str, Stat]]:
         """Every file below `prefix`, as (relative path, stat), in sorted order; one listing, no request per
         file on an object store."""
+
+    def iter_entries(self, prefix: str = "") -> Iterator[Entry]:
+        """Every name below `prefix` (files, and in a local folder its links, FIFOs, ...), in no set order: what a
+        copy of the whole tree walks. An object store's are its files (`iter_files`)."""
+        for rel, st in self.iter_files(prefix):
+            yield Entry(rel, st)
+
+    def is_dir(self, rel: str) -> bool:
+        """Whether `rel` is a folder (an object store: a prefix holding at least one object)."""
+        rel = clean_rel(rel)
+        return any(True for _ in self.iter_files(rel))
+
+    def glob(self, prefix: str, pattern: str) -> list[str]:
+        """Relative paths below `prefix` matching `pattern` (`pathlib` glob syntax: `*` within a name, `**` any
+        folders), sorted by their parts as `sorted(Path.glob())` sorts them. One listing of the prefix."""
+        base = clean_rel(prefix)
+        want = pattern.split("/")
+        found = []
+        for rel, _st in self.iter_files(base):
+            rest = rel[len(base) + 1:] if base else rel
+            if glob_match(rest.split("/"), want):
+                found.append(rel)
+        return sorted(found, key=lambda r: r.split("/"))
 
     @abstractmethod
     @contextlib.contextmanager
@@ -299,3 +356,106 @@ class Store(ABC):
         """Fail now, in one line, when the location cannot be reached or read (credentials, endpoint)."""
 
 
+
+
+@dataclass(frozen=True)
+class StorePath:
+    """A file or folder of a store, named like a `pathlib.Path` (`/` joins, `str()` is its full path or URL,
+    `name`, `parent`, `suffix`), whose reads go through its location's store: `stat`, `is_file`, `open`,
+    `media`, `read_bytes`, `read_text`, `glob`. What the format, video and stage layers take where they took a
+    `Path`: a local dataset's file shows (and reads) exactly as its path did; an object's shows its URL.
+
+    It has no `__fspath__`: nothing reads it with `open()` or `os.stat()` by mistake, past the store's rules."""
+
+    location: Location
+    rel: str = ""
+
+    def __truediv__(self, other: str | PurePosixPath) -> StorePath:
+        joined = PurePosixPath(self.rel, other).as_posix() if self.rel else PurePosixPath(other).as_posix()
+        return StorePath(self.location, "" if joined == "." else joined)
+
+    def __str__(self) -> str:
+        return join_url(self.location.url, self.rel)
+
+    def __repr__(self) -> str:
+        return f"StorePath({str(self)!r})"
+
+    def __lt__(self, other: StorePath) -> bool:
+        return (self.location.url, self.rel.split("/")) < (other.location.url, other.rel.split("/"))
+
+    @property
+    def url(self) -> str:
+        return str(self)
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.rel) if self.rel else self.location.name
+
+    @property
+    def suffix(self) -> str:
+        return PurePosixPath(self.name).suffix
+
+    @property
+    def stem(self) -> str:
+        return PurePosixPath(self.name).stem
+
+    @property
+    def parent(self) -> StorePath:
+        return StorePath(self.location, posixpath.dirname(self.rel)) if self.rel else self
+
+    def relative_to(self, other: StorePath) -> PurePosixPath:
+        """This path below `other` (of the same location), as a relative POSIX path."""
+        if other.location != self.location:
+            raise ValueError(f"{self} is not in {other}")
+        if not other.rel:
+            return PurePosixPath(self.rel)
+        return PurePosixPath(self.rel).relative_to(other.rel)
+
+    @property
+    def local(self) -> Path:
+        """The local path (`StorageError` for an object): for what only a local file can be (an output)."""
+        return self.location.path / self.rel if self.rel else self.location.path
+
+    @property
+    def store(self) -> Store:
+        return self.location.store()
+
+    # ---- reading through the store ----------------------------------------------------------------------
+
+    def stat(self, what: str = "file") -> Stat:
+        return self.store.stat(self.rel, what)
+
+    def is_file(self) -> bool:
+        """A regular file (a missing one, a folder or a FIFO: False; a link leaving the dataset raises)."""
+        try:
+            self.store.stat(self.rel)
+        except (MissingFile, NotAFile):
+            return False
+        return True
+
+    def is_dir(self) -> bool:
+        return self.store.is_dir(self.rel)
+
+    def exists(self) -> bool:
+        return self.is_file() or self.is_dir()
+
+    def open(self, *, block_size: int | None = None, what: str = "file") -> IO[bytes]:
+        return self.store.open(self.rel, block_size=block_size, what=what)
+
+    def media(self, *, block_size: int | None = None, what: str = "file") -> contextlib.AbstractContextManager[Any]:
+        """What PyAV and pyarrow open: a local file's checked path, or an open reader (`Store.media`)."""
+        return self.store.media(self.rel, block_size=block_size, what=what)
+
+    def read_bytes(self, *, limit: int | None = None, what: str = "file") -> bytes:
+        return self.store.read_bytes(self.rel, limit=limit, what=what)
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        """The file decoded, newlines translated as `Path.read_text` does (universal newlines)."""
+        return self.read_bytes().decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
+
+    def glob(self, pattern: str) -> list[StorePath]:
+        """The paths below this folder matching `pattern`, sorted as `sorted(Path.glob())` is."""
+        return [StorePath(self.location, rel) for rel in self.store.glob(self.rel, pattern)]
+
+    def local_copy(self, what: str = "file") -> contextlib.AbstractContextManager[Path]:
+        return self.store.local_copy(self.rel, what)

@@ -19,7 +19,17 @@ from pathlib import Path
 from typing import IO
 
 from pipeline import atomic
-from pipeline.storage.base import FileProblem, Location, MissingFile, NotAFile, OutsideRoot, Stat, Store, clean_rel
+from pipeline.storage.base import (
+    Entry,
+    FileProblem,
+    Location,
+    MissingFile,
+    NotAFile,
+    OutsideRoot,
+    Stat,
+    Store,
+    clean_rel,
+)
 
 FILE_KINDS = ((stat_.S_ISDIR, "a folder"), (stat_.S_ISFIFO, "a FIFO (named pipe)"), (stat_.S_ISSOCK, "a socket"),
               (stat_.S_ISCHR, "a character device"), (stat_.S_ISBLK, "a block device"))
@@ -46,8 +56,9 @@ class LocalStore(Store):
         """The checked absolute path of `rel`: inside the root, and (through any symlink) inside `link_root`."""
         try:
             rel = clean_rel(rel)
-        except ValueError:
-            raise OutsideRoot(self.url, rel, f"path {rel!r} leaves the dataset root {self.location.root}") from None
+        except ValueError:  # named as the path it makes (normalised)
+            raise OutsideRoot(self.url, rel, f"path {rel!r} leaves the dataset root {self.location.root}",
+                              path=os.path.normpath(os.path.join(self.location.root, rel))) from None
         candidate = os.path.join(self.location.root, rel) if rel else self.location.root
         real = os.path.realpath(candidate)
         if not _within(real, self._link_root):
@@ -95,6 +106,19 @@ class LocalStore(Store):
         self._stat(rel, what)  # a regular file inside the root: PyAV and pyarrow then read it natively
         yield str(self.path_of(rel))
 
+    def check(self, rel: str) -> None:
+        self.path_of(rel)
+
+    def is_dir(self, rel: str) -> bool:
+        return os.path.isdir(self.path_of(rel))
+
+    def glob(self, prefix: str, pattern: str) -> list[str]:
+        """`Path.glob` below `prefix` (what it matches: files, folders and links alike; each is checked when it is
+        read), relative to the root, sorted by parts."""
+        top = self.path_of(prefix)
+        base = len(self.location.root.rstrip("/")) + 1
+        return sorted((str(p)[base:] for p in top.glob(pattern)), key=lambda r: r.split("/"))
+
     def iter_files(self, prefix: str = "") -> Iterator[tuple[str, Stat]]:
         """Regular files below `prefix`, streaming, in sorted order (each folder's entries sorted; memory is one
         folder's listing per level). Each stored byte is listed once: in a plain folder a symlink is not (it
@@ -104,6 +128,31 @@ class LocalStore(Store):
         base = len(self.location.root.rstrip("/")) + 1
         snapshot = self._link_root != os.path.realpath(self.location.root)
         yield from self._walk(str(top), base, snapshot)
+
+    def iter_entries(self, prefix: str = "") -> Iterator[Entry]:
+        """`os.walk` below `prefix` (folders not followed through links): each name with what it is."""
+        top = str(self.path_of(prefix))
+        base = len(self.location.root.rstrip("/")) + 1
+        snapshot = self._link_root != os.path.realpath(self.location.root)
+        for dirpath, _dirs, names in os.walk(top):
+            for name in names:
+                full = os.path.join(dirpath, name)
+                rel = full[base:]
+                try:
+                    st: os.stat_result | None = os.stat(full)
+                except OSError:
+                    st = None
+                stat = Stat(st.st_size, st.st_mtime_ns, f"{st.st_ino}:{st.st_ctime_ns}") \
+                    if st is not None and stat_.S_ISREG(st.st_mode) else None
+                real = os.path.realpath(full)
+                if os.path.islink(full):
+                    inside = _within(real, self._link_root)
+                    if snapshot and inside:  # a snapshot's link into its blobs: the file itself
+                        yield Entry(rel, stat, real=real)
+                    else:
+                        yield Entry(rel, stat, link=True, inside=inside, real=real)
+                else:
+                    yield Entry(rel, stat, real=real)
 
     def _walk(self, folder: str, base: int, snapshot: bool) -> Iterator[tuple[str, Stat]]:
         try:

@@ -28,6 +28,7 @@ line naming the URL and what to set (`StorageError`), with any credential value 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -35,6 +36,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -166,10 +168,53 @@ def translated(url: str) -> Iterator[None]:
         raise StorageError(line) from None
 
 
+INFO_CACHED = 16_384  # objects whose HEAD (or listing entry) a store remembers: one request per file read, not
+# one per stat and another per open (a source is never written while it is read; a write here forgets its key)
+CACHE_BYTES = 32 << 20  # what one open reader keeps of its file at most (blocks of its block size)
+SMALL_FILE = 256 << 10  # a file this small is fetched whole in one GET and kept (a metadata file, a parquet of a
+SMALL_KEPT = 32 << 20  # few rows is read by the plan, the checks and the stage): this many bytes at most a store
+
+
 class ObjectStore(Store):
     def __init__(self, location: Location) -> None:
         super().__init__(location)
         self._fs: Any = None
+        self._infos: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._infos_lock = threading.Lock()
+        self._small: OrderedDict[tuple[str, str], bytes] = OrderedDict()  # (key, ETag) -> the whole file
+
+    def _remember(self, key: str, info: dict[str, Any]) -> None:
+        with self._infos_lock:
+            self._infos[key] = info
+            self._infos.move_to_end(key)
+            while len(self._infos) > INFO_CACHED:
+                self._infos.popitem(last=False)
+
+    def _forget(self, rel: str) -> None:
+        key = self.key(rel)
+        with self._infos_lock:
+            self._infos.pop(key, None)
+            for k in [k for k in self._small if k[0] == key]:
+                del self._small[k]
+
+    def _small_file(self, rel: str, info: dict[str, Any]) -> bytes:
+        """A small file's bytes: one GET, then kept (LRU, `SMALL_KEPT` bytes at most) while its ETag stands."""
+        key = self.key(rel)
+        tag = (key, str(info.get("ETag") or info.get("etag") or info.get("size")))
+        with self._infos_lock:
+            data = self._small.get(tag)
+            if data is not None:
+                self._small.move_to_end(tag)
+                return data
+        size = int(info["size"])
+        with translated(self._url(rel)):  # a range: s3fs asks no HEAD for the size
+            data = bytes(self.fs.cat_file(key, start=0, end=size)) if size else b""
+        with self._infos_lock:
+            self._small[tag] = data
+            held = sum(len(v) for v in self._small.values())
+            while held > SMALL_KEPT and len(self._small) > 1:
+                held -= len(self._small.popitem(last=False)[1])
+        return data
 
     @property
     def fs(self) -> Any:
@@ -190,13 +235,19 @@ class ObjectStore(Store):
     # ---- reading ---------------------------------------------------------------------------------------------
 
     def _info(self, rel: str, what: str) -> dict[str, Any]:
+        key = self.key(rel)
+        with self._infos_lock:
+            known = self._infos.get(key)
+        if known is not None:
+            return known
         with translated(self._url(rel)):
             try:
-                info: dict[str, Any] = self.fs.info(self.key(rel))
+                info: dict[str, Any] = self.fs.info(key)
             except FileNotFoundError:
                 raise MissingFile(self.url, rel, what) from None
         if info.get("type") != "file":
             raise NotAFile(self.url, rel, "a folder (a common prefix of objects)", what)
+        self._remember(key, info)
         return info
 
     def stat(self, rel: str, what: str = "file") -> Stat:
@@ -204,13 +255,18 @@ class ObjectStore(Store):
 
     def open(self, rel: str, *, block_size: int | None = None, what: str = "file") -> IO[bytes]:
         info = self._info(rel, what)
+        if int(info["size"]) <= SMALL_FILE:
+            return io.BytesIO(self._small_file(rel, info))
         block = block_size or STREAM_BLOCK
         # A whole-file stream: blocks cached and never read twice (bench/storage_libs.py: 8 MiB blocks, at most 4
-        # held, ~1 GET a block); a header read: small read-ahead blocks (1-3 GETs, 0.1-0.3 MB a file).
-        cache = ({"cache_type": "blockcache", "cache_options": {"maxblocks": 4}} if block >= STREAM_BLOCK
-                 else {"cache_type": "readahead"})
+        # held, ~1 GET a block). A header read: 64 KiB blocks, cached too (measured here: a header whose moov is at
+        # the end, then the first packets, costs 2 GETs, block 0 fetched once; read-ahead blocks cost 3 and
+        # refetch block 0 after the seek to the moov).
+        maxblocks = 4 if block >= STREAM_BLOCK else max(2, CACHE_BYTES // block)
         with translated(self._url(rel)):
-            fh: IO[bytes] = self.fs.open(self.key(rel), "rb", block_size=block, size=int(info["size"]), **cache)
+            fh: IO[bytes] = self.fs.open(self.key(rel), "rb", block_size=block, size=int(info["size"]),
+                                         cache_type="blockcache", cache_options={"maxblocks": maxblocks})
+        fh.details = info  # type: ignore[attr-defined]  # what s3fs would HEAD again (a changed ETag: refused)
         return fh
 
     def iter_files(self, prefix: str = "") -> Iterator[tuple[str, Stat]]:
@@ -235,10 +291,24 @@ class ObjectStore(Store):
             for obj in page.get("Contents", []):
                 key = f"{bucket}/{obj['Key']}"
                 if key.startswith(base) and not obj["Key"].endswith("/"):
-                    yield key[len(base):], _stat_of({**obj, "size": obj.get("Size")})
+                    info = {**obj, "size": obj.get("Size"), "type": "file", "name": key}
+                    self._remember(key, info)  # a file read after the listing needs no HEAD
+                    yield key[len(base):], _stat_of(info)
             if not page.get("IsTruncated"):
                 return
             token = {"ContinuationToken": page["NextContinuationToken"]}
+
+    def is_dir(self, rel: str) -> bool:
+        """A prefix holding at least one object (one LIST request of one key)."""
+        top = self.key(rel)
+        if self.location.scheme != "s3":
+            with translated(self._url(rel)):
+                return bool(self.fs.isdir(top))
+        bucket, _, key_prefix = top.partition("/")
+        with translated(self._url(rel)):
+            page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key_prefix + "/" if key_prefix else "",
+                                   MaxKeys=1)
+        return bool(page.get("Contents"))
 
     @contextlib.contextmanager
     def local_copy(self, rel: str, what: str = "file") -> Iterator[Path]:
@@ -256,11 +326,13 @@ class ObjectStore(Store):
     # ---- writing ---------------------------------------------------------------------------------------------
 
     def write_bytes(self, rel: str, data: bytes) -> None:
+        self._forget(rel)
         with translated(self._url(rel)):
             self.fs.pipe_file(self.key(rel), data)
 
     @contextlib.contextmanager
     def writer(self, rel: str) -> Iterator[Path]:
+        self._forget(rel)
         fd, name = tempfile.mkstemp(prefix="prep-upload-", suffix=os.path.splitext(rel)[1])
         os.close(fd)
         try:
@@ -272,6 +344,7 @@ class ObjectStore(Store):
                 os.unlink(name)
 
     def create(self, rel: str, data: bytes) -> bool:
+        self._forget(rel)
         with translated(self._url(rel)):
             try:
                 self.fs.pipe_file(self.key(rel), data, mode="create")
@@ -280,6 +353,7 @@ class ObjectStore(Store):
         return True
 
     def copy_in(self, src: Store, src_rel: str, rel: str) -> None:
+        self._forget(rel)
         with translated(self._url(rel)):
             if isinstance(src, ObjectStore) and src.location.same_store(self.location):
                 src.stat(src_rel)
@@ -304,6 +378,7 @@ class ObjectStore(Store):
                 fout.close()
 
     def remove(self, rel: str) -> None:
+        self._forget(rel)
         with translated(self._url(rel)), contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self.key(rel))
 
@@ -389,6 +464,7 @@ class ObjectLock:
         return isinstance(beat, (int, float)) and isinstance(lease, (int, float)) and time.time() - beat > lease
 
     def _call(self, op: str, **kw: Any) -> dict[str, Any]:
+        self.store._forget(self.rel)  # the lock object changes: its remembered stat is stale
         bucket, _, key = self.store.key(self.rel).partition("/")
         result: dict[str, Any] = self.store.fs.call_s3(op, Bucket=bucket, Key=key, **kw)
         return result

@@ -10,13 +10,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import av
 import numpy as np
 
 from pipeline.checks import FAILING, Severity
 from pipeline.errors import EpisodeError
+from pipeline.storage import STREAM_BLOCK, FileProblem, Source, as_file
 from pipeline.video.probe import VideoProbe, probe_video
 
 TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s
@@ -87,12 +87,13 @@ class DecodeScan:
     error: str | None
 
 
-def decode_scan(path: Path | str) -> DecodeScan:
-    """Decode every frame as LeRobot's decoders do (edit lists honoured). Concealed damage is what
-    FFmpeg's decoders flag per frame (AV_FRAME_FLAG_CORRUPT: error concealment ran on the frame)."""
+def decode_scan(path: Source | str) -> DecodeScan:
+    """Decode every frame as LeRobot's decoders do (edit lists honoured), streaming the file through its store.
+    Concealed damage is what FFmpeg's decoders flag per frame (AV_FRAME_FLAG_CORRUPT: error concealment ran on
+    the frame)."""
     scan = DecodeScan([], [], None, None, None)
     try:
-        with av.open(str(path)) as container:
+        with as_file(path).media(block_size=STREAM_BLOCK, what="video file") as media, av.open(media) as container:
             stream = container.streams.video[0]
             stream.codec_context.thread_count = 1
             tb = stream.time_base
@@ -109,23 +110,25 @@ def decode_scan(path: Path | str) -> DecodeScan:
                     scan.first_size = size
                 elif size != scan.first_size and scan.size_change is None:
                     scan.size_change = (k, *size)
+    except FileProblem as exc:
+        scan.error = f"decode failed after {len(scan.times)} frames ({exc.message})"
     except (av.FFmpegError, OSError, ValueError, IndexError) as exc:
         scan.error = f"decode failed after {len(scan.times)} frames ({type(exc).__name__}: {exc})"
     return scan
 
 
-def decoded_times(path: Path | str) -> tuple[list[float], str | None]:
+def decoded_times(path: Source | str) -> tuple[list[float], str | None]:
     """Decode every frame: the presentation time (s) of each decoded frame, and the error that
     stopped decoding early (None when the whole stream decoded)."""
     scan = decode_scan(path)
     return scan.times, scan.error
 
 
-def frames_decoded(path: Path | str) -> int:
+def frames_decoded(path: Source | str) -> int:
     """Decode every frame (catches corrupt packets a demux cannot see); raises EpisodeError."""
     times, error = decoded_times(path)
     if error is not None:
-        raise EpisodeError(None, path, error)
+        raise EpisodeError(None, str(as_file(path)), error)
     return len(times)
 
 
@@ -258,7 +261,7 @@ def _check_decode(
 ) -> list[SpanCounts]:
     """Decode the file; compare decoded frames with packets (per span when the file holds several),
     and flag frames the decoder concealed damage in and a picture size that changes mid-stream."""
-    scan = decode_scan(probe.path)
+    scan = decode_scan(probe.source or probe.path)
     times, error = scan.times, scan.error
     decoded = np.asarray(times, dtype=np.float64)
     order = np.argsort(decoded, kind="stable")  # NaN (no timestamp) sorts last
@@ -357,7 +360,7 @@ def _overlaps(probe: VideoProbe, slices: list[tuple[int, int, Span]], camera: st
 
 
 def check_video(
-    path: Path | str, expect: VideoExpect, spans: list[Span], *, camera: str | None = None
+    path: Source | str, expect: VideoExpect, spans: list[Span], *, camera: str | None = None
 ) -> tuple[VideoProbe | None, list[CheckFailure]]:
     """Probe and check a file; an unreadable file is one `readable` failure."""
     result = inspect_video(path, expect, spans, camera=camera)
@@ -365,13 +368,14 @@ def check_video(
 
 
 def inspect_video(
-    path: Path | str, expect: VideoExpect, spans: list[Span], *, camera: str | None = None
+    path: Source | str, expect: VideoExpect, spans: list[Span], *, camera: str | None = None
 ) -> VideoCheck:
     """`check_video` plus the per-span counts (no counts when the file is unreadable)."""
     episode = spans[0].episode if spans else None
     try:
         probe = probe_video(path, episode=episode)
     except EpisodeError as exc:
-        unreadable = CheckFailure("readable", "a readable video", exc.message, episode, camera, str(path))
-        return VideoCheck(str(path), None, [unreadable], [])
+        shown = str(as_file(path))
+        unreadable = CheckFailure("readable", "a readable video", exc.message, episode, camera, shown)
+        return VideoCheck(shown, None, [unreadable], [])
     return inspect_probe(probe, expect, spans, camera=camera)

@@ -15,13 +15,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.errors import EpisodeError
 from pipeline.rates import fps_fraction
+from pipeline.storage import Source, as_file
 from pipeline.video.resize import Geometry, filter_args, filter_chain
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class EncodeJob:
     """`hook(i, frame)` sees each resized frame before it is encoded, where the engine can offer it
     (see `ENGINES_WITH_HOOK`); `filter_frames` gives the same frames without encoding."""
 
-    src: Path
+    src: Source  # a dataset's file (read through its store) or a local path
     dst: Path
     fps: float
     geometry: Geometry
@@ -118,11 +119,15 @@ def set_filter_threads(graph: av.filter.Graph, threads: int = FILTER_THREADS) ->
         graph.threads = threads
 
 
-def open_source(path: Path) -> tuple[av.container.InputContainer, av.VideoStream]:
-    """The source and its first video stream, set to decode every frame on one thread."""
+def open_source(path: Source) -> tuple[av.container.InputContainer, av.VideoStream]:
+    """The source and its first video stream, set to decode every frame on one thread. A local file is read
+    natively (its path checked by its store); an object streams through a reader of `STREAM_BLOCK` blocks,
+    which the container holds until it is dropped."""
     import av
 
-    inp = av.open(str(path), mode="r", options=SOURCE_OPEN_OPTIONS)
+    from pipeline.video.probe import open_media
+
+    inp = av.open(open_media(path), mode="r", options=SOURCE_OPEN_OPTIONS)
     try:
         ist = inp.streams.video[0]
         ist.codec_context.skip_frame = "DEFAULT"
@@ -133,7 +138,8 @@ def open_source(path: Path) -> tuple[av.container.InputContainer, av.VideoStream
     return inp, ist
 
 
-def check_source_frame(frame: av.VideoFrame, n: int, first: tuple[int, int] | None, src: Path) -> tuple[int, int]:
+def check_source_frame(frame: av.VideoFrame, n: int, first: tuple[int, int] | None,
+                       src: Source) -> tuple[int, int]:
     """Refuse a source frame the decoder flagged corrupt (it concealed damage: the pixels are not the
     recorded ones) or whose picture size differs from the first frame's; returns the first frame's size."""
     size = (frame.width, frame.height)
@@ -186,7 +192,7 @@ def encode_pyav(job: EncodeJob) -> int:
     return n
 
 
-def filter_frames(src: Path, geometry: Geometry, pix_fmt: str, hook: FrameHook,
+def filter_frames(src: Source, geometry: Geometry, pix_fmt: str, hook: FrameHook,
                   rotate: tuple[tuple[str, dict[str, str]], ...] = ()) -> int:
     """Decode, rotate and resize exactly as `encode_pyav` does, without encoding; `hook` sees each frame."""
     import av
@@ -263,7 +269,10 @@ def encode_ffmpeg(job: EncodeJob) -> int:
     if binary is None:
         raise EpisodeError(None, job.src, "the ffmpeg engine needs the `ffmpeg` program on PATH "
                            "(e.g. apt install ffmpeg)")
-    proc = subprocess.run(ffmpeg_command(job, binary), capture_output=True, text=True, check=False)
+    with as_file(job.src).local_copy("video file") as local:  # a program reads a local path: a local file
+        # itself, an object downloaded to a temp file (deleted on exit)
+        proc = subprocess.run(ffmpeg_command(replace(job, src=local), binary), capture_output=True, text=True,
+                              check=False)
     if proc.returncode != 0:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
         raise EpisodeError(None, job.src, f"ffmpeg exited {proc.returncode}: {tail}")

@@ -26,8 +26,9 @@ from pathlib import Path
 import av
 
 from pipeline.errors import EpisodeError
+from pipeline.storage import FileProblem, Source
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, Span, in_span
-from pipeline.video.probe import FAST_OPEN_OPTIONS
+from pipeline.video.probe import FAST_OPEN_OPTIONS, open_media
 
 REORDER_MARGIN_FRAMES = 32  # decode-order lookahead past a span's end (B-frame reordering is far shorter)
 
@@ -85,7 +86,7 @@ def ticks_per_frame(tb: Fraction, fps: Fraction) -> int:
 @dataclass(slots=True, frozen=True)
 class ConcatInput:
     episode: int
-    path: Path
+    path: Source  # a dataset's file (read through its store), or a local path
     frames: int  # frames_expected (metadata length)
 
 
@@ -96,9 +97,11 @@ class ConcatResult:
     ticks_per_frame: int
 
 
-def _open(path: Path, episode: int | None) -> av.container.InputContainer:
+def _open(path: Source, episode: int | None) -> av.container.InputContainer:
     try:
-        return av.open(str(path), mode="r", options=FAST_OPEN_OPTIONS)
+        return av.open(open_media(path), mode="r", options=FAST_OPEN_OPTIONS)  # through its store
+    except FileProblem as exc:
+        raise EpisodeError(episode, exc.path, exc.message) from None
     except FileNotFoundError:
         raise EpisodeError(episode, path, "missing video file") from None
     except (av.FFmpegError, OSError) as exc:
@@ -106,7 +109,7 @@ def _open(path: Path, episode: int | None) -> av.container.InputContainer:
 
 
 def _video_stream(container: av.container.InputContainer, episode: int | None,
-                  path: Path) -> av.video.stream.VideoStream:
+                  path: Source) -> av.video.stream.VideoStream:
     if not container.streams.video:
         raise EpisodeError(episode, path, "no video stream in the container")
     return container.streams.video[0]
@@ -207,7 +210,7 @@ class CutResult:
     first_pts_s: float  # where the episode started in the source file
 
 
-def cut_stream_copy(src: Path, out: Path, span: Span, fps_rate: Fraction) -> CutResult:
+def cut_stream_copy(src: Source, out: Path, span: Span, fps_rate: Fraction) -> CutResult:
     """Copy the packets of `span` (pts in [from_timestamp, to_timestamp), LeRobot's tolerance) into `out`,
     re-based so the first frame is at 0; refuses a span that does not start on a keyframe or whose packets
     interleave with another span's in decode order."""
@@ -287,7 +290,7 @@ class StartProblem:
         return f"episode {self.episode}{cam}: {self.reason} ({self.path})"
 
 
-def decode_order_packets(path: Path, episode: int | None = None) -> list[tuple[int, int, bool]]:
+def decode_order_packets(path: Source, episode: int | None = None) -> list[tuple[int, int, bool]]:
     """(pts, dts, keyframe) of every packet in decode order, in ticks of the stream's time base."""
     with _open(path, episode) as c:
         stream = _video_stream(c, episode, path)
@@ -295,7 +298,7 @@ def decode_order_packets(path: Path, episode: int | None = None) -> list[tuple[i
                 if pkt.pts is not None]
 
 
-def episodes_off_keyframe(path: Path, spans: Sequence[Span], camera: str | None = None) -> list[StartProblem]:
+def episodes_off_keyframe(path: Source, spans: Sequence[Span], camera: str | None = None) -> list[StartProblem]:
     """The spans of a file that `cut_stream_copy` could not copy exactly, from one demux (no decode): an
     episode must start on a keyframe (its first packet in decode order is a keyframe holding the span's
     earliest frame) and its packets must not interleave with another episode's in decode order."""

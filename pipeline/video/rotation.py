@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import math
 import struct
-from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from pipeline.errors import EpisodeError
+from pipeline.storage import HEADER_BLOCK, FileProblem, Source, as_file
 
 IDENTITY = (0x10000, 0, 0, 0, 0x10000, 0, 0, 0, 0x40000000)
 _CONTAINERS = {b"moov", b"trak", b"mdia"}
 MAX_BOXES = 10_000  # per level: a corrupt size cannot make the walk run on
 
 
-def _boxes(fh: BinaryIO, start: int, end: int) -> list[tuple[bytes, int, int]]:
+def _boxes(fh: IO[bytes], start: int, end: int) -> list[tuple[bytes, int, int]]:
     """(type, body offset, end offset) of the boxes in [start, end), reading only their headers."""
     out: list[tuple[bytes, int, int]] = []
     pos = start
@@ -50,7 +50,7 @@ def _boxes(fh: BinaryIO, start: int, end: int) -> list[tuple[bytes, int, int]]:
     return out
 
 
-def _matrix_at(fh: BinaryIO, offset: int) -> tuple[int, ...] | None:
+def _matrix_at(fh: IO[bytes], offset: int) -> tuple[int, ...] | None:
     fh.seek(offset)
     raw = fh.read(36)
     return struct.unpack(">9i", raw) if len(raw) == 36 else None
@@ -66,11 +66,11 @@ def _compose(track: tuple[int, ...], movie: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(res)
 
 
-def display_matrix(path: Path | str) -> tuple[int, ...] | None:
+def display_matrix(path: Source | str) -> tuple[int, ...] | None:
     """The first video track's display matrix (9 int32: a b u c d v x y w) as FFmpeg's mov demuxer exports it,
     or None when it is the identity, the file is not MP4/MOV, or its boxes cannot be read."""
     try:
-        with open(path, "rb") as fh:
+        with as_file(path).open(block_size=HEADER_BLOCK, what="video file") as fh:  # the boxes: a few ranged reads
             fh.seek(0, 2)
             size = fh.tell()
             moov = next(((b, e) for t, b, e in _boxes(fh, 0, size) if t == b"moov"), None)
@@ -90,12 +90,12 @@ def display_matrix(path: Path | str) -> tuple[int, ...] | None:
                         return None
                     res = _compose(track, movie)
                     return None if res == IDENTITY else res
-    except OSError:
+    except (OSError, FileProblem):
         return None
     return None
 
 
-def _video_track_matrix(fh: BinaryIO, body: int, end: int) -> tuple[int, ...] | None:
+def _video_track_matrix(fh: IO[bytes], body: int, end: int) -> tuple[int, ...] | None:
     """The tkhd matrix of a trak box whose handler is 'vide', else None."""
     children = _boxes(fh, body, end)
     is_video = False
@@ -160,15 +160,15 @@ def swaps_sides(m: tuple[int, ...] | None) -> bool:
     return any(name == "transpose" for name, _ in rotation_filters(m) or [])
 
 
-def display_filters(path: Path | str, episode: int | None = None) -> tuple[tuple[int, ...] | None,
+def display_filters(path: Source | str, episode: int | None = None) -> tuple[tuple[int, ...] | None,
                                                                              list[tuple[str, dict[str, str]]]]:
     """The file's display matrix and the filters that apply it; raises `EpisodeError` for a rotation prep
     cannot apply exactly (not a multiple of 90 degrees)."""
     m = display_matrix(path)
     steps = rotation_filters(m)
     if steps is None:
-        raise EpisodeError(episode, path, f"the display matrix rotates by {clockwise_degrees(m):g} degrees, not a "
-                                          "multiple of 90: not supported")
+        raise EpisodeError(episode, str(as_file(path)), f"the display matrix rotates by {clockwise_degrees(m):g} "
+                                                        "degrees, not a multiple of 90: not supported")
     return m, steps
 
 

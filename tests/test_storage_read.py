@@ -1,0 +1,338 @@
+"""Reading datasets where they live (issue 34, the read side): `prep scan` and `prep verify` on a Hugging Face
+hub-cache snapshot (a repo id resolved offline) and on `s3://` (a real S3 server, moto, on loopback, counting
+every request and byte), against the same dataset as a plain folder.
+
+- a hub snapshot in huggingface_hub's exact layout scans, verifies and re-encodes like the plain folder;
+- s3:// (v2.1 and v3.0, keys with spaces and non-ASCII) gives the local copy's manifest and report numbers;
+- scan reads at most 2% of a corpus' bytes (header and footer ranges; counted by the server);
+- credentials missing or wrong, an endpoint down or hanging: one line naming the URL and what to set, exit 2;
+- a prefix of 10,000+ objects lists in pages (a bounded number of LIST requests, no HEAD per object);
+- no secret in stdout, stderr, the manifest, the report, nor any Dask task key (a LocalCluster's workers get
+  the credentials from their own environment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from support.hub import snapshot_of
+from support.s3 import S3Server, hanging_endpoint, refusing_endpoint
+
+from pipeline.synth import SynthSpec, write_synthetic
+
+SECRET = "prep-read-secret-5f2c1e9a77d04b3c"  # a value that must never leave the environment
+PREFIX = "ds one/ünï"  # keys with a space and non-ASCII characters
+
+
+# ---- running prep in this process -------------------------------------------------------------------------
+
+
+def prep(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from pipeline.cli import main
+
+    capsys.readouterr()
+    code = main([*args, "--no-progress"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def set_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
+VOLATILE = {"created_utc", "prep_version", "seconds", "episodes_per_s", "root", "table", "episodes_table"}
+
+
+def same_numbers(doc: Any) -> Any:
+    """A manifest or report without what differs between two runs on two copies (times, the root's name)."""
+    if isinstance(doc, dict):
+        return {k: same_numbers(v) for k, v in doc.items() if k not in VOLATILE}
+    if isinstance(doc, list):
+        return [same_numbers(v) for v in doc]
+    return doc
+
+
+def read_json(path: Path, replace: tuple[str, str] | None = None) -> Any:
+    text = path.read_text(encoding="utf-8")
+    if replace:
+        text = text.replace(json.dumps(replace[0])[1:-1], json.dumps(replace[1])[1:-1])
+    return json.loads(text)
+
+
+# ---- corpora ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """v2.1 and v3.0, 3 episodes x 2 cameras (one of them named with a space and non-ASCII), 96x128."""
+    base = tmp_path_factory.mktemp("small")
+    cams = ("observation.images.top", "observation.images.wrist ü")
+    return {"v21": write_synthetic(base / "v21", SynthSpec(version="v2.1", episodes=3, height=96, width=128,
+                                                           cameras=cams, frames=45)),
+            "v30": write_synthetic(base / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2,
+                                                           height=96, width=128, cameras=cams, frames=45))}
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with S3Server() as server:
+        server.make_bucket("src")
+        yield server
+
+
+def corpus_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+# ---- a hub-cache snapshot is the plain folder ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["v21", "v30"])
+def test_hub_snapshot_scans_verifies_reencodes_like_the_folder(version: str, small: dict[str, Path], tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from huggingface_hub import scan_cache_dir
+
+    plain = small[version]
+    cache = tmp_path / "hub"
+    snap = snapshot_of(plain, cache, f"lerobot/demo_{version}")
+    info = scan_cache_dir(cache)
+    assert not info.warnings and [r.repo_id for r in info.repos] == [f"lerobot/demo_{version}"]
+    assert all(p.is_symlink() for p in snap.rglob("*") if not p.is_dir())  # every file a link into blobs/
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "no-lerobot-home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+
+    runs = {}
+    for name, where in (("plain", str(plain)), ("repo-id", f"lerobot/demo_{version}"), ("snapshot", str(snap))):
+        code, out, err = prep(capsys, "scan", where, "--out", str(tmp_path / f"{name}.json"), "--backend", "inline")
+        assert code == 0, out + err
+        v_code, v_out, v_err = prep(capsys, "verify", where, "--out", str(tmp_path / f"{name}.verify.json"),
+                                    "--backend", "inline")
+        assert v_code == 0 and "PASSED" in v_out, v_out + v_err
+        runs[name] = (read_json(tmp_path / f"{name}.json"), read_json(tmp_path / f"{name}.verify.json"))
+        table = pq.read_table(tmp_path / f"{name}.episodes.parquet")
+        runs[name] += (table.drop_columns([c for c in table.column_names if c == "path"]),)
+    assert runs["repo-id"][0]["dataset"]["root"] == str(snap)
+    for name in ("repo-id", "snapshot"):
+        assert same_numbers(runs[name][0]) == same_numbers(runs["plain"][0]), name
+        assert runs[name][0]["totals"]["bytes"]["total"] == corpus_bytes(plain)  # each file once (its blob)
+        assert same_numbers(runs[name][1]) == same_numbers(runs["plain"][1]), name
+        assert runs[name][2].equals(runs["plain"][2]), name
+
+    outs = {}
+    for name, where in (("plain", str(plain)), ("snapshot", str(snap))):
+        out = tmp_path / f"out-{name}"
+        code, stdout, err = prep(capsys, "reencode", "--src", where, "--dst", "64", "--out", str(out),
+                                 "--backend", "inline")
+        assert code == 0, stdout + err
+        outs[name] = {p.relative_to(out).as_posix(): p for p in sorted(out.rglob("*"))
+                      if p.is_file() and p.relative_to(out).parts[0] != "prep"}
+    assert sorted(outs["snapshot"]) == sorted(outs["plain"])
+    assert "meta/tasks.jsonl" in outs["plain"] or "meta/tasks.parquet" in outs["plain"]
+    for rel, path in outs["plain"].items():
+        assert outs["snapshot"][rel].read_bytes() == path.read_bytes(), rel
+    assert not any(p.is_symlink() for p in (tmp_path / "out-snapshot").rglob("*"))
+
+
+# ---- s3:// gives the local numbers ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["v21", "v30"])
+def test_s3_scan_and_verify_match_the_local_copy(version: str, small: dict[str, Path], s3: S3Server,
+                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    local = small[version]
+    url = f"s3://src/{PREFIX}/{version}"
+    s3.upload_tree(local, url)
+    set_env(monkeypatch, s3.env(client="prep"))
+    before = s3.snapshot(url)
+    results = {}
+    for name, where in (("local", str(local)), ("s3", url)):
+        code, out, err = prep(capsys, "scan", where, "--out", str(tmp_path / f"{name}.json"), "--backend", "inline")
+        assert code == 0, out + err
+        v_code, v_out, v_err = prep(capsys, "verify", where, "--out", str(tmp_path / f"{name}.verify.json"),
+                                    "--backend", "inline")
+        assert v_code == 0 and "PASSED" in v_out, v_out + v_err
+        assert where in out and where in v_out  # the dataset line names it
+        results[name] = (read_json(tmp_path / f"{name}.json", (str(local), url) if name == "local" else None),
+                         read_json(tmp_path / f"{name}.verify.json",
+                                   (str(local), url) if name == "local" else None),
+                         pq.read_table(tmp_path / f"{name}.episodes.parquet"))
+    assert results["s3"][0]["dataset"]["root"] == url
+    assert same_numbers(results["s3"][0]) == same_numbers(results["local"][0])
+    assert results["s3"][0]["totals"]["bytes"]["total"] == corpus_bytes(local)
+    assert same_numbers(results["s3"][1]) == same_numbers(results["local"][1])
+    assert results["s3"][2].equals(results["local"][2])
+    assert s3.snapshot(url) == before  # read-only
+
+
+def test_s3_scan_reads_at_most_two_percent(s3: S3Server, tmp_path_factory: pytest.TempPathFactory,
+                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A corpus laid out as LeRobot v3.0 packs it (many episodes per file): scan reads the container headers,
+    the parquet footers and the columns it counts, the metadata, and one listing; nothing whole."""
+    local = write_synthetic(tmp_path_factory.mktemp("packed") / "v30",
+                            SynthSpec(version="v3.0", episodes=12, episodes_per_file=6, frames=150, height=240,
+                                      width=320, crf=12, reuse_video=True))  # two files a camera: the first
+    # unit's open also probes the pixel format, the other's reads the header alone
+    url = "s3://src/packed/v30"
+    s3.upload_tree(local, url)
+    total = corpus_bytes(local)
+    set_env(monkeypatch, s3.env(client="prep"))
+    s3.reset_stats()
+    code, out, err = prep(capsys, "scan", url, "--out", str(local.parent / "m.json"), "--backend", "inline")
+    assert code == 0, out + err
+    stats = s3.stats_for("prep")
+    share = stats.bytes_out / total
+    with capsys.disabled():
+        print(f"\nscan of {total:,} bytes read {stats.bytes_out:,} ({share:.2%}) in {stats.requests} requests: "
+              f"{stats.ops}")
+    assert share <= 0.02, (share, stats.ops)
+    assert stats.puts == 0 and stats.deletes == 0
+    assert stats.heads <= len(s3.list_keys(url))  # one HEAD per file read at most (none after a listing)
+    s3.reset_stats()
+    code, out, err = prep(capsys, "verify", url, "--backend", "inline")
+    assert code == 0, out + err
+    verify = s3.stats_for("prep")
+    with capsys.disabled():
+        print(f"verify (every packet demuxed) read {verify.bytes_out:,} bytes ({verify.bytes_out / total:.2%}) in "
+              f"{verify.requests} requests: {verify.ops}")
+    assert verify.bytes_out <= 1.1 * total  # streamed: nothing read twice
+
+
+# ---- failures are one line --------------------------------------------------------------------------------
+
+
+def one_line_error(code: int, out: str, err: str, url: str) -> str:
+    lines = err.strip().splitlines()
+    assert code == 2, (code, out, err)
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert url in lines[0], lines[0]
+    return lines[0]
+
+
+def test_s3_credentials_missing_or_wrong_are_one_line(s3: S3Server, small: dict[str, Path],
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import urllib.request
+
+    url = "s3://src/creds/v21"
+    s3.upload_tree(small["v21"], url)
+    env = s3.env(client="prep")
+    set_env(monkeypatch, {k: v for k, v in env.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
+    for command in ("scan", "verify"):
+        line = one_line_error(*prep(capsys, command, url, "--out", str(tmp_path / "x.json")), url)
+        assert "no credentials found" in line and "AWS_ACCESS_KEY_ID" in line, line
+
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=s3.endpoint, region_name="us-east-1", aws_access_key_id="s3support",
+                       aws_secret_access_key="x")
+    user = f"prep{time.monotonic_ns()}"
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+
+    def auth(count: str) -> None:  # moto checks signatures only after this many requests
+        urllib.request.urlopen(urllib.request.Request(f"{s3.endpoint}/moto-api/reset-auth", data=count.encode(),
+                                                      headers={"Content-Type": "text/plain"}, method="POST"),
+                               timeout=10).close()
+
+    set_env(monkeypatch, {**env, "AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": SECRET})
+    auth("0")
+    try:
+        for command in ("scan", "verify"):
+            code, out, err = prep(capsys, command, url, "--out", str(tmp_path / "x.json"))
+            line = one_line_error(code, out, err, url)
+            assert "access denied" in line and "AWS_ACCESS_KEY_ID" in line, line
+            assert SECRET not in out + err
+    finally:
+        auth("inf")
+
+
+@pytest.mark.parametrize("endpoint", ["down", "hanging"])
+def test_s3_endpoint_down_or_hanging_is_one_line(endpoint: str, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from support.s3 import s3_env
+
+    url = "s3://src/ds"
+    with (refusing_endpoint() if endpoint == "down" else hanging_endpoint()) as address:
+        set_env(monkeypatch, s3_env(address, client="prep"))
+        t0 = time.monotonic()
+        for command in ("scan", "verify"):
+            line = one_line_error(*prep(capsys, command, url, "--out", str(tmp_path / "x.json")), url)
+            assert re.search(r"cannot reach|did not answer in time", line), line
+            assert "AWS_ENDPOINT_URL" in line, line
+        assert time.monotonic() - t0 < 120  # bounded: connect/read timeouts, one attempt for the first question
+    assert not (tmp_path / "x.json").exists()
+
+
+# ---- listing ---------------------------------------------------------------------------------------------
+
+
+def test_a_prefix_of_ten_thousand_objects_lists_in_pages(s3: S3Server, small: dict[str, Path],
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from pipeline.storage import parse_location
+
+    url = "s3://src/many/v21"
+    s3.upload_tree(small["v21"], url)
+    extra = {f"extra/{i:05d}.txt": b"x" * (i % 7) for i in range(10_001)}
+    s3.put_many(url, extra)
+    set_env(monkeypatch, s3.env(client="prep"))
+    s3.reset_stats()
+    files = list(parse_location(url).store().iter_files())
+    listing = s3.stats_for("prep")
+    assert len(files) == len(extra) + sum(1 for p in small["v21"].rglob("*") if p.is_file())
+    assert listing.ops == {"ListObjectsV2": (len(files) + 999) // 1000}, listing.ops  # pages, no HEAD
+    assert [rel for rel, _ in files] == sorted(rel for rel, _ in files)
+
+    s3.reset_stats()
+    code, out, err = prep(capsys, "scan", url, "--out", str(tmp_path / "m.json"), "--backend", "inline")
+    assert code == 0, out + err
+    stats = s3.stats_for("prep")
+    manifest = read_json(tmp_path / "m.json")
+    assert manifest["totals"]["files"] == len(files)
+    assert manifest["totals"]["bytes"]["other"] == sum(len(v) for v in extra.values())
+    assert stats.lists <= (len(files) + 999) // 1000 + 12, stats.ops  # one listing of the whole, a few small ones
+    heads = [r.path for r in s3.requests() if r.client == "prep" and r.op == "HeadObject"]
+    assert not any("/extra/" in p for p in heads), heads  # no request per listed object
+
+
+# ---- secrets stay in the environment ----------------------------------------------------------------------
+
+
+def test_no_secret_in_output_reports_or_task_keys(s3: S3Server, small: dict[str, Path], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from distributed import LocalCluster
+
+    url = f"s3://src/{PREFIX}/secret-v30"
+    s3.upload_tree(small["v30"], url)
+    set_env(monkeypatch, {**s3.env(client="prep"), "AWS_SECRET_ACCESS_KEY": SECRET})
+    # the workers are processes started now: they inherit this environment (the credentials), never a task's
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        address = cluster.scheduler_address
+        scan = prep(capsys, "scan", url, "--out", str(tmp_path / "m.json"), "--scheduler", address)
+        verify = prep(capsys, "verify", url, "--out", str(tmp_path / "r.json"), "--scheduler", address)
+        keys = [str(t[0]) for t in cluster.scheduler.transition_log]
+        events = repr(cluster.scheduler.get_events())
+    assert scan[0] == 0 and verify[0] == 0, (scan, verify)
+    assert any(k.startswith("scan-") for k in keys) and any(k.startswith("verify-") for k in keys), keys[:5]
+    assert s3.stats_for("prep").requests > 0
+    written = [p.read_bytes().decode("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file()]
+    for text in [*scan[1:], *verify[1:], *keys, events, *written]:
+        assert SECRET not in text
