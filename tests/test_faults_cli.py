@@ -36,7 +36,7 @@ BAD_VALUES = [
      "argument --size: expected WIDTHxHEIGHT or one size, e.g. 224x224 or 224, got '\uff12\uff12\uff14x224'"),
     ("src-empty", ["reencode", "--src", "", "--dst", "224", "--out", "{tmp}/o"], "reencode",
      "argument --src: expected a dataset folder, got '' (use . for the current folder)"),
-    ("scan-src-empty", ["scan", ""], "scan", "argument DATASET: expected a dataset folder, got ''"),
+    ("scan-src-empty", ["scan", ""], "scan", "argument DATASET: expected a dataset folder, hub repo id or URL, got ''"),
     ("memory-limit-bad", ["scan", "{src}", "--memory-limit", "lots"], "scan",
      "argument --memory-limit: expected auto, 0 or a size such as 4GiB, got 'lots'"),
     ("workers-zero", ["verify", "{src}", "--workers", "0"], "verify",
