@@ -24,6 +24,7 @@ redoes only what failed. Other options or another corpus clear it (`parts.WorkFo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -375,7 +376,14 @@ def verify_corpus(corpus: Corpus, options: Any, engine: Engine, *, out: Path | N
             if out is not None:
                 atomic.make_dirs(out / entry.name, out)
                 path = out / entry.name / "verify.json"
-            report = verify_dataset(location, options, engine, json_path=path, resume=resume, fingerprint=fingerprint)
+            try:
+                report = verify_dataset(location, options, engine, json_path=path, resume=resume,
+                                        fingerprint=fingerprint)
+            except PrepError:
+                if path is not None:
+                    with contextlib.suppress(OSError):
+                        path.parent.rmdir()  # made for nothing: the dataset could not be verified
+                raise
             return DatasetRun(entry, OK, output=str(path) if path is not None else None,
                               summary=verify_summary(report, path))
 
