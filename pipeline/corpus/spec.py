@@ -221,7 +221,10 @@ def load_corpus(path: Path) -> Corpus:
     items: list[dict[str, Any]] = doc["datasets"]
     sources = [_source_of(item["source"], base) for item in items]
     derived = _unique([derived_name(s) for s in sources])
-    given = {item["name"]: i for i, item in enumerate(items) if "name" in item}
+    given: dict[str, int] = {}
+    for i, item in enumerate(items):
+        if "name" in item:
+            given.setdefault(item["name"], i)
     for i, item in enumerate(items):  # an explicit name used twice, or taken by a derived one: said, never renamed
         if "name" in item and given[item["name"]] != i:
             raise PrepError(f"{printable(str(path))}: dataset {i + 1} ({printable(item['name'])}): name: "
