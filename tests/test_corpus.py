@@ -336,7 +336,7 @@ def test_reencode_a_corpus_then_verify_and_budget_its_outputs(corpus_dir: Path, 
     prepared = json.loads((tmp_path / "r/corpus.json").read_text())
     assert prepared["role"] == "prepared" and prepared["totals"]["datasets_ok"] == 4
     assert all(c["width"] == 32 for r in prepared["datasets"] for c in r["cameras"])
-    assert not (tmp_path / "r/prep/corpus.parts").exists()  # every dataset complete: the work folder is gone
+    assert not (tmp_path / "r/prep").exists()  # every dataset complete: the work folder is gone
     runs = json.loads((tmp_path / "r/corpus_reencode.json").read_text())
     assert runs["totals"] == {**runs["totals"], "datasets": 4, "ok": 4, "failed": 0, "kept": 0}
     # the prepared corpus file: the same names, weights, labels and cameras, the outputs as sources
@@ -370,10 +370,12 @@ def test_a_reencode_killed_between_datasets_resumes_across_them(corpus_dir: Path
     options = ReencodeOptions(size=(32, 32))
     real = job.reencode_dataset
     calls: list[str] = []
+    stop = ["g"]  # the first run is interrupted at g, the rerun is not
 
     def interrupted(src: Path, out: Path, *args: Any, **kwargs: Any) -> Any:
         calls.append(out.name)
-        if out.name == "g":
+        if out.name in stop:
+            stop.remove(out.name)
             raise KeyboardInterrupt
         return real(src, out, *args, **kwargs)
 
@@ -470,7 +472,9 @@ def test_budget_anchors_make_the_step_time_measured(scanned: Path, tmp_path: Pat
     assert res.returncode == 0, res.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     step = next(o for o in report["figure_origins"] if o["figure"] == "GPU step time and node throughput")
-    assert step["origin"] == "command line" and "step_a_s" not in step["seed_inputs"]
+    # a and c come from the anchor now; the node's GPUs and the training batch are still the seed's
+    assert step["seed_inputs"] == ["gpus_per_node", "train_batch"]
+    assert {i["name"]: i["origin"] for i in step["inputs"]}["step_a_s"] == "command line"
     assert report["mixture"]["oversampled"] == [] and report["mixture"]["oversample_threshold"] == 3
     assert [w["cores"] for w in report["mixture"]["reencode"]["wall"]] == [8]
 

@@ -105,6 +105,13 @@ def _mixture(doc: dict[str, Any]) -> str:
     ])
 
 
+CAMERA = "camera"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'s' * (n != 1)}"
+
+
 def render_markdown(doc: dict[str, Any], plots: list[str]) -> str:
     doc = printable_data(doc)
     t = doc["totals"]
@@ -119,7 +126,7 @@ def render_markdown(doc: dict[str, Any], plots: list[str]) -> str:
         f"({t['episodes_failed']:,} failed), {t['frames']:,} timesteps, {fmt.hours(t['hours'])}, "
         f"{fmt.size(t['bytes']['total'])} ({t['gb_per_hour']:.3g} GB/hr; video {fmt.size(t['bytes']['video'])}), "
         f"fps {', '.join(fmt.value(f) for f in t['fps']) or '-'}, codecs "
-        f"{', '.join(f'{k} ({v} cameras)' for k, v in t['codecs'].items()) or '-'}, "
+        f"{', '.join(f'{k} ({plural(v, CAMERA)})' for k, v in t['codecs'].items()) or '-'}, "
         + ("tasks: unknown for some dataset" if t["tasks"] is None else f"{t['tasks']:,} tasks (summed per dataset)")
         + ".",
         "",

@@ -235,6 +235,13 @@ def _say(quiet: bool, line: str) -> None:
         print(printable(line), file=sys.stderr, flush=True)
 
 
+def remove_work(work: parts.WorkFolder, out: Path) -> None:
+    """Every dataset is complete: the completion records go, and `<out>/prep/` with them when nothing else is in it."""
+    work.remove()
+    with contextlib.suppress(OSError):
+        (out / "prep").rmdir()
+
+
 def publish_run(run: CorpusRun, path: Path, root: Path | None, verdict: dict[str, Any] | None = None) -> None:
     """`corpus_<command>.json`: every dataset's outcome, checked against schemas/corpus_run.schema.json."""
     doc = run.to_json(verdict)
@@ -392,7 +399,7 @@ def verify_corpus(corpus: Corpus, options: Any, engine: Engine, *, out: Path | N
         if out is not None:
             publish_run(run, out / "corpus_verify.json", out, verdict=corpus_verdict(run))
             if run.ok and work is not None:
-                work.remove()
+                remove_work(work, out)
     finally:
         if work is not None:
             work.release()
@@ -475,5 +482,5 @@ def reencode_corpus(corpus: Corpus, out: Path, options: Any, engine: Engine, *, 
         write_corpus_toml(run, out / "corpus.toml", root=out)
         publish_run(run, out / "corpus_reencode.json", out)
         if run.ok:
-            work.remove()
+            remove_work(work, out)
     return run
