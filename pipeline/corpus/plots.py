@@ -12,7 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import LogLocator, NullFormatter
 
 from pipeline import atomic
 from pipeline.budget import fmt
@@ -141,6 +141,7 @@ def lengths(doc: dict[str, Any]) -> Figure:
         ax.bxp(stats[::-1], orientation="horizontal", showfliers=True, patch_artist=True,
                boxprops={"facecolor": "tab:blue", "alpha": 0.4})
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter("{x:,.0f}")
         ax.xaxis.set_minor_formatter(NullFormatter())
         top = max(s["whishi"] for s in stats)
