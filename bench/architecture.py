@@ -54,6 +54,9 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("pipeline.runner", 5), ("pipeline.engine", 5), ("pipeline.slurm", 5),
     ("pipeline.jobs", 6),
     ("pipeline.budget", 7), ("pipeline.loader", 7), ("pipeline.synth", 7),
+    # the corpus: its description is read by the jobs (base and storage only), its manifest is the corpus jobs'
+    # reduce and publish (as jobs/manifest.py is scan's), its report and plots sit with the budget's
+    ("pipeline.corpus", 7), ("pipeline.corpus.spec", 1), ("pipeline.corpus.manifest", 6),
     ("pipeline.commands", 8), ("pipeline.cli", 8),
 )
 VERSION_LITERALS = {"v2.1", "v3.0"}

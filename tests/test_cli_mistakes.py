@@ -49,7 +49,8 @@ def test_no_parser_takes_abbreviations() -> None:
      "prep edit: error: the following arguments are required: --out (see `prep edit --help`)"),
     (["convert", "DATA"],
      "prep convert: error: the following arguments are required: --to (see `prep convert --help`)"),
-    (["scan", "a", "b"], "prep scan: error: unrecognized arguments: b (see `prep scan --help`)"),
+    # `prep scan a b` is a corpus of two datasets since issue 35 (tests/test_corpus.py); budget takes one DATASET
+    (["budget", "a", "b"], "prep budget: error: unrecognized arguments: b (see `prep budget --help`)"),
 ], ids=["abbrev", "dts", "ot", "bench-equals", "no-match", "edit-no-out", "convert-no-to", "extra-word"])
 def test_a_mistake_is_one_line(argv: list[str], line: str, tmp_path: Path) -> None:
     res = prep(*argv, cwd=tmp_path)

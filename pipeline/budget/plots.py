@@ -10,6 +10,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import NullFormatter
 
 from pipeline import atomic
@@ -19,6 +20,7 @@ from pipeline.budget.coverage import Coverage
 from pipeline.budget.estimate import Estimate
 from pipeline.budget.measured import rate_label
 from pipeline.budget.render import PLOT_TITLES
+from pipeline.text import printable
 
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
 
@@ -185,16 +187,66 @@ def _fit_labels(fig: Figure, ax: Axes, xs: list[float], notes: list[Any], xmin: 
         ax.set_xlim(xmin, xmin * 10 ** max(decades, math.log10(max(xs) / xmin) + 0.5))
 
 
+def mixture(mix: dict[str, Any]) -> Figure:
+    """Epochs over each dataset at each target (log scale), oversampled ones in red, the corpus's own epochs dashed."""
+    ds = mix["datasets"]
+    shown = sorted(ds, key=lambda d: d["targets"][0]["epochs"], reverse=True)[:40]
+    fig = Figure(figsize=(9, max(3.4, 1.8 + 0.34 * len(shown))), dpi=120, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.grid(True, axis="x", alpha=0.3)
+    y = np.arange(len(shown))[::-1]
+    n = len(shown[0]["targets"])
+    h = 0.8 / n
+    handles: list[Any] = []
+    for k in range(n):
+        t0 = shown[0]["targets"][k]
+        ep = [d["targets"][k]["epochs"] for d in shown]
+        alpha = 1.0 if k == 0 else 0.5
+        colors = [COLORS[3] if d["oversampled"] else COLORS[0] for d in shown]
+        yk = y + ((n - 1) / 2 - k) * h  # the first target on top
+        ax.barh(yk, ep, height=h, color=colors, alpha=alpha)
+        handles.append(Patch(color=COLORS[0], alpha=alpha,
+                             label=f"T = {fmt.billions(t0['timesteps'])} (π0 batch {t0['pi0_batch']})"))
+        if k == 0:
+            for yi, e, d in zip(yk, ep, shown, strict=True):
+                ax.annotate(f"{fmt.sig(e)} epochs, share {fmt.share(d['share'])}"
+                            + (" OVERSAMPLED" if d["oversampled"] else ""), (e, yi), textcoords="offset points",
+                            xytext=(4, 0), va="center", fontsize=8)
+    handles.append(Patch(color=COLORS[3], label="oversampled (drawn more than "
+                         f"{fmt.value(mix['oversample_threshold'])}x its share of the timesteps)"))
+    total = sum(d["timesteps"] for d in ds)
+    corpus_epochs = shown[0]["targets"][0]["timesteps"] / total
+    handles.append(ax.axvline(corpus_epochs, color="grey", ls="--", lw=1,
+                              label=f"the corpus as a whole: {fmt.sig(corpus_epochs)} epochs (first target)"))
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter("{x:,.0f}")
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    lo = min(d["targets"][0]["epochs"] for d in shown)
+    hi = max(d["targets"][-1]["epochs"] for d in shown)
+    ax.set_xlim(min(lo, corpus_epochs) / 3, max(hi, corpus_epochs) * 30)
+    ax.set_yticks(y, [printable(d["name"]) for d in shown], fontsize=8)
+    ax.set(xlabel="epochs over the dataset at the target (samples = share x T; log scale)",
+           title="The mixture: epochs over each dataset at the π-equivalent target")
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8)
+    return fig
+
+
 PLOTS = {"throughput.png": throughput, "memory.png": memory, "days.png": days, "storage.png": storage}
-assert set(PLOTS) | {"coverage.png"} == set(PLOT_TITLES), "plots and their titles disagree"
+assert set(PLOTS) | {"coverage.png", "mixture.png"} == set(PLOT_TITLES), "plots and their titles disagree"
 
 
 def write_plots(cfg: BudgetConfig, est: Estimate, cov: Coverage | None, out_dir: Path,
-                names: list[str] | None = None) -> list[str]:
+                names: list[str] | None = None, mix: dict[str, Any] | None = None) -> list[str]:
     """Draw the plots `names` (default: all that apply) into `out_dir`; returns the file names."""
-    names = names if names is not None else [*PLOTS, *(["coverage.png"] if cov is not None else [])]
+    names = names if names is not None else [*PLOTS, *(["coverage.png"] if cov is not None else []),
+                                             *(["mixture.png"] if mix is not None else [])]
     for name in names:
-        if name == "coverage.png":
+        if name == "mixture.png":
+            if mix is None:
+                raise ValueError("mixture.png needs a corpus manifest (--corpus)")
+            _save(mixture(mix), out_dir / name)
+        elif name == "coverage.png":
             if cov is None:
                 raise ValueError("coverage.png needs a corpus (a manifest)")
             _save(coverage(cfg, est, cov), out_dir / name)

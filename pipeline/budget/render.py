@@ -17,6 +17,7 @@ PLOT_TITLES = {
     "days.png": "Days to the target vs nodes",
     "storage.png": "Storage vs target timesteps",
     "coverage.png": "Your corpus vs the target (hours, log scale)",
+    "mixture.png": "The mixture: epochs over each dataset at the target (log scale)",
 }
 
 def _cell(text: Any) -> str:
@@ -62,9 +63,29 @@ def headline_text(report: dict[str, Any]) -> str:
         lines += text_table([["", *h["columns"], ""]] + [[label, *values, note]
                                                          for label, values, note in coverage_rows(report)])
         lines += [f"            {one_epoch_text(c)}"]
+    if report.get("mixture"):
+        lines += ["", *mixture_text(report)]
     lines += [f"note        {n}" for n in report["notes"]]
     lines += [f"warning     {w}" for w in report["warnings"]]
     return "\n".join(lines)
+
+
+def mixture_text(report: dict[str, Any]) -> list[str]:
+    """The mixture on the terminal: one line per dataset (share, epochs at each target, flag), the re-encode cost."""
+    m = report["mixture"]
+    cols = [f"epochs at pi0 batch {t['pi0_batch']}" for t in m["datasets"][0]["targets"]]
+    table = [["mixture", "weight", "share", "of timesteps", *cols, ""]]
+    for d in m["datasets"]:
+        table.append([d["name"], fmt.value(d["weight"]), fmt.share(d["share"]), fmt.share(d["share_of_timesteps"]),
+                      *(fmt.sig(t["epochs"]) for t in d["targets"]),
+                      f"OVERSAMPLED {fmt.sig(d['sampling_ratio'])}x" if d["oversampled"] else ""])
+    r = m["reencode"]
+    walls = ", ".join(f"{fmt.duration(w['hours'] / 24)} on {w['cores']:,} cores" for w in r["wall"])
+    lines = text_table(table)
+    lines += [f"left out    {x['name']}: {x['reason']}" for x in m["left_out"]]
+    lines.append(f"re-encode   {r['camera_frames']:,} camera frames x {fmt.sig(r['cpu_ms_per_frame'])} CPU ms = "
+                 f"{fmt.sig(r['cpu_hours'])} CPU-hours; wall {walls} (measured per-frame cost: report.md)")
+    return lines
 
 
 def corpus_holds(c: dict[str, Any]) -> str:
@@ -318,6 +339,80 @@ def _corpus(report: dict[str, Any]) -> str:
     ])
 
 
+def _mixture(report: dict[str, Any]) -> str:
+    m = report["mixture"]
+    ts = m["datasets"][0]["targets"]
+    inputs = {i["name"]: i["value"] for i in report["inputs"]}
+    weights = "given in the corpus file" if m["weights"] == "given" else "equal (every dataset weight 1)"
+    head = ["dataset", "label", "weight", "share of samples", "share of timesteps", "hours", "storage native",
+            "storage prepared", "samples per step"]
+    for t in ts:
+        head += [f"samples at {fmt.billions(t['timesteps'])}", f"epochs at {fmt.billions(t['timesteps'])}"]
+    head.append("flag")
+    rows = []
+    for d in m["datasets"]:
+        b = d["bytes"]
+        tag = {k: "measured" if b[k]["source"].startswith("measured") else "estimated" for k in b}
+        row = [d["name"], d["label"], fmt.value(d["weight"]), fmt.share(d["share"]), fmt.share(d["share_of_timesteps"]),
+               fmt.hours(d["hours"]), f"{fmt.size(b['native']['value'])} ({tag['native']})",
+               f"{fmt.size(b['prepared']['value'])} ({tag['prepared']})", fmt.sig(d["per_step"])]
+        for t in d["targets"]:
+            row += [fmt.millions(t["samples"]), fmt.sig(t["epochs"])]
+        row.append(f"**oversampled** ({fmt.sig(d['sampling_ratio'])}x)" if d["oversampled"] else "")
+        rows.append(row)
+    labels = md_table(["label", "datasets", "hours", "timesteps", "share of samples"],
+                      [[x["label"], x["datasets"], fmt.hours(x["hours"]), f"{x['timesteps']:,}", fmt.share(x["share"])]
+                       for x in m["labels"]])
+    r = m["reencode"]
+    walls = md_table(["cores", "wall time"], [[f"{w['cores']:,}", fmt.duration(w["hours"] / 24)] for w in r["wall"]])
+    out = [
+        f"Corpus manifest {_code(m['corpus'])}"
+        + (f", prepared {_code(m['prepared_corpus'])}" if m["prepared_corpus"] else "")
+        + f". Weights: {weights}. Share of samples = weight / the sum of the weights of the datasets below; samples "
+        "at T = share x T (T = pi0 steps x batch: seed defaults unless set); epochs = samples / the dataset's "
+        f"timesteps; samples per step = share x the training batch ({fmt.value(inputs['train_batch'])}). A dataset "
+        f"drawn more than {fmt.value(m['oversample_threshold'])}x as often as its share of the timesteps says is "
+        "flagged **oversampled**: its samples repeat many more epochs than the rest (overfitting to it).",
+        "",
+        md_table(head, rows),
+    ]
+    flags = [d["flag"] for d in m["datasets"] if d["flag"]]
+    if flags:
+        out += ["", *(f"- {d['name']}: {d['flag']}" for d in m["datasets"] if d["flag"])]
+    if m["left_out"]:
+        out += ["", "Left out (failed in the corpus manifest; not in the shares):", "",
+                *(f"- {x['name']}: {x['reason']}" for x in m["left_out"])]
+    out += [
+        "", "By label:", "", labels, "",
+        "### Re-encoding the corpus (CPU time)",
+        "",
+        "```",
+        f"camera frames = sum of timesteps x cameras = {r['camera_frames']:,}",
+        f"CPU-hours     = {r['camera_frames']:,} x {r['cpu_ms_per_frame']:.4g} ms / 3.6e6 = {fmt.sig(r['cpu_hours'])}",
+        "wall(N)       = CPU-hours / N cores",
+        "```",
+        "",
+        walls,
+        "",
+        f"Per-frame cost: {r['source']}."
+        + (f" Measured speed-up from 1 to 2 workers: {r['speedup_1_to_2_workers']:.2f}x." if
+           r["speedup_1_to_2_workers"] else "") + f" {r['note'][0].upper()}{r['note'][1:]}.",
+    ]
+    return "\n".join(out)
+
+
+def _origins(report: dict[str, Any]) -> str:
+    rows = [[o["figure"], f"**{o['origin']}**" if o["origin"] == "seed default" else o["origin"],
+             ", ".join(f"`{n}`" for n in o["seed_inputs"]) or "-", o["note"] or ""]
+            for o in report["figure_origins"]]
+    return "\n".join([
+        "Each figure's origin is the least certain of its inputs' (inputs table): **seed default** = a built-in "
+        "default of prep (the sizing document's figures), not a measurement of your data or hardware.",
+        "",
+        md_table(["figure", "origin", "seed-default inputs", "note"], rows),
+    ])
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     report = printable_data(report)
     inputs = {i["name"]: i["value"] for i in report["inputs"]}
@@ -339,6 +434,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         _corpus(report),
         "",
+        *(["## Mixture", "", _mixture(report), ""] if report.get("mixture") else []),
+        *(["## Measured or seed default", "", _origins(report), ""] if report.get("figure_origins") else []),
         "## Inputs",
         "",
         _inputs(report),

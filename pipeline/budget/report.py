@@ -12,6 +12,7 @@ from pipeline.budget.coverage import Coverage
 from pipeline.budget.estimate import Estimate, ThroughputRow, days_at
 from pipeline.budget.landscape import Landscape
 from pipeline.budget.measured import ManifestFigures, rate_label
+from pipeline.budget.origins import figure_origins
 from pipeline.clock import utc_now
 
 REPORT_SCHEMA = "prep.budget/2"
@@ -28,6 +29,7 @@ class ReportInputs:
     plots: tuple[str, ...]
     coverage: Coverage | None = None
     warnings: tuple[str, ...] = ()
+    mixture: dict[str, Any] | None = None  # `pipeline.budget.mixture.mixture`, given a corpus manifest
 
 
 def _input_value(value: Any) -> Any:
@@ -121,6 +123,8 @@ def build_report(r: ReportInputs) -> dict[str, Any]:
             "prepared": r.prepared.as_json() if r.prepared else None,
         },
         "corpus": corpus_json(r.coverage),
+        "mixture": r.mixture,
+        "figure_origins": figure_origins(cfg, r.mixture),
         "step_model": {
             "a_s_per_sample": step.a,
             "c_s": step.c,

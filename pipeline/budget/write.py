@@ -21,6 +21,7 @@ from pipeline.budget.measured import (
     rate_warnings,
     read_all,
 )
+from pipeline.budget.mixture import OVERSAMPLE, REENCODE_CORES, MixtureInput, mixture, read_cost
 from pipeline.budget.model import first_non_finite
 from pipeline.budget.render import PLOT_TITLES, render_markdown
 from pipeline.budget.report import ReportInputs, build_report
@@ -29,6 +30,7 @@ from pipeline.schemas import validate
 
 BUDGET_SCHEMA = "budget"
 COVERAGE_PLOT = "coverage.png"
+MIXTURE_PLOT = "mixture.png"
 __all__ = ["DEFAULT_OUT", "write_report"]
 
 
@@ -40,13 +42,20 @@ def write_report(
     *,
     landscape: Path = DEFAULT_LANDSCAPE,
     plots: bool = True,
+    mixture_input: MixtureInput | None = None,
+    reencode_cost: Path | None = None,
+    reencode_cores: tuple[int, ...] = REENCODE_CORES,
+    oversample: float = OVERSAMPLE,
 ) -> dict[str, Any]:
     """Write `out_dir`/report.md, report.json and the PNG plots; return the report dict.
 
     `native` / `prepared` are `prep scan` manifests (schema-checked; several of a role are added up); their
     GB/hr, frames per episode and fps replace the document defaults but not values set in `config` from a file
     or the CLI; a storage rate only one of them measures gives the other by `prepared_ratio` ("estimated from ...").
-    With a manifest the report has a "your corpus" section (and plot). Raises PrepError (one line) on a
+    With a manifest the report has a "your corpus" section (and plot). `mixture_input` (a corpus manifest's
+    datasets, `prep budget --corpus`): the mixture section (and plot): each dataset's share, samples and epochs at
+    the target, oversampled ones flagged, and the CPU time to re-encode the corpus at `reencode_cost`'s measured
+    per-frame cost (default: the shipped bench/results/reencode.json). Raises PrepError (one line) on a
     bad manifest, bad parameters or inputs whose figures overflow; nothing is written then.
     """
     cfg = config or BudgetConfig()
@@ -72,10 +81,15 @@ def write_report(
     if cov is not None:
         check_finite(asdict(cov), "the corpus section")
         notes += coverage_notes(cov, cfg)
+    mix = None
+    if mixture_input is not None:
+        mix = mixture(mixture_input, est, cfg, read_cost(reencode_cost), cores=reencode_cores, oversample=oversample)
+        check_finite(mix, "the mixture section")
     land = load_landscape(landscape)
-    names = [n for n in PLOT_TITLES if cov is not None or n != COVERAGE_PLOT] if plots else []
+    names = [n for n in PLOT_TITLES if (cov is not None or n != COVERAGE_PLOT) and (mix is not None or
+                                                                                   n != MIXTURE_PLOT)] if plots else []
     report = build_report(ReportInputs(cfg, est, nat, prep, land, tuple(notes), tuple(names), cov,
-                                       tuple(rate_warnings(cfg))))
+                                       tuple(rate_warnings(cfg)), mix))
     out_json = out_dir / "report.json"
     bad = first_non_finite(report)
     if bad is not None:
@@ -86,7 +100,7 @@ def write_report(
     if plots:
         from pipeline.budget.plots import write_plots  # matplotlib: only when drawing
 
-        write_plots(cfg, est, cov, out_dir, names)
+        write_plots(cfg, est, cov, out_dir, names, mix)
     atomic.write_text(out_json, text, out_dir)
     atomic.write_text(out_dir / "report.md", render_markdown(report), out_dir)
     return report

@@ -38,6 +38,22 @@ def add_parser(sub: Any) -> None:
                    "repeat it for a corpus of several datasets: their episodes, hours and bytes add up")
     p.add_argument("--prepared", type=Path, action="append", metavar="MANIFEST", help="`prep scan` manifest of "
                    "the prepared (re-encoded) corpus (measures prepared GB/hr); repeatable, added up as --native")
+    p.add_argument("--corpus", type=Path, metavar="CORPUS.json", help="a corpus manifest (`prep scan --corpus` or "
+                   "`prep scan A B C`: docs/corpus.md): its datasets are the native corpus (as --native for each) and "
+                   "the report adds the mixture: per dataset its storage, hours, share of the samples at the target, "
+                   "the epochs that share means, oversampled datasets flagged, and the CPU time to re-encode it")
+    p.add_argument("--corpus-prepared", type=Path, metavar="CORPUS.json", help="with --corpus: the prepared "
+                   "corpus's manifest (`prep reencode --corpus ... --out OUT` writes OUT/corpus.json): each "
+                   "dataset's prepared bytes measured, matched by name")
+    p.add_argument("--reencode-cost", type=Path, metavar="FILE", help="with --corpus: a `bench/reencode.py` result "
+                   "whose measured CPU ms per camera frame prices the re-encode (default: the one shipped with prep, "
+                   "measured on its development machine: report.md names it)")
+    p.add_argument("--reencode-cores", type=core_counts, default=REENCODE_CORES, metavar="LIST",
+                   help="with --corpus: core counts to give the re-encode's wall time for (default: "
+                   f"{','.join(map(str, REENCODE_CORES))})")
+    p.add_argument("--oversample", type=ratio_arg, default=OVERSAMPLE, metavar="X",
+                   help="with --corpus: flag a dataset drawn more than X times as often as its share of the timesteps "
+                   f"says (default: {OVERSAMPLE:g})")
     p.add_argument("--config", type=Path, metavar="FILE", help="TOML file of model parameters")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help=f"report folder (default: {DEFAULT_OUT} in the current folder)")
@@ -46,6 +62,72 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     add_arguments(p)
     p.set_defaults(func=run)
+
+
+REENCODE_CORES = (16, 64, 256)  # pipeline.budget.mixture's (not imported here: --help stays light)
+OVERSAMPLE = 2.0
+
+
+def core_counts(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected core counts like 16,64,256, got {text!r}") from None
+    if not values or any(not 1 <= v <= 10_000_000 for v in values):
+        raise argparse.ArgumentTypeError(f"expected core counts from 1 to 10,000,000, got {text!r}")
+    return values
+
+
+def ratio_arg(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number above 1, e.g. 2, got {text!r}") from None
+    if not math.isfinite(value) or not 1 <= value <= 1e6:
+        raise argparse.ArgumentTypeError(f"expected a number from 1 to 1e6, got {text!r}")
+    return value
+
+
+def corpus_inputs(args: argparse.Namespace) -> tuple[list[Path], list[Path], Any]:
+    """`--corpus` (and `--corpus-prepared`): the per-dataset manifests, native and prepared, and the mixture's
+    input (`pipeline.budget.mixture.MixtureInput`). Refused in one line: with --native, --prepared or DATASET, a
+    corpus description (.toml) instead of its manifest, a corpus none of whose datasets completed."""
+    from pipeline.budget.mixture import MixtureInput
+    from pipeline.corpus.manifest import load_corpus_manifest
+
+    if args.native or args.prepared or args.dataset is not None:
+        raise PrepError("--corpus gives the native corpus (each of its datasets' manifests): drop --native, "
+                        "--prepared and DATASET (the prepared corpus is --corpus-prepared)")
+    for flag, path in (("--corpus", args.corpus), ("--corpus-prepared", args.corpus_prepared)):
+        if path is not None and path.suffix.lower() == ".toml":
+            raise PrepError(f"{flag} {path}: a corpus description; budget reads its manifest: `prep scan --corpus "
+                            f"{path} --out corpus.json`, then `prep budget --corpus corpus.json`")
+    doc = load_corpus_manifest(args.corpus)
+    if doc["role"] != "native":
+        raise PrepError(f"--corpus {args.corpus}: the manifest of a prepared corpus (written by prep reencode): pass "
+                        "the native corpus's manifest (prep scan) as --corpus and this one as --corpus-prepared")
+    ok = [r for r in doc["datasets"] if r["status"] == "ok"]
+    if not ok:
+        raise PrepError(f"--corpus {args.corpus}: no dataset of the corpus completed its scan; nothing to size")
+    folder = args.corpus.parent
+    native = [folder / r["manifest"] for r in ok]
+    prepared: list[Path] = []
+    prepared_rows: list[dict[str, Any]] = []
+    if args.corpus_prepared is not None:
+        pdoc = load_corpus_manifest(args.corpus_prepared)
+        frames = {r["name"]: r["frames"] for r in ok}  # the same datasets only: a rate of the corpus, not of others
+        prepared_rows = [r for r in pdoc["datasets"] if r["status"] == "ok" and frames.get(r["name"]) == r["frames"]]
+        if not prepared_rows:
+            raise PrepError(f"--corpus-prepared {args.corpus_prepared}: none of its datasets is one of --corpus "
+                            f"{args.corpus} (same name, same timesteps)")
+        prepared = [args.corpus_prepared.parent / r["manifest"] for r in prepared_rows]
+    mix = MixtureInput(path=str(args.corpus), weights=doc["corpus"]["weights"], rows=tuple(ok),
+                       left_out=tuple(r for r in doc["datasets"] if r["status"] != "ok"),
+                       prepared_path=str(args.corpus_prepared) if args.corpus_prepared is not None else None,
+                       prepared=tuple(prepared_rows), manifests=tuple(map(str, native)))
+    return native, prepared, mix
 
 
 def prepared_manifests(args: argparse.Namespace) -> list[Path]:
@@ -104,7 +186,9 @@ def check_read_only(args: argparse.Namespace, native: list[Path], prepared: list
     check_outside([args.dataset, *(_dataset_root(m) for m in native), *(_dataset_root(m) for m in prepared)], out,
                   default=args.out is None)
     o = os.path.realpath(out)
-    inputs = [*(("--native", m) for m in native), *(("--prepared", m) for m in prepared), ("--config", args.config)]
+    inputs = [*(("--native", m) for m in native), *(("--prepared", m) for m in prepared), ("--config", args.config),
+              ("--corpus", getattr(args, "corpus", None)),
+              ("--corpus-prepared", getattr(args, "corpus_prepared", None))]
     for flag, path in inputs:
         if path is None:
             continue
@@ -117,8 +201,16 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.budget import headline_text, write_report
 
     cfg = load_config(args.config, cli_values(args))
-    native: list[Path] = args.native or []
-    prepared = prepared_manifests(args)
+    mix = None
+    if args.corpus is not None:
+        native, prepared, mix = corpus_inputs(args)
+    else:
+        with_corpus = [f for f, v in (("--corpus-prepared", args.corpus_prepared), ("--reencode-cost",
+                                                                                    args.reencode_cost)) if v]
+        if with_corpus:
+            raise PrepError(f"{with_corpus[0]} needs --corpus (a corpus manifest)")
+        native = args.native or []
+        prepared = prepared_manifests(args)
     check_each_once(native, prepared)
     out: Path = (args.out or default_in_cwd(DEFAULT_OUT)).absolute()
     check_read_only(args, native, prepared, out)
@@ -135,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
     check_writable(out, create=False)  # read-only or full: one line now, before the inputs are read
     try:
         report = write_report(out, native, prepared, cfg, landscape=args.landscape,
-                              plots=not args.no_plots)
+                              plots=not args.no_plots, mixture_input=mix, reencode_cost=args.reencode_cost,
+                              reencode_cores=args.reencode_cores, oversample=args.oversample)
     except OSError as exc:
         where = exc.filename if exc.filename is not None else out
         raise PrepError(f"--out {out}: cannot write {where}: {exc.strerror or exc}") from None

@@ -20,6 +20,9 @@ from pipeline.commands import help_of
 from pipeline.commands.argtypes import LazyChoices, LazyHelp, dataset_path, parse_size
 from pipeline.commands.common import SmallInput, add_run_options, output_records, plural, run_config, warn
 from pipeline.commands.convert import add_limit_options, limits_of
+from pipeline.commands.corpus import CORPUS_HELP, add_corpus_option, corpus_of
+from pipeline.commands.corpus import resume_note as corpus_resume_note
+from pipeline.commands.corpus import run_reencode as run_corpus_reencode
 from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
 
@@ -50,7 +53,10 @@ def add_parser(sub: Any) -> None:
         "a keyframe, into a new dataset of the same version (parquet copied byte for byte, metadata updated). "
         "Resumable: a rerun keeps outputs that are complete and correct.")
     p.add_argument("dataset", nargs="?", metavar="DATASET", type=source_path,
-                   help="source dataset: a path, or a name under --root (or give it as --src DATASET)")
+                   help="source dataset: a path, or a name under --root (or give it as --src DATASET). Several "
+                   "DATASETs are a corpus (docs/corpus.md), as --corpus FILE listing them with equal weights")
+    p.add_argument("more", nargs="*", metavar="DATASET", type=source_path, help=argparse.SUPPRESS)
+    add_corpus_option(p, CORPUS_HELP + "; each dataset's output goes to DIR/<name>/ under --out DIR (required)")
     p.add_argument("--src", metavar="DATASET", type=source_path,
                    help="the source dataset, as an option (same as DATASET)")
     # not required=True: argparse would name --dst alone when DATASET is missing too (run() names every one)
@@ -287,6 +293,8 @@ def output_of(args: argparse.Namespace) -> Path:
 
 
 def resume_note(args: argparse.Namespace) -> str | None:
+    if getattr(args, "_corpus", None) is not None:
+        return corpus_resume_note(args, "reencode")
     return f"finished files are kept in {output_of(args)}"
 
 
@@ -294,15 +302,37 @@ def missing_arguments(args: argparse.Namespace) -> None:
     """A missing --dst is named with every other missing argument in one line (argparse would name the first
     one it meets); a missing DATASET alone is source_of's refusal."""
     if args.dst is None:
-        missing = ["--dst SIZE"] if args.dataset is not None or args.src is not None else [
+        given = args.dataset is not None or args.src is not None or getattr(args, "corpus", None) is not None
+        missing = ["--dst SIZE"] if given else [
             "DATASET (or --src DATASET)", "--dst SIZE"]
         raise PrepError(f"the following arguments are required: {', '.join(missing)} "
                         "(e.g. prep reencode DATASET --dst 224)")
 
 
+def reencode_options(args: argparse.Namespace, size: tuple[int, int]) -> Any:
+    from pipeline.stages.reencode import ReencodeOptions
+    from pipeline.video.encode import DEFAULT_ENGINE, DEFAULT_PROFILE
+
+    return ReencodeOptions(size=size, resize=args.resize, profile=args.profile or DEFAULT_PROFILE, crf=args.crf,
+                           engine=args.engine or DEFAULT_ENGINE, repairs=tuple(sorted(set(args.repair))),
+                           fingerprint=args.fingerprint)
+
+
+def corpus_of_reencode(args: argparse.Namespace) -> Any:
+    """A corpus (`--corpus FILE`, or several DATASETs); None for one source (DATASET or --src, as always)."""
+    if args.corpus is None and not args.more:
+        return None
+    if args.src is not None or args.root is not None:
+        raise PrepError("--src and --root name one source; a corpus is several DATASETs or --corpus FILE")
+    return corpus_of(args, "reencode")
+
+
 def run(args: argparse.Namespace) -> int:
     missing_arguments(args)
     size = dst_size(args.dst)  # a bad size is refused before anything heavy is imported
+    corpus = corpus_of_reencode(args)
+    if corpus is not None:
+        return run_corpus_reencode(args, corpus, reencode_options(args, size))
     src = resolve_src(source_of(args), args.root)
     out = args.out.absolute() if args.out else default_out(src, size)
     warnings = [*size_warnings(size), *filter(None, [provenance_warning(src, size)])]
@@ -312,12 +342,8 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.preverify import SourceRefused
     from pipeline.jobs.reencode import reencode_dataset
     from pipeline.runner import open_engine
-    from pipeline.stages.reencode import ReencodeOptions
-    from pipeline.video.encode import DEFAULT_ENGINE, DEFAULT_PROFILE
 
-    options = ReencodeOptions(size=size, resize=args.resize, profile=args.profile or DEFAULT_PROFILE, crf=args.crf,
-                              engine=args.engine or DEFAULT_ENGINE, repairs=tuple(sorted(set(args.repair))),
-                              fingerprint=args.fingerprint)
+    options = reencode_options(args, size)
     try:
         if args.format is not None:
             from pipeline.jobs.reencode_as import reencode_as

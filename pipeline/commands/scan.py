@@ -17,6 +17,9 @@ from pipeline.commands.common import (
     report_records,
     run_config,
 )
+from pipeline.commands.corpus import add_corpus_option, corpus_of
+from pipeline.commands.corpus import resume_note as corpus_resume_note
+from pipeline.commands.corpus import run_scan as run_corpus_scan
 from pipeline.commands.where import add_location_options, dataset_location, default_name, shared_paths
 from pipeline.storage import Location
 from pipeline.text import printable_lines
@@ -29,10 +32,12 @@ def add_parser(sub: Any) -> None:
                        description="Scan a LeRobot dataset (v2.1 or v3.0) without decoding pixels and write "
                        "a JSON manifest plus a per-episode Parquet table. A killed scan rerun with the same "
                        "arguments resumes from its finished batches (<manifest>.parts/).")
-    add_location_options(p)
+    add_location_options(p, several=True)
+    add_corpus_option(p)
     p.add_argument("--out", type=Path, metavar="PATH",
                    help=f"manifest file, a local path (default: {DEFAULT_DIR}/<DATASET name>.manifest.json in the "
-                   "current folder; the per-episode table goes beside it)")
+                   "current folder; the per-episode table goes beside it). A corpus: the corpus manifest (default: "
+                   f"{DEFAULT_DIR}/<corpus name>.json), each dataset's manifest beside it")
     p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
     add_run_options(p, SmallInput(256, "file sets (a v2.1 episode; in v3.0, the episodes that share their files)"))
     p.set_defaults(func=run)
@@ -68,6 +73,8 @@ def check_default_manifest(out: Path) -> None:
 
 
 def resume_note(args: argparse.Namespace) -> str | None:
+    if getattr(args, "_corpus", None) is not None:
+        return corpus_resume_note(args, "scan")
     return f"finished batches are kept in {output_of(args)}.parts/"
 
 
@@ -114,6 +121,9 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.scan import scan_dataset
     from pipeline.runner import open_engine
 
+    corpus = corpus_of(args, "scan")
+    if corpus is not None:
+        return run_corpus_scan(args, corpus)
     src = dataset_location(args)  # an object store: reachable with these credentials, or one line now
     out = output_of(args)
     if args.out is None:

@@ -17,6 +17,9 @@ from pipeline.checks import READER_CHOICES, Reader, refusal_line
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import parse_size, positive_int
 from pipeline.commands.common import SmallInput, add_run_options, plural, report_records, run_config
+from pipeline.commands.corpus import add_corpus_option, corpus_of
+from pipeline.commands.corpus import resume_note as corpus_resume_note
+from pipeline.commands.corpus import run_verify as run_corpus_verify
 from pipeline.commands.where import add_location_options, dataset_location, shared_paths
 from pipeline.text import printable, printable_lines
 
@@ -155,7 +158,8 @@ def add_parser(sub: Any) -> None:
                        "timestamps and pts must sit on the 1/fps grid. Each finding is an error (LeRobot's reader "
                        "refuses the dataset, raises, or hands a wrong frame), a warning (metadata inconsistent, "
                        "loading unaffected) or info. Exit 0 when there is no error (warnings printed), 1 on errors.")
-    add_location_options(p)
+    add_location_options(p, several=True)
+    add_corpus_option(p)
     p.add_argument("--expect-frames", type=positive_int, metavar="N",
                    help="every episode must have exactly N frames (e.g. 90 = 3 s at 30 fps)")
     p.add_argument("--size", type=size_arg, metavar="WxH",
@@ -167,7 +171,8 @@ def add_parser(sub: Any) -> None:
                    help="report file to write (JSON, schemas/verify.schema.json) with a per-episode Parquet table "
                    "beside it (<name>.episodes.parquet); a killed run rerun with the same arguments resumes from its "
                    "finished batches (<report>.parts/). Default: no file, the verdict is printed and the exit code "
-                   "says it (--json is the former name)")
+                   "says it (--json is the former name). A corpus: a folder, each dataset's report in "
+                   "DIR/<name>/verify.json, the corpus's verdicts in DIR/corpus_verify.json")
     p.add_argument("--reader", choices=READER_CHOICES, default="all",
                    help="the reader generation the severities and the exit code follow: 0.4 or 0.6 (lerobot 0.4.x / "
                    "0.6.x, v3.0 datasets), 0.3 (lerobot 0.3.x / openpi, v2.1), or all (default: the strictest of the "
@@ -185,6 +190,8 @@ def add_parser(sub: Any) -> None:
 
 
 def resume_note(args: argparse.Namespace) -> str | None:
+    if getattr(args, "_corpus", None) is not None:
+        return corpus_resume_note(args, "verify")
     if args.out is None:
         return None  # without a report file nothing is kept
     return f"finished batches are kept in {args.out.absolute()}.parts/"
@@ -195,6 +202,9 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.runner import open_engine
     from pipeline.stages.verify import VerifyOptions
 
+    corpus = corpus_of(args, "verify")
+    if corpus is not None:
+        return run_corpus_verify(args, corpus)
     src = dataset_location(args)  # an object store: reachable with these credentials, or one line now
     out = args.out.absolute() if args.out else None
     options = VerifyOptions(expect_frames=args.expect_frames, size=args.size, all_intra=args.all_intra,

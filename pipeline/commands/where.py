@@ -32,9 +32,16 @@ DATASET_HELP = ("the dataset: a folder holding meta/info.json, a Hugging Face hu
                 "the key variables, ~/.aws/config)")
 
 
-def add_location_options(p: Any) -> None:
-    """DATASET's positional argument and `--revision`, `--storage-option` (repeatable)."""
-    p.add_argument("dataset", type=dataset_arg, metavar="DATASET", help=DATASET_HELP)
+def add_location_options(p: Any, *, several: bool = False) -> None:
+    """DATASET's positional argument and `--revision`, `--storage-option` (repeatable). `several`: DATASET is
+    optional and more may follow (`args.more`), for commands that also take a corpus (`prep scan A B C`)."""
+    if several:
+        p.add_argument("dataset", type=dataset_arg, metavar="DATASET", nargs="?", help=DATASET_HELP
+                       + ". Several DATASETs are a corpus (docs/corpus.md), as --corpus FILE listing them with "
+                       "equal weights")
+        p.add_argument("more", type=dataset_arg, metavar="DATASET", nargs="*", help=argparse.SUPPRESS)
+    else:
+        p.add_argument("dataset", type=dataset_arg, metavar="DATASET", help=DATASET_HELP)
     p.add_argument("--revision", metavar="REV",
                    help="with a hub repo id: the cached revision to read (a branch, tag or commit; default main)")
     p.add_argument("--storage-option", dest="storage_options", action="append", default=[], metavar="KEY=VALUE",
