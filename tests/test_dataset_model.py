@@ -102,6 +102,32 @@ def test_v30_bad_episode_rows(lowres_v30: Path, copy_dataset: Callable[[Path, st
     assert rejected[0].episode == 1 and "length" in rejected[0].message
 
 
+def test_v30_episode_metadata_read_in_batches_reads_as_one(lowres_v30: Path, copy_dataset: Callable[[Path, str], Path],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The columnar reader reads an episode metadata file a batch at a time (a file of millions of rows is never
+    held whole): with batches of 2 rows and a bad row in the second batch, the model and the rejected lines (row
+    numbers included) are those of one whole-file read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.formats import v30
+
+    root = copy_dataset(lowres_v30, "v30batches")
+    path = root / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    assert table.num_rows >= 3
+    lengths = table["length"].to_pylist()
+    lengths[2] = -1  # the first row of the second 2-row batch
+    table = table.set_column(table.column_names.index("length"), "length", pa.array(lengths, pa.int64()))
+    pq.write_table(table, path, row_group_size=1)
+    whole, whole_rejected = open_dataset(root)
+    monkeypatch.setattr(v30, "OPEN_BATCH_ROWS", 2)
+    batched, batched_rejected = open_dataset(root)
+    assert [e for e in batched.episodes] == [e for e in whole.episodes]
+    assert [str(r) for r in batched_rejected] == [str(r) for r in whole_rejected]
+    assert len(whole_rejected) == 1 and "row 2" in str(whole_rejected[0])
+
+
 def test_v30_missing_episode_metadata(lowres_v30: Path, copy_dataset: Callable[[Path, str], Path]) -> None:
     root = copy_dataset(lowres_v30, "v30nometa")
     (root / "meta/episodes/chunk-000/file-000.parquet").unlink()

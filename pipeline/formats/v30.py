@@ -82,6 +82,7 @@ LAYOUT = Layout(FILE_FIELDS, VIDEO_FIELDS, shares_files=True)
 REWRITTEN = ("meta/info.json", "meta/stats.json")  # by a re-encode, with every episode metadata parquet
 ROW_BITS = 32  # a row's place: file number << ROW_BITS | row number
 BATCH_ROWS = 1024  # rows per batch of the strict readers
+OPEN_BATCH_ROWS = 1 << 16  # rows per batch of the columnar reader: its memory is the model's columns, not a file
 
 # LeRobot's defaults (lerobot/datasets/utils.py)
 DEFAULT_CHUNKS_SIZE = 1000
@@ -269,13 +270,14 @@ def _tasks(table: pa.Table) -> tuple[pa.Array | None, np.ndarray]:
     return arr, np.ones(n, dtype=bool)
 
 
-def _read_table(table: pa.Table, file_no: int, cameras: list[str], rows: RowBuilder, where_of: Any) -> None:
-    """The rows of one episode metadata file into `rows`: the good ones column by column, the others one at a
-    time, rejected with their reason."""
+def _read_table(table: pa.Table, file_no: int, first_row: int, cameras: list[str], rows: RowBuilder,
+                where_of: Any) -> None:
+    """Rows of one episode metadata file (from its row `first_row` on) into `rows`: the good ones column by
+    column, the others one at a time, rejected with their reason."""
     n = table.num_rows
     if n == 0:
         return
-    keys = (np.int64(file_no) << ROW_BITS) + np.arange(n, dtype=np.int64)
+    keys = (np.int64(file_no) << ROW_BITS) + first_row + np.arange(n, dtype=np.int64)
     index, ok = _ints(table, "episode_index")
     ok &= index >= 0
     length, good = _ints(table, "length")
@@ -349,8 +351,12 @@ def open_v30(where: Root, info: dict[str, Any], *, tasks: bool = True) -> tuple[
 
     digest = hashlib.blake2b(digest_size=16)
     rows = RowBuilder(v30_cameras=[c.key for c in cameras])
-    for file_no, path, table in _episode_tables(files, stats=False, batch_rows=None):
-        _read_table(table, file_no, [c.key for c in cameras], rows, where_of)
+    first_row: dict[int, int] = {}
+    for file_no, _path, batch in _episode_tables(files, stats=False, batch_rows=OPEN_BATCH_ROWS):
+        start = first_row.get(file_no, 0)  # a batch at a time: a file of millions of rows is never held whole
+        _read_table(pa.Table.from_batches([batch]), file_no, start, [c.key for c in cameras], rows, where_of)
+        first_row[file_no] = start + batch.num_rows
+    for path in files:
         with path.open(what="episode metadata parquet") as fh:
             for block in iter(lambda: fh.read(1 << 22), b""):
                 digest.update(block)
