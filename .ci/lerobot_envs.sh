@@ -99,6 +99,20 @@ pip_q() {  # pip in venv $1, its chatter kept in $1/.prep-pip.log and shown only
 
 repo_stamp() { echo "$REPO $(sha256sum "$REPO/pyproject.toml" | cut -c1-16)"; }
 
+install_prep() {  # install_prep VENV SPEC: lerobot's pins with prep editable, then prep's test extra
+    # Each call names lerobot's pins, so our own dependencies never move them. prep goes in first without its
+    # test extra, whose moto would otherwise send pip's resolver through every aiobotocore release; the botocore
+    # it brought is then held (scripts/python.sh, prep_hold_botocore, says why).
+    local v=$1 spec=$2 held rc=0
+    # shellcheck disable=SC2086
+    pip_q "$v" install -q $spec -e "$REPO" || return 1
+    held="$(prep_hold_botocore "$v/bin/python")" || return 1
+    # shellcheck disable=SC2086
+    pip_q "$v" install -q $spec -e "$REPO[test]" -c "$held" || rc=1
+    rm -f "$held"
+    return "$rc"
+}
+
 sync_repo() {  # (re)install our package editable + its deps when the checkout or pyproject.toml changed
     local v=$1 spec=$2
     if [[ "$(cat "$v/.prep-repo" 2>/dev/null)" != "$(repo_stamp)" ]]; then
@@ -108,7 +122,7 @@ sync_repo() {  # (re)install our package editable + its deps when the checkout o
             pip_q "$v" uninstall -y prep
         fi
         # shellcheck disable=SC2086
-        pip_q "$v" install -q $spec -e "$REPO[test]"
+        install_prep "$v" "$spec"
         repo_stamp > "$v/.prep-repo"
     fi
 }
@@ -136,9 +150,7 @@ build_env() {
         "$PY" -m venv "$v"
     fi
     pip_q "$v" install -q --upgrade pip
-    # One resolver call so that our own dependencies never move lerobot's pins.
-    # shellcheck disable=SC2086
-    pip_q "$v" install -q ${!spec_var} -e "$REPO[test]"
+    install_prep "$v" "${!spec_var}"
     echo "${!spec_var}" > "$v/.prep-stamp"
     repo_stamp > "$v/.prep-repo"
     env_ok "$name" || { log "lerobot ${!ver_var} did not import in $v"; exit 1; }

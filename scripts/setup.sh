@@ -134,7 +134,10 @@ if [[ $MODE == test ]]; then
     torch_cpu
     prep_need_space 2 "$VENV" "prep's test dependencies (~1 GB installed)"
     prep_log "installing prep (editable) with its test and bench extras into $VENV"
-    pip_q "lerobot-prep[test,bench]" install -e '.[test,bench]'
+    pip_q lerobot-prep install -e .  # first alone: its botocore is then held (prep_hold_botocore says why)
+    held="$(prep_hold_botocore "$VPY")"
+    pip_q "lerobot-prep[test,bench]" install -e '.[test,bench]' -c "$held"
+    rm -f "$held"
 else
     prep_need_space 2 "$VENV" "prep's dependencies (~0.8 GB installed)"
     prep_log "installing prep (editable) into $VENV"
