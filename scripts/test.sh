@@ -14,13 +14,30 @@ for arg in "$@"; do
 done
 bash scripts/setup.sh --test
 V=.venv/bin
+envs_pid=""
+if [ "$WITH_LEROBOT" = 1 ]; then
+    # The reader venvs download and unpack (network and disk, ~20 min on a fresh machine) while the suite runs
+    # (CPU): the two overlap instead of adding up. Their log is shown once the suite is done.
+    envs_log="$(mktemp "${TMPDIR:-/tmp}/prep-lerobot-envs.XXXXXX")"
+    echo "[test] the reader venvs (.ci/lerobot_envs.sh) build in the background while the suite runs"
+    bash .ci/lerobot_envs.sh "$PWD" >"$envs_log" 2>&1 &
+    envs_pid=$!
+    trap 'kill "$envs_pid" 2>/dev/null || true' EXIT
+fi
 echo "[test] ruff"; "$V/ruff" check pipeline tests bench
 echo "[test] mypy"; "$V/mypy" pipeline
 echo "[test] pytest"
-"$V/python" -m pytest -q --durations=15 tests --ignore=tests/compat
+rc=0
+"$V/python" -m pytest -q --durations=15 tests --ignore=tests/compat || rc=$?
 if [ "$WITH_LEROBOT" = 1 ]; then
+    envs_rc=0
+    wait "$envs_pid" || envs_rc=$?
+    trap - EXIT
+    echo "[test] reader venvs (.ci/lerobot_envs.sh, built in the background): exit $envs_rc"
+    cat "$envs_log"; rm -f "$envs_log"
+    [ "$rc" = 0 ] || exit "$rc"
+    [ "$envs_rc" = 0 ] || exit "$envs_rc"
     echo "[test] real LeRobot compatibility (lerobot 0.3.3 reads v2.1; lerobot 0.4.4 and 0.6.1 read v3.0)"
-    bash .ci/lerobot_envs.sh "$PWD"
     bash .ci/compat.sh "$PWD"   # the parity table goes to $TMPDIR/prep-compat-parity.json, not bench/results/
     for env in v21 v30 v06; do
         py=""  # PREP_VENVS may list several folders: the first holding lerobot-$env
@@ -32,3 +49,4 @@ if [ "$WITH_LEROBOT" = 1 ]; then
             -m pytest -q -p no:cacheprovider -m readers tests/test_loader_lerobot.py
     done
 fi
+exit "$rc"
