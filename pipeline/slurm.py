@@ -64,7 +64,11 @@ class JobState(StrEnum):
     CONFIGURING = "CONFIGURING"
     RUNNING = "RUNNING"
     SUSPENDED = "SUSPENDED"
+    STOPPED = "STOPPED"  # SIGSTOP through SLURM (`scancel --signal=STOP`): it keeps its allocation and can go on
+    SIGNALING = "SIGNALING"
     REQUEUED = "REQUEUED"
+    REQUEUE_HOLD = "REQUEUE_HOLD"
+    REQUEUE_FED = "REQUEUE_FED"
     RESIZING = "RESIZING"
     COMPLETING = "COMPLETING"
     COMPLETED = "COMPLETED"
@@ -79,9 +83,11 @@ class JobState(StrEnum):
     GONE = "GONE"  # no longer known to SLURM (purged after MinJobAge) and never seen ending
 
 
-# In the queue and still to run (or running): not lost. COMPLETING is the end of a job (its worker is gone).
-ALIVE = frozenset({JobState.PENDING, JobState.CONFIGURING, JobState.RUNNING, JobState.SUSPENDED,
-                   JobState.REQUEUED, JobState.RESIZING})
+# In the queue and still to run (or running, or stopped/suspended and able to go on): not lost, not replaced (a
+# worker frozen that way is the stall watch's to name). COMPLETING is the end of a job (its worker is gone).
+ALIVE = frozenset({JobState.PENDING, JobState.CONFIGURING, JobState.RUNNING, JobState.SUSPENDED, JobState.STOPPED,
+                   JobState.SIGNALING, JobState.REQUEUED, JobState.REQUEUE_HOLD, JobState.REQUEUE_FED,
+                   JobState.RESIZING})
 WAITING = frozenset({JobState.PENDING, JobState.REQUEUED, JobState.CONFIGURING})
 
 
@@ -450,7 +456,11 @@ class JobController:
         ids still listed after `wait_s` (none, normally)."""
         ids = [j.id for j in self.jobs.values() if j.alive or j.state == JobState.COMPLETING or not j.handled]
         user = _user()
-        self.run(["scancel", *([f"--user={user}"] if user else []), f"--name={self.name}", *ids], None)
+        # scancel ANDs its filters with the ids it is given: by name alone (every job of the run, also one whose
+        # sbatch answer was lost or one prep replaced), then by id (a job squeue cannot select by name)
+        self.run(["scancel", *([f"--user={user}"] if user else []), f"--name={self.name}"], None)
+        if ids:
+            self.run(["scancel", *ids], None)
         deadline = self.clock() + wait_s
         left: list[str] = []
         while True:

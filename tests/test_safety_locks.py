@@ -5,6 +5,8 @@ first run finishes unharmed (its output equals a clean run's, it verifies). Two 
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -74,8 +76,13 @@ def test_reencode_while_convert_runs_is_refused(tmp_path: Path) -> None:
         assert wait_until(lambda: holder(out / LOCK_REL).get("pid") == first.pid, timeout=180, proc=first), \
             first.output()[-2000:]
         watch = Watch(tmp_path, allowed=[out, tmp_path / "convert.log"])
-        second = run(row, *reencode_args(src, out))
-        assert first.proc.poll() is None, "the convert ended before reencode was tried: the test proves nothing"
+        # the convert (and its workers) frozen while reencode is tried: on a fast machine it could otherwise end first
+        os.killpg(first.pid, signal.SIGSTOP)
+        try:
+            second = run(row, *reencode_args(src, out))
+            assert first.proc.poll() is None, "the convert ended before reencode was tried: the test proves nothing"
+        finally:
+            os.killpg(first.pid, signal.SIGCONT)
         refused(second, "reencode", "in use by another prep run", "prep convert", f"pid {first.pid}")
         assert first.wait() == 0, first.output()[-3000:]
         assert (out / "meta/info.json").is_file() and not (out / LOCK_REL).exists()

@@ -119,6 +119,13 @@ def run_jobs(slurm: SingleNodeSlurm, name: object) -> list[tuple[str, str, str]]
     return [row for row in slurm.squeue() if row[2] == name]
 
 
+def freeze(slurm: SingleNodeSlurm, job: str, sig: str = "STOP") -> None:
+    """Send SIGSTOP (or SIGCONT) to every process of a job, through SLURM: a frozen worker cannot finish the run
+    before the fault a test makes has landed and prep has reported it (on a loaded machine the survivor could
+    otherwise finish every file first)."""
+    slurm.run("scancel", f"--signal={sig}", "--full", job)
+
+
 def running_jobs(slurm: SingleNodeSlurm, out: Path) -> list[str]:
     doc = records(out / "prep" / "slurm") if (out / "prep" / "slurm").exists() else {"name": None}
     return [j for j, state, _ in run_jobs(slurm, doc["name"]) if state == "RUNNING"]
@@ -180,8 +187,13 @@ def test_one_worker_job_cancelled_mid_run_is_replaced_and_the_run_completes(
     with started(slurm, log, *reencode(src, out, "--slurm-jobs", "2")) as proc:
         assert wait_until(lambda: len(final_videos(out)) >= 5 and len(running_jobs(slurm, out)) == 2, timeout=BOUND_S,
                           interval=0.2), log.read_text()[-3000:]
-        victim = running_jobs(slurm, out)[0]
+        victim, survivor = running_jobs(slurm, out)
+        freeze(slurm, survivor)  # the run cannot end before prep has seen the cancel and replaced the job
         slurm.run("scancel", victim)
+        seen = wait_until(lambda: f"SLURM job {victim} ended (CANCELLED" in log.read_text(), timeout=BOUND_S,
+                          interval=0.2)
+        freeze(slurm, survivor, "CONT")
+        assert seen, log.read_text()[-3000:]
         rc, text = finish(proc, log)
     assert rc == 0, text[-3000:]
     assert f"[engine] SLURM job {victim} ended (CANCELLED" in text and "submitted job " in text, text[-3000:]
@@ -265,6 +277,8 @@ def test_walltime_reached_mid_run_is_replaced_and_the_run_completes(
         assert wait_until(lambda: len(final_videos(out)) >= 3 and len(running_jobs(slurm, out)) == 1,
                           timeout=BOUND_S, interval=0.2), log.read_text()[-3000:]
         first = running_jobs(slurm, out)[0]
+        # frozen, its worker cannot finish the run before slurmctld's next time-limit check (every ~30 s) ends it
+        freeze(slurm, first)
         slurm.run("scontrol", "update", f"JobId={first}", "TimeLimit=0")  # its walltime is reached now
         rc, text = finish(proc, log)
     assert rc == 0, text[-3000:]

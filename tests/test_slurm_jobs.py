@@ -58,8 +58,9 @@ class FakeSlurm:
             state = state or self.final.get(job, "COMPLETING")
             return subprocess.CompletedProcess(cmd, 0, f"JobId={job} JobState={state} Reason=None NodeList=n1 "
                                                "RunTime=00:01:00 ExitCode=0:0\n", "")
-        if name == "scancel":
-            for job in [a for a in cmd[1:] if not a.startswith("--")]:
+        if name == "scancel":  # as SLURM does: the filters (--name, every job here has the run's) AND the ids
+            ids = [a for a in cmd[1:] if not a.startswith("--")]
+            for job in ids or ([*self.queue] if any(a.startswith("--name=") for a in cmd) else []):
                 if job in self.queue:
                     del self.queue[job]
                     self.final[job] = "CANCELLED"
@@ -190,9 +191,11 @@ def test_cancel_all_scancels_ids_and_the_run_name_then_waits(tmp_path: Path) -> 
     fake = FakeSlurm()
     jobs = controller(tmp_path, fake)
     jobs.start()
+    fake.queue["999"] = "RUNNING"  # a job of the run whose sbatch answer was lost: prep never knew its id
     assert jobs.cancel_all(wait_s=5) == []
     scancel = [c for c in fake.calls if c[0] == "scancel"]
-    assert len(scancel) == 1 and "--name=prep-test" in scancel[0] and {"100", "101"} <= set(scancel[0])
+    assert "--name=prep-test" in scancel[0] and not {"100", "101"} & set(scancel[0]), scancel
+    assert {"100", "101"} <= set(scancel[1]) and fake.final["999"] == "CANCELLED", scancel
     assert all(j["state"] == "CANCELLED" for j in json.loads((jobs.records / "jobs.json").read_text())["jobs"])
 
 
@@ -254,3 +257,16 @@ def test_cluster_slurm_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
                         records=tmp_path / "out/prep/slurm", shared=[tmp_path / "src"])
     assert config.backend_name() == "slurm" and config.slurm == SlurmSpec(jobs=3, cores=2)
     assert config.records == str(tmp_path / "out/prep/slurm") and config.shared == (str(tmp_path / "src"),)
+
+
+@pytest.mark.parametrize("state", ["STOPPED", "SUSPENDED", "REQUEUE_HOLD"])
+def test_a_stopped_or_suspended_job_is_alive_not_replaced(tmp_path: Path, state: str) -> None:
+    """SIGSTOP through SLURM (`scancel --signal=STOP`) or `scontrol suspend` keeps the job's allocation, and it goes
+    on when continued: replacing it would leave two jobs for one worker (the stall watch names a frozen worker)."""
+    fake = FakeSlurm()
+    jobs = controller(tmp_path, fake)
+    jobs.start()
+    fake.queue["100"] = state
+    assert jobs.refresh() == [] and fake.next_id == 102 and jobs.jobs["100"].alive
+    fake.end("100", "CANCELLED")
+    assert [e for e in jobs.refresh() if "SLURM job 100 ended (CANCELLED" in e] and fake.next_id == 103
