@@ -227,7 +227,10 @@ def run_reencode(args: argparse.Namespace, corpus: Corpus, options: Any) -> int:
     if args.format is not None or args.keep_staged:
         raise PrepError("--format with a corpus is not supported: re-encode the corpus, then `prep convert` each "
                         "output")
-    out = args.out.absolute()
+    if "://" in str(args.out):
+        raise PrepError(f"a corpus re-encode writes local folders (--out {printable(str(args.out))}): re-encode each "
+                        "dataset to its own s3:// prefix with `prep reencode DATASET --out s3://...`")
+    out = Path(args.out).absolute()
     with open_engine(run_config(args, records=output_records(out), shared=_shared(corpus))) as engine:
         run = reencode_corpus(corpus, out, options, engine, accept_invalid_source=args.accept_invalid_source,
                               reader=args.reader, quiet=args.no_progress)
@@ -273,4 +276,4 @@ def resume_note(args: argparse.Namespace, command: str) -> str | None:
         return f"finished datasets are kept; completion records in {scan_out(args, corpus)}.parts/"
     if args.out is None:
         return None
-    return f"finished datasets and files are kept in {args.out.absolute()}"
+    return f"finished datasets and files are kept in {Path(args.out).absolute()}"

@@ -62,8 +62,9 @@ def add_parser(sub: Any) -> None:
     # not required=True: argparse would name --dst alone when DATASET is missing too (run() names every one)
     p.add_argument("--dst", metavar="SIZE", help="target size: 224 (224x224) or WxH, e.g. 320x240 (required)")
     p.add_argument("--root", type=Path, help="folder holding DATASET when it is a name (default: current folder)")
-    p.add_argument("--out", type=Path, metavar="DIR",
-                   help="output dataset folder (default: <DATASET>_<SIZE> beside DATASET: merged -> merged_224)")
+    p.add_argument("--out", metavar="DIR",
+                   help="output dataset folder, or s3://BUCKET/PREFIX (configured by the environment, as the AWS CLI "
+                   "is; docs/storage.md) (default: <DATASET>_<SIZE> beside DATASET: merged -> merged_224)")
     p.add_argument("--resize", choices=sorted(RESIZE_MODES), default=DEFAULT_RESIZE,
                    help="pad = openpi resize_with_pad (keep aspect, black bars); stretch; crop "
                    f"(default: {DEFAULT_RESIZE})")
@@ -108,8 +109,22 @@ def add_parser(sub: Any) -> None:
 
 
 def source_path(text: str) -> str:
-    """DATASET / --src as typed, checked like every command's dataset argument (an empty one is refused)."""
-    return str(dataset_path(text))
+    """DATASET / --src as typed, checked like every command's dataset argument (an empty one is refused); an
+    object-store URL keeps its `//`."""
+    return text if is_url(text) else str(dataset_path(text))
+
+
+def is_url(text: str) -> bool:
+    """`s3://...` (or another object-store scheme): not a local path."""
+    from pipeline.storage import LOCAL, URL_RE
+
+    m = URL_RE.match(text)
+    return m is not None and m.group("scheme") != LOCAL
+
+
+def _under(out: str, rel: str) -> str:
+    """A file of the output, as the user sees it: a path, or an object's URL."""
+    return f"{out.rstrip('/')}/{rel}"
 
 
 def source_of(args: argparse.Namespace) -> str:
@@ -245,17 +260,17 @@ def summary(r: ReencodeReport) -> str:
                 lines.append(f"quality   {cam}: PSNR {q['psnr_db_mean']:.1f} dB mean (min {q['psnr_db_min']:.1f})"
                              f"{ssim} over {plural(q['frames_sampled'], 'sampled frame')} against the source, "
                              "resized the same way")
-        lines.append(f"reports   {Path(r.out) / COMPARISON_REL}, {Path(r.out) / MANIFEST_REL}")
+        lines.append(f"reports   {_under(r.out, COMPARISON_REL)}, {_under(r.out, MANIFEST_REL)}")
     for f in r.failures[:20]:
         eps = f.get("episodes") or ([f["episode"]] if f.get("episode") is not None else [])
         where = f" (episode{'s' if len(eps) > 1 else ''} {', '.join(map(str, eps))})" if eps else ""
         lines.append(f"FAILED    {f['path']}{where}: {f['reason']}")
     if len(r.failures) > 20:
-        lines.append(f"FAILED    ... and {len(r.failures) - 20} more (see {Path(r.out) / REPORT_REL})")
+        lines.append(f"FAILED    ... and {len(r.failures) - 20} more (see {_under(r.out, REPORT_REL)})")
     what = {"timestamps": "parquet timestamp column rewritten", "stats": "meta/episodes_stats.jsonl written anew"}
     for k, n in r.repaired.items():
         lines.append(f"repaired  {k}: {n:,} episodes ({what.get(k, k)}; listed in "
-                     f"{Path(r.out) / 'prep/source_check.json'})")
+                     f"{_under(r.out, 'prep/source_check.json')})")
     if r.accepted_invalid_source:
         lines.append(f"source    INVALID ({r.source_errors:,} errors, accepted with --accept-invalid-source): the "
                      "output is NOT a drop-in dataset (see prep/source_check.json)")
@@ -333,8 +348,11 @@ def run(args: argparse.Namespace) -> int:
     corpus = corpus_of_reencode(args)
     if corpus is not None:
         return run_corpus_reencode(args, corpus, reencode_options(args, size))
-    src = resolve_src(source_of(args), args.root)
-    out = args.out.absolute() if args.out else default_out(src, size)
+    given = source_of(args)
+    if is_url(given) or (args.out is not None and is_url(args.out)):
+        return run_object_store(args, given, size)
+    src = resolve_src(given, args.root)
+    out = Path(args.out).absolute() if args.out else default_out(src, size)
     warnings = [*size_warnings(size), *filter(None, [provenance_warning(src, size)])]
     for w in warnings:
         warn("reencode", w)
@@ -374,4 +392,46 @@ def run(args: argparse.Namespace) -> int:
     print(summary(report))
     for w in warnings:  # said again: the first time scrolled away behind the progress bar
         print(f"warning   {printable(w)}")
+    return 0 if report.ok else 1
+
+
+def run_object_store(args: argparse.Namespace, given: str, size: tuple[int, int]) -> int:
+    """`prep reencode` with an object-store source or output (`s3://...`): the same job through the storage seam.
+    A URL source's default output is its sibling prefix (`s3://b/merged` -> `s3://b/merged_224`)."""
+    from pipeline.jobs.preverify import SourceRefused
+    from pipeline.jobs.reencode import reencode_dataset
+    from pipeline.runner import open_engine
+    from pipeline.storage import output_location, parse_location
+
+    if args.format is not None or args.root is not None:
+        raise PrepError(f"{'--format' if args.format is not None else '--root'} is for local datasets; with an "
+                        "object-store source or output, re-encode in the source's format and `prep convert` a "
+                        "local copy")
+    src = parse_location(given if is_url(given) else resolve_src(given, None), what="source")
+    if args.out is not None:
+        out = output_location(args.out if is_url(args.out) else Path(args.out).absolute())
+    elif not src.is_local:
+        out = output_location(f"{src.url.rstrip('/')}_{size_label(size)}")
+    else:
+        out = output_location(default_out(src.path, size))
+    if not src.is_local:
+        src.store().check_reachable()  # credentials, endpoint, bucket: one line now (exit 2)
+    for w in size_warnings(size):
+        warn("reencode", w)
+    options = reencode_options(args, size)
+    records = output_records(out.path) if out.is_local else None
+    shared = [src.path] if src.is_local else []
+    try:
+        with open_engine(run_config(args, records=records, shared=shared,
+                                    records_flag="a local --out (its job records need a folder the nodes share)")) \
+                as engine:
+            report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source,
+                                      reader=args.reader)
+    except SourceRefused as exc:
+        from pipeline.commands.verify import failures_table
+
+        print(failures_table(exc.check.blocking, total=exc.check.errors_total))
+        print(printable(f"REFUSED   {src.url}: {exc}"))
+        return 1
+    print(summary(report))
     return 0 if report.ok else 1

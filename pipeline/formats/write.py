@@ -29,7 +29,7 @@ from pipeline import atomic
 from pipeline.dataset.model import Dataset
 from pipeline.formats import format_of
 from pipeline.formats.base import STAT_NAMES, DataStats, EpisodeVideos
-from pipeline.storage import Entry, Store, StorePath, local_location, same_bytes
+from pipeline.storage import Entry, Store, StorePath, output_file, output_location, output_size, same_bytes
 
 PREP_DIR = "prep"  # prep's own files inside an output (lock, options, manifests, report)
 
@@ -62,7 +62,7 @@ class CopyTotals:
     copied: int = 0
 
 
-def copy_unchanged(ds: Dataset, out: Path) -> CopyTotals:
+def copy_unchanged(ds: Dataset, out: Path | str) -> CopyTotals:
     """One walk of the source (through its store): copy (byte for byte, atomically) every file that is neither a
     video we re-encode, an episode data parquet (the data-copy stage copies those), nor rewritten metadata, unless
     the output already holds the same bytes; and add up the source's bytes on the way.
@@ -114,10 +114,11 @@ def copy_unchanged(ds: Dataset, out: Path) -> CopyTotals:
 _KINDS = {"videos": "video", "data": "data", "meta": "meta"}
 
 
-def _copy_one(store: Store, out: Path, rel: str, size: int, totals: CopyTotals) -> None:
-    dst = out / rel
-    if not (dst.is_file() and dst.stat().st_size == size and same_bytes(StorePath(store.location, rel), dst)):
-        local_location(out).store().copy_in(store, rel, rel)  # atomic: a temp beside the target, renamed
+def _copy_one(store: Store, out: Path | str, rel: str, size: int, totals: CopyTotals) -> None:
+    dst = output_file(out, rel)
+    if not (dst.is_file() and output_size(dst) == size and same_bytes(StorePath(store.location, rel), dst)):
+        # atomic: a local temp beside the target, renamed; an object PUT whole (server-side copy in one store)
+        output_location(out).store().copy_in(store, rel, rel)
         totals.copied += 1
     totals.output[_KINDS.get(rel.split("/", 1)[0], "other")] += size
     totals.output_files += 1

@@ -36,7 +36,7 @@ from pipeline import atomic
 from pipeline.errors import PrepError
 from pipeline.formats.write import PREP_DIR
 from pipeline.schemas import validate
-from pipeline.storage import Location, Store, local_location
+from pipeline.storage import Location, Store, local_location, output_location
 from pipeline.text import printable
 
 if TYPE_CHECKING:
@@ -148,6 +148,35 @@ def refuse_foreign(out: Path, options_rel: str, command: str) -> None:
                         f"{', '.join(printable(n) for n in others[:3])}); choose another --out")
 
 
+def check_locations(src: Location, out: Location) -> None:
+    """An object-store output is neither the source's prefix nor inside it, nor holds it (the source is never
+    written); a local output of a local source is `check_paths`'s."""
+    if src.is_local and out.is_local:
+        check_paths(Path(src.root), Path(out.root))
+        return
+    if src.contains(out):  # one scheme and endpoint (a bucket is one whatever the other options say)
+        raise PrepError(f"output {printable(out.url)} is the source or inside it ({printable(src.url)}); the source "
+                        "is never written: choose an --out outside it")
+    if out.contains(src):
+        raise PrepError(f"output {printable(out.url)} contains the source {printable(src.url)}; choose an --out "
+                        "beside it")
+
+
+def record_settings_in(store: Store, src: Location, settings: Mapping[str, Any], options: OptionsFile) -> None:
+    """`record_settings` for an object-store output: the options object, created once (a conditional create: of
+    two runs that got this far only one writes it) and compared on every later run."""
+    settings = {"source": src.url, **settings}
+    shown = store.url
+    if not store.create(options.rel, (json.dumps(settings, indent=4, ensure_ascii=False) + "\n").encode("utf-8")):
+        try:
+            previous = json.loads(store.read_bytes(options.rel))
+        except (OSError, ValueError, RecursionError, PrepError):
+            previous = None
+        if previous != settings:
+            raise PrepError(f"output {printable(shown)} was started with other settings ({previous}); now asked "
+                            f"for {settings}. Choose another --out, or delete {printable(shown)} to start over")
+
+
 def record_settings(src: Path, out: Path, settings: Mapping[str, Any], options: OptionsFile) -> None:
     """Record `settings` (and the source) in the options file; refuse a run started with other ones."""
     settings = {"source": str(src.resolve()), **settings}
@@ -169,24 +198,62 @@ class OutputClaim:
     """A writing job's output folder (see `claim_output`). `folders`: where a killed run's temp files are looked
     for (None: the whole output, a file the source holds at the same place kept: reencode)."""
 
-    def __init__(self, out: Path, command: str, options: OptionsFile | None, *, sources: Iterable[Path] = (),
-                 staged: bool = False, folders: Sequence[str] | None = DATASET_FOLDERS) -> None:
-        self.path = Path(out)
-        self.location: Location = local_location(self.path)
+    def __init__(self, out: Path | Location, command: str, options: OptionsFile | None, *,
+                 sources: Iterable[Path | Location] = (), staged: bool = False,
+                 folders: Sequence[str] | None = DATASET_FOLDERS) -> None:
+        self.location: Location = output_location(out)
         self.store: Store = self.location.store()
         self.command, self.options, self.folders = command, options, folders
+        if not self.location.is_local:
+            self._claim_object(sources)
+            return
+        self.path = Path(self.location.root)
         for src in sources:
-            check_paths(src, self.path, staged=staged)
+            if isinstance(src, Location) and not src.is_local:
+                continue  # an object-store source and a local output cannot overlap
+            check_paths(src.path if isinstance(src, Location) else src, self.path, staged=staged)
         if os.path.realpath(self.path) not in _HELD:  # a busy output (any command's): refused, naming the holder
             self.store.refuse_if_held(LOCK_REL, f"output {printable(self.path)}")
         if options is not None:  # a folder that is not this command's: refused before any walk
             refuse_foreign(self.path, options.rel, options.command)
         self.store.check_output()  # a symlink, FIFO, socket or device in the output (a resume too)
 
+    def _claim_object(self, sources: Iterable[Path | Location]) -> None:
+        """An object-store output: outside every source, not held by a live run, and (when not empty) started by
+        this command (its options object is there). Reads only: one HEAD or LIST each."""
+        self.path = Path("/nonexistent-object-output")  # never a local path: the store's methods are used
+        for src in sources:
+            check_locations(src if isinstance(src, Location) else local_location(src), self.location)
+        self.store.check_reachable()
+        self.store.refuse_if_held(LOCK_REL, f"output {printable(self.location.url)}")
+        if self.options is not None and not self.store.exists(self.options.rel):
+            first = next(iter(self.store.iter_files()), None)
+            if first is not None:
+                raise PrepError(f"output {printable(self.location.url)} exists and is not a prep "
+                                f"{self.options.command} output (holds {printable(first[0])}); choose another --out")
+
     @contextlib.contextmanager
-    def hold(self, settings: Mapping[str, Any] | None = None, *, source: Path | None = None) -> Iterator[OutputClaim]:
+    def _hold_object(self, settings: Mapping[str, Any] | None, source: Path | Location | None) -> Iterator[OutputClaim]:
+        with self.store.lock(LOCK_REL, f"output {printable(self.location.url)}", command=command_line(self.command)):
+            if settings is not None:
+                assert self.options is not None and source is not None
+                src = source if isinstance(source, Location) else local_location(source)
+                record_settings_in(self.store, src, settings, self.options)
+                self.remove_temps()
+            yield self
+
+    @contextlib.contextmanager
+    def hold(self, settings: Mapping[str, Any] | None = None, *,
+             source: Path | Location | None = None) -> Iterator[OutputClaim]:
         """Hold the output's lock for the duration; with `settings`, record them (with `source`) in the options file
-        (a run started with other ones is refused) and remove the temp files a killed run left."""
+        (a run started with other ones is refused) and remove the temp files a killed run left (an object store:
+        its incomplete multipart uploads below the output)."""
+        if not self.location.is_local:
+            with self._hold_object(settings, source):
+                yield self
+            return
+        assert not isinstance(source, Location) or source.is_local
+        source = source.path if isinstance(source, Location) else source
         self.path.mkdir(parents=True, exist_ok=True)
         with output_lock(self.path, command_line(self.command)):
             if settings is not None:
@@ -195,8 +262,14 @@ class OutputClaim:
                 self.remove_temps(source)
             yield self
 
-    def remove_temps(self, source: Path | None = None) -> None:
-        """The temp files of a killed run (or of workers killed mid-task, whose task was retried)."""
+    def remove_temps(self, source: Path | Location | None = None) -> None:
+        """The temp files of a killed run (or of workers killed mid-task, whose task was retried); an object store:
+        the incomplete multipart uploads below the output (a part never shows as an object)."""
+        if not self.location.is_local:
+            self.store.abort_uploads()  # type: ignore[attr-defined]
+            return
+        if isinstance(source, Location):
+            source = source.path if source.is_local else None
         if self.folders is None:
             atomic.remove_stale_temps(self.path, source=source)
             return
@@ -206,7 +279,8 @@ class OutputClaim:
             atomic.remove_stale_temps(top, recursive=False)
 
 
-def claim_output(out: Path, command: str, options: OptionsFile | None, *, sources: Iterable[Path] = (),
+def claim_output(out: Path | Location, command: str, options: OptionsFile | None, *,
+                 sources: Iterable[Path | Location] = (),
                  staged: bool = False, folders: Sequence[str] | None = DATASET_FOLDERS) -> OutputClaim:
     """The output of `prep <command>`, refused now where it may not be written (see the module docstring);
     `with claim.hold(settings, source=src):` around everything the job writes. `staged`: the source is

@@ -27,6 +27,7 @@ from pipeline.checks import (
     repaired_by,
 )
 from pipeline.errors import ClusterError, PrepError
+from pipeline.storage import Location
 
 if TYPE_CHECKING:
     from pipeline.runner import Engine
@@ -107,7 +108,7 @@ def check_repairs(repairs: Iterable[str], codebase_version: str) -> None:
                             f"{codebase_version} one: {declared.not_applicable}")
 
 
-def check_source(src: Path, engine: Engine, repairs: tuple[str, ...], accept_invalid: bool,
+def check_source(src: Path | Location, engine: Engine, repairs: tuple[str, ...], accept_invalid: bool,
                  reader: str = "all") -> SourceCheck:
     """Run verify (no decode) on the source; raise SourceRefused when errors remain after the repairs (checked
     by `check_repairs` first) and the invalid source is not accepted. `reader` (0.4, 0.6, 0.3 or all) names the

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import time
 from array import array
 from collections import OrderedDict
@@ -70,7 +71,7 @@ from pipeline.stages.reencode import (
     stats_sidecar,
 )
 from pipeline.stages.scan import CameraScan, EpisodeScan
-from pipeline.storage import local_location
+from pipeline.storage import Location, local_location, output_file, output_location, publish_tree, read_output_text
 from pipeline.tables import RowGroupWriter
 from pipeline.video.encode import ENGINES, PROFILES
 from pipeline.video.quality import FRAMES_PER_SAMPLE, QUALITY_FRAMES
@@ -169,7 +170,7 @@ def _os_error(exc: OSError, out: Path) -> str:
 # ---- plan ----------------------------------------------------------------------------------------
 
 
-def plan_videos(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator[ReencodeUnit]:
+def plan_videos(ds: Dataset, out: Path | str, options: ReencodeOptions) -> Iterator[ReencodeUnit]:
     return reencode_units(ds, out, options)
 
 
@@ -186,7 +187,7 @@ def stats_file_of(ds: Dataset) -> bool:
     return format_of(ds).episodes_stats_rel is not None
 
 
-def plan_data(ds: Dataset, out: Path, options: ReencodeOptions | None = None) -> Iterator[DataUnit]:
+def plan_data(ds: Dataset, out: Path | str, options: ReencodeOptions | None = None) -> Iterator[DataUnit]:
     shared = ds.layout.shares_files
     repairs = options.repairs if options is not None else ()
     fps = ds.fps if "timestamps" in repairs else None
@@ -345,7 +346,7 @@ class SidecarDataStats:
     """`--repair stats`: each episode's column stats, read back from the sidecar the copy stage saved beside
     each data parquet (`prep/stats/data/<rel>.json`), a few files cached."""
 
-    def __init__(self, ds: Dataset, out: Path) -> None:
+    def __init__(self, ds: Dataset, out: Path | str) -> None:
         self.ds, self.out = ds, out
         self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
@@ -355,7 +356,7 @@ class SidecarDataStats:
             return {}
         rel = self.ds.episodes[pos].data.rel
         if rel not in self._cache:
-            self._cache[rel] = json.loads(atomic.read_regular_text(data_stats_sidecar(self.out, rel)))
+            self._cache[rel] = json.loads(read_output_text(data_stats_sidecar(self.out, rel)))
             if len(self._cache) > 16:
                 self._cache.popitem(last=False)
         stats: dict[str, Any] = self._cache[rel].get(str(episode), {})
@@ -367,14 +368,14 @@ class SidecarVideos:
     from the stats sidecar saved beside each output file, a few files cached), so no stats of the corpus
     are held in memory."""
 
-    def __init__(self, reduce: ReencodeReduce, out: Path) -> None:
+    def __init__(self, reduce: ReencodeReduce, out: Path | str) -> None:
         self.reduce, self.out = reduce, out
         self._cache: OrderedDict[str, dict[int, dict[str, Any]]] = OrderedDict()
 
     def _stats(self, rel: str, camera: str) -> dict[int, dict[str, Any]]:
         if rel not in self._cache:
-            unit = ReencodeUnit(local_location(self.out), str(self.out), rel, camera, 0.0, (), self.reduce.options)
-            doc = json.loads(atomic.read_regular_text(stats_sidecar(unit)))
+            unit = ReencodeUnit(self.reduce.ds.location, str(self.out), rel, camera, 0.0, (), self.reduce.options)
+            doc = json.loads(read_output_text(stats_sidecar(unit)))
             self._cache[rel] = {int(s[0]): st for s, st in zip(doc["key"]["spans"], doc["stats"], strict=True)}
             if len(self._cache) > 16:
                 self._cache.popitem(last=False)
@@ -405,7 +406,7 @@ def provenance(ds: Dataset, reduce: ReencodeReduce, updates: dict[str, VideoFeat
 
 
 def output_manifest(ds: Dataset, out: Path, reduce: ReencodeReduce, info: dict[str, Any],
-                    table: RowGroupWriter) -> dict[str, Any]:
+                    table: RowGroupWriter, where: Location | None = None) -> dict[str, Any]:
     """The output's manifest, as `prep scan` of the output would write it, from the job's own results."""
     cams = ds.camera_keys
     totals = ScanTotals(cams)
@@ -425,7 +426,7 @@ def output_manifest(ds: Dataset, out: Path, reduce: ReencodeReduce, info: dict[s
                                         probe.width, probe.height, probe.pix_fmt, probe.fps)  # written: demuxed
         totals.add(s)
         table.add(episode_row(s, cams))
-    out_ds = Dataset(location=local_location(out), codebase_version=ds.codebase_version, fps=ds.fps, info=info,
+    out_ds = Dataset(location=where or local_location(out), codebase_version=ds.codebase_version, fps=ds.fps, info=info,
                      cameras=cameras_from_info(info, out / "meta/info.json"), episodes=ds.episodes,
                      layout=ds.layout, file_keys=ds.file_keys)
     return build_manifest(out_ds, totals, [], reduce.bytes.result())
@@ -461,49 +462,59 @@ def comparison(native: Dataset, source_bytes: dict[str, int], prep_bytes: int, p
 # ---- the job -------------------------------------------------------------------------------------
 
 
-def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Engine, *,
+def reencode_dataset(src: Path | Location, out: Path | Location, options: ReencodeOptions, engine: Engine, *,
                      accept_invalid_source: bool = False, reader: str = "all") -> ReencodeReport:
     """Re-encode `src` into the dataset `out` through `engine`; resumable; never writes under `src`.
+
+    `src` and `out` are where they live: a local folder, or a `Location` (an object-store prefix; a source may
+    also be a hub-cache snapshot). An object-store output is written file by file through its store (each
+    video and parquet put whole after its checks, its sidecar first, so that a resume finds it), and the
+    metadata is made in a local temp folder then put, meta/info.json last.
 
     The source is verified first (no decode): errors that `options.repairs` do not fix refuse it
     (`SourceRefused`, nothing written) unless `accept_invalid_source`; `reader` names the reader generations
     whose errors count (`prep verify --reader`; default all: the strictest of the format's line)."""
-    src, out = src.absolute(), out.absolute()
+    src = src if isinstance(src, Location) and not src.is_local else Path(src.root if isinstance(src, Location)
+                                                                                   else src).absolute()
+    where = output_location(out if isinstance(out, Location) else Path(out).absolute())
+    out_root: Path | str = Path(where.root) if where.is_local else where.url  # what each unit writes below
     check_options(options)
     # in or around the source, busy (any command's), not this command's, or holding a link: refused before the session
-    claim = claim_output(out, "reencode", OPTIONS, sources=[src], folders=None)
+    claim = claim_output(where if not where.is_local else Path(where.root), "reencode", OPTIONS, sources=[src],
+                         folders=None)
     ds, rejected = open_validated(src, "reencode", reader)  # metadata checked before any unit
     check_repairs(options.repairs, ds.codebase_version)
     files = sum(len(ds.file_groups(cam)) for cam in ds.camera_keys)
     engine.prepare(files)  # scheduler reached, cluster started unless the encode is small: before anything is written
     source = check_source(src, engine, options.repairs, accept_invalid_source, reader)  # verify without decode
-    atomic.check_writable(out / PREP_DIR, root=out)  # read-only, full or blocked outputs are refused before any work
-    report = ReencodeReport(str(src), str(out), options.output_settings(), options.engine,
-                            source_errors=source.errors_total, source_warnings=source.warnings_total,
-                            accepted_invalid_source=source.accepted_invalid,
+    if where.is_local:  # read-only, full or blocked outputs are refused before any work
+        atomic.check_writable(Path(where.root) / PREP_DIR, root=Path(where.root))
+    report = ReencodeReport(str(src) if isinstance(src, Path) else src.url, str(out_root), options.output_settings(),
+                            options.engine, source_errors=source.errors_total,
+                            source_warnings=source.warnings_total, accepted_invalid_source=source.accepted_invalid,
                             repaired_checks=list(source.repaired_checks))
     with claim.hold(options.output_settings(), source=src):
         reduce = ReencodeReduce(ds, report, options)
         t0 = time.perf_counter()
-        for batch in engine.map(reencode_unit, plan_videos(ds, out, options), on_error=reencode_failed,
+        for batch in engine.map(reencode_unit, plan_videos(ds, out_root, options), on_error=reencode_failed,
                                 desc="reencode", unit_name="file", total=files,
                                 cost_s=ENCODE_COST_S, measure=lambda r: {"frames": float(r.frames)}):
             for unit, result in zip(batch.units, batch.results, strict=True):
                 reduce.add_video(unit, result)
         report.seconds = time.perf_counter() - t0
         claim.remove_temps(src)  # temp files of workers killed mid-task (their task was retried)
-        for d in engine.results(copy_data, plan_data(ds, out, options), on_error=copy_failed, desc="copy data",
+        for d in engine.results(copy_data, plan_data(ds, out_root, options), on_error=copy_failed, desc="copy data",
                                 unit_name="file", total=len(ds.file_groups("data")), cost_s=COPY_COST_S):
             reduce.add_data(d)
         claim.remove_temps(src)
         if reduce.write_errors:
             raise atomic.WriteError(_write_error("copy", reduce.write_errors[0]))
         try:
-            copied = copy_unchanged(ds, out)
+            copied = copy_unchanged(ds, out_root)
         except atomic.WriteError as exc:
             raise atomic.WriteError(_write_error("copy", str(exc)), exc.path, exc.errno) from None
         except OSError as exc:
-            raise atomic.WriteError(_write_error("copy", _os_error(exc, out))) from None
+            raise atomic.WriteError(_write_error("copy", _os_error(exc, Path(str(out_root))))) from None
         for kind, n in copied.output.items():
             reduce.bytes.kinds[kind] += n
         reduce.bytes.count += copied.output_files
@@ -511,23 +522,39 @@ def reencode_dataset(src: Path, out: Path, options: ReencodeOptions, engine: Eng
             reduce.fail({"path": e.path, "episode": e.episode, "reason": e.message})
         for entry in reduce.data_failures:  # after the metadata's, as before (missing parquet files)
             reduce.fail(entry)
-        phase = "metadata"
-        try:
-            _publish_source_check(out, source, reduce, report)
-            updates = _publish(ds, out, reduce, report, copied) if not report.failures else None
-            if updates is not None:
-                report.drop_in = not source.accepted_invalid
-            doc = {"schema": "prep.reencode_report/1", **asdict(report)}
-            validate(doc, "reencode_report", source=str(out / REPORT_REL))
-            atomic.write_json(out / REPORT_REL, doc, indent=2, root=out)
-            if updates is not None:  # last: info.json present means every other file and report is there
-                phase = "info"
-                write_output_info(ds, out, updates)
-        except atomic.WriteError as exc:
-            raise atomic.WriteError(_write_error(phase, str(exc)), exc.path, exc.errno) from None
-        except OSError as exc:
-            raise atomic.WriteError(_write_error(phase, _os_error(exc, out))) from None
+        if where.is_local:
+            _publish_all(ds, Path(where.root), reduce, report, copied, source, where)
+        else:  # made in a local temp folder (metadata and reports: small), then put, meta/info.json last
+            with tempfile.TemporaryDirectory(prefix="prep-publish-") as spool:
+                _publish_all(ds, Path(spool), reduce, report, copied, source, where)
+                publish_tree(Path(spool), where, last=INFO_REL)
     return report
+
+
+INFO_REL = "meta/info.json"
+
+
+def _publish_all(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeReport, copied: Any,
+                 source: SourceCheck, where: Location) -> None:
+    """Every file the job writes after its map, into the local folder `out` (the output, or the temp folder an
+    object-store output's metadata is made in): meta/info.json last, and only when every file succeeded."""
+    sidecars: Path | str = out if where.is_local else where.url
+    phase = "metadata"
+    try:
+        _publish_source_check(out, source, reduce, report)
+        updates = _publish(ds, out, reduce, report, copied, sidecars, where) if not report.failures else None
+        if updates is not None:
+            report.drop_in = not source.accepted_invalid
+        doc = {"schema": "prep.reencode_report/1", **asdict(report)}
+        validate(doc, "reencode_report", source=str(output_file(sidecars, REPORT_REL)))
+        atomic.write_json(out / REPORT_REL, doc, indent=2, root=out)
+        if updates is not None:  # last: info.json present means every other file and report is there
+            phase = "info"
+            write_output_info(ds, out, updates)
+    except atomic.WriteError as exc:
+        raise atomic.WriteError(_write_error(phase, str(exc)), exc.path, exc.errno) from None
+    except OSError as exc:
+        raise atomic.WriteError(_write_error(phase, _os_error(exc, out))) from None
 
 
 def _publish_source_check(out: Path, source: SourceCheck, reduce: ReencodeReduce, report: ReencodeReport) -> None:
@@ -544,14 +571,14 @@ def _publish_source_check(out: Path, source: SourceCheck, reduce: ReencodeReduce
     atomic.write_json(out / SOURCE_CHECK_REL, doc, indent=1, root=out)
 
 
-def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeReport,
-             copied: Any) -> dict[str, VideoFeatureUpdate]:
+def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeReport, copied: Any,
+             sidecars: Path | str, where: Location) -> dict[str, VideoFeatureUpdate]:
     """The output's metadata (all but meta/info.json), its manifest and the comparison; returns the camera
     updates of info.json, which the job writes last (after reencode_report.json)."""
     updates = reduce.updates()
-    data_stats = SidecarDataStats(ds, out) if "stats" in reduce.options.repairs and stats_file_of(ds) else None
-    written = write_output_metadata(ds, out, SidecarVideos(reduce, out), reduce.stats.result(), updates, data_stats,
-                                    with_info=False)
+    data_stats = SidecarDataStats(ds, sidecars) if "stats" in reduce.options.repairs and stats_file_of(ds) else None
+    written = write_output_metadata(ds, out, SidecarVideos(reduce, sidecars), reduce.stats.result(), updates,
+                                    data_stats, with_info=False)
     for path in written:
         reduce.bytes.add(path.relative_to(out).as_posix(), path.stat().st_size)
     info = updated_info(ds.info, updates)
@@ -562,13 +589,13 @@ def _publish(ds: Dataset, out: Path, reduce: ReencodeReduce, report: ReencodeRep
     table = RowGroupWriter(out / PREP_DIR / "manifest.episodes.parquet.tmp", episodes_schema(ds.camera_keys),
                            root=out)
     try:
-        manifest = output_manifest(ds, out, reduce, info, table)
+        manifest = output_manifest(ds, out, reduce, info, table, where)
         table.close()
     except BaseException:
         table.abort()
         raise
     publish_manifest(manifest, table.path, out / MANIFEST_REL, root=out)
-    report.manifest = str(out / MANIFEST_REL)
+    report.manifest = str(output_file(sidecars, MANIFEST_REL))
     prepared_cams = [f"{c.key}: {c.codec} {c.width}x{c.height}" for c in cameras_from_info(info, out)]
     report.comparison = comparison(ds, copied.source, copied.prep_folder, manifest, prepared_cams, reduce.quality)
     validate(report.comparison, "comparison", source=str(out / COMPARISON_REL))

@@ -9,6 +9,7 @@ disk) is returned with its errno text so the job can stop with one line.
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,15 @@ from pipeline.storage import (
     HEADER_BLOCK,
     STREAM_BLOCK,
     Location,
+    Output,
     Source,
     StorePath,
     as_file,
-    local_location,
+    as_root,
+    output_file,
+    output_size,
     same_bytes,
+    write_output_bytes,
 )
 
 
@@ -68,15 +73,17 @@ def copy_data(unit: DataUnit) -> DataCopied:
     except EpisodeError as exc:
         out.fail(exc.message, exc.path)
         return out
-    dst = Path(unit.out_root) / unit.rel
+    dst = output_file(unit.out_root, unit.rel)
+    root = None if isinstance(dst, StorePath) else Path(unit.out_root)
     try:
         if unit.repair_fps is not None:
-            out.repaired = repair_timestamps(src, dst, unit.repair_fps, Path(unit.out_root))
-            out.bytes = dst.stat().st_size
+            out.repaired = repair_timestamps(src, dst, unit.repair_fps, root)
+            out.bytes = output_size(dst)
         else:
             out.bytes = size
-            if not (dst.is_file() and dst.stat().st_size == out.bytes and same_bytes(src, dst)):
-                local_location(unit.out_root).store().copy_in(src.store, src.rel, unit.rel)  # atomic
+            if not (dst.is_file() and output_size(dst) == out.bytes and same_bytes(src, dst)):
+                # atomic: a local temp renamed into place; an object PUT whole (or copied server-side)
+                as_root(output_file(unit.out_root, "")).store.copy_in(src.store, src.rel, unit.rel)
     except atomic.WriteError as exc:  # the output cannot be written: named with its disk, not the source
         out.status, out.write_error = Status.FAILED, str(exc)
         return out
@@ -106,9 +113,8 @@ def copy_data(unit: DataUnit) -> DataCopied:
         return out
     if unit.stats_features:
         try:
-            atomic.write_json(data_stats_sidecar(Path(unit.out_root), unit.rel),
-                              {str(e): st for e, st in episode_stats(dst, unit.stats_features).items()}, indent=None,
-                              root=Path(unit.out_root))
+            doc = {str(e): st for e, st in episode_stats(dst, unit.stats_features).items()}
+            write_output_bytes(data_stats_sidecar(unit.out_root, unit.rel), json.dumps(doc).encode("utf-8"), root)
         except (pa.ArrowException, KeyError, ValueError) as exc:
             out.fail(f"cannot compute stats ({exc})", str(dst))
         except OSError as exc:
@@ -116,9 +122,9 @@ def copy_data(unit: DataUnit) -> DataCopied:
     return out
 
 
-def data_stats_sidecar(out_root: Path, rel: str) -> Path:
+def data_stats_sidecar(out_root: str | Path, rel: str) -> Output:
     """Where `--repair stats` keeps the per-episode stats of one data parquet's columns."""
-    return out_root / "prep" / "stats" / "data" / f"{rel}.json"
+    return output_file(out_root, f"prep/stats/data/{rel}.json")
 
 
 def episode_stats(path: Source, features: tuple[str, ...]) -> dict[int, dict[str, dict[str, list[Any]]]]:
@@ -146,7 +152,7 @@ def episode_stats(path: Source, features: tuple[str, ...]) -> dict[int, dict[str
     return out
 
 
-def repair_timestamps(src: Source, dst: Path, fps: float, root: Path | None = None) -> list[int]:
+def repair_timestamps(src: Source, dst: Output, fps: float, root: Path | None = None) -> list[int]:
     """Write `src` to `dst` with `timestamp = frame_index / fps` (in the column's own type), where the video
     frames are on the 1/fps grid but the parquet timestamps are not (wall-clock stamps, float drift): what
     LeRobot computes from the timestamps then finds each row's frame. Every other column is unchanged; the
@@ -169,8 +175,12 @@ def repair_timestamps(src: Source, dst: Path, fps: float, root: Path | None = No
         table = table.append_column(col, new)
     episodes = table["episode_index"].to_numpy(zero_copy_only=False) if "episode_index" in table.column_names else \
         np.zeros(len(exact), dtype=np.int64)
-    with atomic.atomic_path(dst, root) as tmp:
-        write_by_episode(table, episodes, tmp)
+    if isinstance(dst, StorePath):
+        with dst.store.writer(dst.rel) as tmp:  # a local temp file, put whole when written
+            write_by_episode(table, episodes, tmp)
+    else:
+        with atomic.atomic_path(dst, root) as tmp:
+            write_by_episode(table, episodes, tmp)
     return sorted({int(e) for e in np.unique(episodes[changed])})
 
 

@@ -19,9 +19,12 @@ Source fingerprints (`--fingerprint` of `prep reencode`; convert and edit use th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,18 @@ from pipeline import atomic
 from pipeline.checks import Status
 from pipeline.errors import EpisodeError
 from pipeline.formats.write import PREP_DIR
-from pipeline.storage import HEADER_BLOCK, STREAM_BLOCK, Source, StorePath, as_file
+from pipeline.storage import (
+    HEADER_BLOCK,
+    STREAM_BLOCK,
+    Output,
+    Source,
+    StorePath,
+    as_file,
+    output_file,
+    read_output_text,
+    upload_file,
+    write_output_bytes,
+)
 
 FINGERPRINTS = ("ctime", "content")
 DEFAULT_FINGERPRINT = "ctime"
@@ -93,7 +107,7 @@ def fingerprint_matches(recorded: Any, path: Source, mode: str = DEFAULT_FINGERP
         recorded.get("etag") == now.get("etag")
 
 
-def file_identity(path: Path) -> dict[str, int | str]:
+def file_identity(path: Source) -> dict[str, int | str]:
     """What an output file is, for its record: its size and the hash of three blocks (a file cut short, padded or
     replaced since it was written is not the recorded one)."""
     fp = source_fingerprint(path, content=False)
@@ -111,17 +125,17 @@ class OutputRecord:
     episodes), the fingerprints of its `sources` (compared by `mode`; `content`: also the hash of every byte,
     so that a later run may resume by content) and the file's identity."""
 
-    path: Path
+    path: Output
     key: Any
     sources: tuple[Source, ...] = ()
     mode: str = DEFAULT_FINGERPRINT
     content: bool = False
     root: Path | None = None  # the output folder the record is in (no folder below it may be a link)
 
-    def matches(self, output: Path) -> bool:
+    def matches(self, output: Output) -> bool:
         """The record says `output` is the file written for this key from these very sources."""
         try:
-            doc = json.loads(atomic.read_regular_text(self.path))
+            doc = json.loads(read_output_text(self.path))
         except (OSError, ValueError, RecursionError):
             return False
         if not isinstance(doc, dict) or doc.get("key") != _as_json(self.key):
@@ -133,7 +147,7 @@ class OutputRecord:
             return False
         try:
             return bool(doc.get("output") == file_identity(output))
-        except OSError:
+        except (OSError, EpisodeError):
             return False
 
     def save(self, output: Path, **extra: Any) -> None:
@@ -141,33 +155,54 @@ class OutputRecord:
         not fsynced: a record lost to a power loss only means the file is written again."""
         sources = [source_fingerprint(s, content=self.content) for s in self.sources]
         doc = {"key": _as_json(self.key), "sources": sources, "output": file_identity(output), **extra}
-        with atomic.atomic_path(self.path, self.root, fsync=False) as tmp:
-            tmp.write_text(json.dumps(doc), encoding="utf-8")
+        write_output_bytes(self.path, json.dumps(doc).encode("utf-8"), self.root, fsync=False)
 
 
 def record_of(out_root: str | Path, rel: str, key: Any, sources: Sequence[Path]) -> OutputRecord:
     """The record of the output `<out_root>/<rel>` (convert, edit): `<out_root>/prep/records/<rel>.json`."""
-    return OutputRecord(Path(out_root) / RECORDS_DIR / f"{rel}.json", key, tuple(sources), root=Path(out_root))
+    path = output_file(out_root, f"{RECORDS_DIR}/{rel}.json")
+    return OutputRecord(path, key, tuple(sources), root=None if isinstance(path, StorePath) else Path(out_root))
 
 
-def keep_or_write(dst: Path, root: Path, write: Callable[[Path], object], check: Callable[[Path], str | None], *,
-                  record: OutputRecord | None = None, keep: Callable[[Path], bool] | None = None,
-                  saved: Callable[[Path], None] | None = None, episode: int | None = None,
-                  blame: Path | StorePath | None = None) -> Status:
+UPLOAD_TEMP_PREFIX = "prep-upload-"  # a stage's file for an object-store output, in the local temp folder
+
+
+@contextlib.contextmanager
+def _upload_temp(dst: StorePath) -> Iterator[Path]:
+    """A local temp file for an object-store output, deleted on the way out (put or not): one per running task."""
+    fd, name = tempfile.mkstemp(prefix=UPLOAD_TEMP_PREFIX, suffix=dst.suffix)
+    os.close(fd)
+    try:
+        yield Path(name)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+
+
+def keep_or_write(dst: Output, root: Path | None, write: Callable[[Path], object],
+                  check: Callable[[Path], str | None], *, record: OutputRecord | None = None,
+                  keep: Callable[[Any], bool] | None = None, saved: Callable[[Path], None] | None = None,
+                  episode: int | None = None, blame: Path | StorePath | None = None) -> Status:
     """`Status.KEPT` when `dst` is a file whose `record` (if any) says it is this very output and that passes
     `keep` (default: `check`, the checks of a new file); else `Status.WRITTEN`: `write(tmp)` under a temp name beside
     `dst`, `check(tmp)` (a reason refuses it: `EpisodeError(episode, blame or dst, reason)`, and the temp file is
-    removed), `saved(tmp)` (the stage's own sidecar) and the record saved, then the rename."""
+    removed), `saved(tmp)` (the stage's own sidecar) and the record saved, then the rename.
+
+    An object-store `dst` (a `StorePath`): the same order, with the temp file in the local temp folder and the
+    rename an upload (the object appears whole, after its sidecar and record); `keep` and `check` of a kept file
+    read the object through its store."""
     if dst.is_file() and (record is None or record.matches(dst)) and \
-            (keep(dst) if keep is not None else check(dst) is None):
+            (keep(dst) if keep is not None else check(dst) is None):  # type: ignore[arg-type]
         return Status.KEPT
-    with atomic.atomic_path(dst, root) as tmp:
+    with (_upload_temp(dst) if isinstance(dst, StorePath) else atomic.atomic_path(dst, root)) as tmp:
         write(tmp)
         reason = check(tmp)
         if reason is not None:
-            raise EpisodeError(episode, str(blame) if blame is not None else dst, reason)
+            raise EpisodeError(episode, str(blame) if blame is not None else str(dst), reason)
         if saved is not None:
             saved(tmp)
         if record is not None:
             record.save(tmp)
+        if isinstance(dst, StorePath):
+            upload_file(tmp, dst)
     return Status.WRITTEN

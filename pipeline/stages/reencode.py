@@ -36,7 +36,18 @@ from pipeline.stages.keep import (
     source_fingerprint,
 )
 from pipeline.stages.result import StageResult, reason_of
-from pipeline.storage import STREAM_BLOCK, Location, Source, StorePath, as_root
+from pipeline.storage import (
+    STREAM_BLOCK,
+    Location,
+    Output,
+    Source,
+    StorePath,
+    as_root,
+    output_file,
+    output_size,
+    read_output_text,
+    write_output_bytes,
+)
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,
@@ -152,7 +163,7 @@ def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
     return None
 
 
-def reencode_units(ds: Dataset, out: Path, options: ReencodeOptions) -> Iterator[ReencodeUnit]:
+def reencode_units(ds: Dataset, out: Path | str, options: ReencodeOptions) -> Iterator[ReencodeUnit]:
     """One unit per source video file (v3.0: with every episode it holds), lazily, in plan order."""
     cameras = {cam.key: cam for cam in ds.cameras}
     depth = {cam: cameras[cam].depth or is_depth_feature(ds.info, cam) for cam in cameras}
@@ -242,7 +253,7 @@ def check_timing(probe: VideoProbe, spans: tuple[Span, ...], fps: float) -> None
                                "variable frame rate): not restamped")
 
 
-def check_output(path: Path, unit: ReencodeUnit, spans: list[Span], total_frames: int) -> list[CheckFailure]:
+def check_output(path: Source, unit: ReencodeUnit, spans: list[Span], total_frames: int) -> list[CheckFailure]:
     return inspect_output(path, unit, spans, total_frames)[1]
 
 
@@ -260,7 +271,7 @@ def output_counts(probe: VideoProbe, spans: list[Span]) -> OutputCounts:
                         counts)
 
 
-def inspect_output(path: Path, unit: ReencodeUnit, spans: list[Span],
+def inspect_output(path: Source, unit: ReencodeUnit, spans: list[Span],
                    total_frames: int) -> tuple[VideoProbe | None, list[CheckFailure]]:
     """`check_output` and the probe it made (None if unreadable): the per-file checks of `prep verify` on the
     file as it is on disk: its header and a demux of every packet (size, frame count per span and in total, header
@@ -284,9 +295,16 @@ def inspect_output(path: Path, unit: ReencodeUnit, spans: list[Span],
     return probe, failures
 
 
-def stats_sidecar(unit: ReencodeUnit) -> Path:
-    """Where the image stats of an output file are kept, so that a rerun need not decode it again."""
-    return Path(unit.out_root) / PREP_DIR / "stats" / f"{unit.rel}.json"
+def stats_sidecar(unit: ReencodeUnit) -> Output:
+    """Where the image stats of an output file are kept, so that a rerun need not decode it again (in the output:
+    a local folder's, or an object store's, so that a resume on another machine finds them)."""
+    return output_file(unit.out_root, f"{PREP_DIR}/stats/{unit.rel}.json")
+
+
+def _local_root(unit: ReencodeUnit) -> Path | None:
+    """The output folder no write may leave (a local output); None for an object store's."""
+    out = output_file(unit.out_root, "")
+    return None if isinstance(out, StorePath) else out
 
 
 def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[str, Any]:
@@ -298,14 +316,14 @@ def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[
     return loaded
 
 
-def load_stats(path: Path, key: dict[str, Any], source: Source | None = None,
-               mode: str = DEFAULT_FINGERPRINT, output: Path | None = None) -> list[dict[str, Any]] | None:
+def load_stats(path: Output, key: dict[str, Any], source: Source | None = None,
+               mode: str = DEFAULT_FINGERPRINT, output: Source | None = None) -> list[dict[str, Any]] | None:
     """The stats saved beside an earlier output of the same settings and spans, made from this very source
     (`source`: its fingerprint matches by `mode`) into this very file (`output`: its size and block hash are the
     recorded ones), else None."""
     try:
-        doc = json.loads(atomic.read_regular_text(path))
-    except (OSError, ValueError, RecursionError):
+        doc = json.loads(read_output_text(path))
+    except (OSError, ValueError, RecursionError, EpisodeError):
         return None
     stats = doc.get("stats") if isinstance(doc, dict) and doc.get("key") == key else None
     if not (isinstance(stats, list) and len(stats) == len(key["spans"])):
@@ -317,22 +335,21 @@ def load_stats(path: Path, key: dict[str, Any], source: Source | None = None,
     return stats
 
 
-def load_quality(path: Path) -> dict[str, Any] | None:
+def load_quality(path: Output) -> dict[str, Any] | None:
     """The quality sample saved in a kept output's sidecar (`load_stats` has accepted it), if any."""
     try:
-        doc = json.loads(atomic.read_regular_text(path))
-    except (OSError, ValueError, RecursionError):
+        doc = json.loads(read_output_text(path))
+    except (OSError, ValueError, RecursionError, EpisodeError):
         return None
     quality = doc.get("quality") if isinstance(doc, dict) else None
     return quality if isinstance(quality, dict) else None
 
 
-def save_stats(path: Path, doc: dict[str, Any], root: Path | None = None) -> None:
+def save_stats(path: Output, doc: dict[str, Any], root: Path | None = None) -> None:
     """Write a stats sidecar under a temp name and rename it: atomic, but not fsynced. It is a cache:
     after a power loss it may be missing or empty, which `load_stats` reads as "no stats" (the file's
     stats are then computed again), so it need not pay two fsyncs (~4 ms per file here)."""
-    with atomic.atomic_path(path, root, fsync=False) as tmp:
-        tmp.write_text(json.dumps(doc), encoding="utf-8")
+    write_output_bytes(path, json.dumps(doc).encode("utf-8"), root, fsync=False)
 
 
 def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
@@ -340,7 +357,8 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     result = ReencodeResult(rel=unit.rel, camera=unit.camera, status=Status.FAILED)
     try:
         src = as_root(unit.src_root) / unit.rel  # read through its store (its rules: inside the dataset)
-        dst = Path(unit.out_root) / unit.rel
+        dst = output_file(unit.out_root, unit.rel)
+        root = _local_root(unit)
         # pix_fmt=False: no probe decode at open (the source's pixel format is not needed here)
         probe = probe_video(src, episode=unit.spans[0].episode if unit.spans else None, pix_fmt=False)
         result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
@@ -368,7 +386,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
         fingerprint: dict[str, Any] = {}
         seen: dict[str, Any] = {}  # the output's probe, and a kept output's stats
 
-        def keep(path: Path) -> bool:
+        def keep(path: Source) -> bool:
             """A finished output is kept only when its sidecar says it was made from this very source (same
             fingerprint, settings and spans) into this very file, and it still passes its checks."""
             kept_stats = load_stats(sidecar, key, src, unit.options.fingerprint, output=path)
@@ -405,9 +423,9 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
                 filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, frame_seen, tuple(rotate))
             result.quality = sample.measure(written)
             save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": stats.result(),
-                                 "quality": result.quality, "output": file_identity(written)}, Path(unit.out_root))
+                                 "quality": result.quality, "output": file_identity(written)}, root)
 
-        if keep_or_write(dst, Path(unit.out_root), write, check, keep=keep, saved=checked, blame=src) == Status.KEPT:
+        if keep_or_write(dst, root, write, check, keep=keep, saved=checked, blame=src) == Status.KEPT:
             result.status = Status.KEPT
             result.quality = load_quality(sidecar)
         else:
@@ -418,7 +436,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
             EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, st)
             for s, st in zip(spans, span_stats, strict=True)
         ]
-        result.frames, result.out_bytes = total, dst.stat().st_size
+        result.frames, result.out_bytes = total, output_size(dst)
         result.output = output_counts(seen["probe"], spans)
     except EpisodeError as exc:
         result.fail(exc.message)
@@ -426,7 +444,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     return result
 
 
-def _copy_depth(unit: ReencodeUnit, src: StorePath, dst: Path, probe: VideoProbe, result: ReencodeResult,
+def _copy_depth(unit: ReencodeUnit, src: StorePath, dst: Output, probe: VideoProbe, result: ReencodeResult,
                 t0: float) -> ReencodeResult:
     """A depth camera's file copied byte for byte (a lossy 8-bit 4:2:0 encode would squeeze thousands of
     depth levels into a few hundred): its spans, metadata and stats stay the source's. Kept on a rerun when
@@ -441,17 +459,17 @@ def _copy_depth(unit: ReencodeUnit, src: StorePath, dst: Path, probe: VideoProbe
             shutil.copyfileobj(fin, fout, STREAM_BLOCK)
 
     def saved(tmp: Path) -> None:
-        atomic.write_json(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": [{} for _ in spans],
-                                    "output": file_identity(tmp)}, indent=None, root=Path(unit.out_root))
+        save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": [{} for _ in spans],
+                             "output": file_identity(tmp)}, _local_root(unit))
 
-    status = keep_or_write(dst, Path(unit.out_root), write, lambda _path: None, saved=saved,
-                           keep=lambda path: path.stat().st_size == probe.bytes and load_stats(
+    status = keep_or_write(dst, _local_root(unit), write, lambda _path: None, saved=saved,
+                           keep=lambda path: output_size(path) == probe.bytes and load_stats(
                                sidecar, key, src, unit.options.fingerprint, output=path) is not None)
     result.status = Status.KEPT if status == Status.KEPT else Status.COPIED
     result.copied = True
     result.episodes = [EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, {})
                        for s in spans]
-    result.frames, result.out_bytes = probe.frames_from_packets, dst.stat().st_size
+    result.frames, result.out_bytes = probe.frames_from_packets, output_size(dst)
     result.output = output_counts(probe, spans)
     result.seconds = time.perf_counter() - t0
     return result

@@ -64,6 +64,7 @@ __all__ = [
     "Location",
     "MissingFile",
     "NotAFile",
+    "Output",
     "OutsideRoot",
     "Root",
     "Source",
@@ -78,9 +79,16 @@ __all__ = [
     "local_location",
     "local_root",
     "open_store",
+    "output_file",
+    "output_location",
+    "output_size",
     "parse_location",
     "parse_options",
+    "publish_tree",
+    "read_output_text",
     "same_bytes",
+    "upload_file",
+    "write_output_bytes",
 ]
 
 Source = Path | StorePath  # a file to read: a store's file, or a local path (an output, a temp file) read as it is
@@ -147,6 +155,74 @@ def as_file(source: Path | str | StorePath) -> StorePath:
     path = os.path.abspath(os.fspath(source))
     folder, name = os.path.split(path)
     return StorePath(Location(LOCAL, folder or "/", "/"), name)
+
+
+# ---- outputs: where a writing job puts a file ----------------------------------------------------------------
+
+Output = Path | StorePath  # an output file: a local path (`pipeline.atomic`'s discipline) or an object
+
+
+def output_location(out: str | os.PathLike[str] | Location) -> Location:
+    """A writing job's `--out` (a local folder or an object-store URL) as a `Location`. An object store's settings
+    come from the environment (each worker's own): an output URL carries no `--storage-option`."""
+    if isinstance(out, Location):
+        return out
+    m = URL_RE.match(os.fspath(out))
+    return parse_location(out, what="output") if m else local_location(os.fspath(out))
+
+
+def output_file(out_root: str | os.PathLike[str] | Location, rel: str) -> Output:
+    """`<out_root>/<rel>` for a writer: a local output as a `Path` (written under `pipeline.atomic`'s rules: no-follow,
+    temp name, rename), an object-store output as a `StorePath` (written by its store: one PUT, multipart when
+    large, after the file is complete)."""
+    loc = output_location(out_root)
+    if loc.is_local:
+        return Path(loc.root) / rel
+    return StorePath(loc, "") / rel
+
+
+def read_output_text(path: Output) -> str:
+    """A small output file's text (a sidecar, a record): a local one as a regular file (no link followed)."""
+    if isinstance(path, StorePath):
+        return path.read_bytes().decode("utf-8")
+    from pipeline import atomic
+
+    return atomic.read_regular_text(path)
+
+
+def write_output_bytes(path: Output, data: bytes, root: Path | None = None, *, fsync: bool = True) -> None:
+    """Write a small output file whole: a local one under a temp name renamed into place (inside `root`), an
+    object in one PUT (readers see the old object or the new one, never a part)."""
+    if isinstance(path, StorePath):
+        path.store.write_bytes(path.rel, data)
+        return
+    from pipeline import atomic
+
+    with atomic.atomic_path(path, root, fsync=fsync) as tmp:
+        tmp.write_bytes(data)
+
+
+def output_size(path: Output) -> int:
+    return path.stat().size if isinstance(path, StorePath) else path.stat().st_size
+
+
+def publish_tree(local: Path, where: Location, *, last: str) -> list[str]:
+    """Put every file below the local folder `local` (one a job made, in the temp folder) at the same place in
+    `where`, the file `last` (meta/info.json) after every other: a reader that sees it sees all. Returns the
+    relative paths put, in order."""
+    store = where.store()
+    rels = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file() and not p.is_symlink())
+    rels.sort(key=lambda rel: rel == last)
+    for rel in rels:
+        src = as_file(local / rel)
+        store.copy_in(src.store, src.rel, rel)
+    return rels
+
+
+def upload_file(local: Path, dst: StorePath) -> None:
+    """A finished local file (a temp file a stage wrote and checked) put at `dst` in its store."""
+    src = as_file(local)
+    dst.store.copy_in(src.store, src.rel, dst.rel)
 
 
 COMPARE_BLOCK = 1 << 20
