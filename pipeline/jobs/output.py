@@ -165,7 +165,7 @@ def check_locations(src: Location, out: Location) -> None:
 def record_settings_in(store: Store, src: Location, settings: Mapping[str, Any], options: OptionsFile) -> None:
     """`record_settings` for an object-store output: the options object, created once (a conditional create: of
     two runs that got this far only one writes it) and compared on every later run."""
-    settings = {"source": src.url, **settings}
+    settings = {"source": str(src.path.resolve()) if src.is_local else src.url, **settings}
     shown = store.url
     if not store.create(options.rel, (json.dumps(settings, indent=4, ensure_ascii=False) + "\n").encode("utf-8")):
         try:
@@ -177,9 +177,11 @@ def record_settings_in(store: Store, src: Location, settings: Mapping[str, Any],
                             f"for {settings}. Choose another --out, or delete {printable(shown)} to start over")
 
 
-def record_settings(src: Path, out: Path, settings: Mapping[str, Any], options: OptionsFile) -> None:
+def record_settings(src: Path | Location, out: Path, settings: Mapping[str, Any], options: OptionsFile) -> None:
     """Record `settings` (and the source) in the options file; refuse a run started with other ones."""
-    settings = {"source": str(src.resolve()), **settings}
+    if isinstance(src, Location):
+        src = src.path if src.is_local else src
+    settings = {"source": str(src.resolve()) if isinstance(src, Path) else src.url, **settings}
     path = out / options.rel
     if os.path.lexists(path):
         try:
@@ -252,8 +254,6 @@ class OutputClaim:
             with self._hold_object(settings, source):
                 yield self
             return
-        assert not isinstance(source, Location) or source.is_local
-        source = source.path if isinstance(source, Location) else source
         self.path.mkdir(parents=True, exist_ok=True)
         with output_lock(self.path, command_line(self.command)):
             if settings is not None:

@@ -1,0 +1,270 @@
+"""Writing datasets where they live (issue 34, the write side): `prep reencode --out s3://...` against a real S3
+server (moto) on loopback, with every promise prep makes on a local disk.
+
+- s3 -> s3, local -> s3 and s3 -> local give the bytes of local -> local (v2.1 and v3.0; keys with a space and
+  non-ASCII), meta/info.json present; the source prefix's objects and ETags unchanged; no lock object and no
+  incomplete multipart upload left; `prep verify` passes the output where it lies;
+- an --out inside (or holding) the source prefix, or a prefix another command started, is refused: exit 2, one
+  line, nothing written;
+- a run killed mid-way leaves no meta/info.json, and the rerun keeps the finished files and ends byte-identical;
+- two writers on one output prefix: the second is refused naming the first (a conditional-create lock);
+- a killed run's incomplete multipart upload below the output is aborted by the rerun;
+- no secret in stdout, stderr, nor any object prep wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.s3 import S3Server
+
+from pipeline.synth import SynthSpec, write_synthetic
+
+pytestmark = [pytest.mark.slow]
+
+SECRET = "prep-write-secret-0c7d51a2e9b64f18"
+PREFIX = "ds one/ünï"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def prep(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from pipeline.cli import main
+
+    capsys.readouterr()
+    code = main([*args, "--no-progress"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def set_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
+def child_env(s3: S3Server) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return {**env, **s3.env(client="prep"), "AWS_SECRET_ACCESS_KEY": SECRET, "PYTHONPATH": str(REPO)}
+
+
+def dataset_files(s3: S3Server, url: str) -> dict[str, bytes]:
+    """Every object of the dataset at `url` but prep's own folder: {relative key: bytes}."""
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    keys = s3.list_keys(url)
+    rels = {k[len(prefix) + 1:]: k for k in keys}
+    return {rel: s3.get_bytes(f"s3://{bucket}/{key}") for rel, key in rels.items() if not rel.startswith("prep/")}
+
+
+def local_files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.relative_to(root).parts[0] != "prep"}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("small-w")
+    cams = ("observation.images.top", "observation.images.wrist ü")
+    return {"v21": write_synthetic(base / "v21", SynthSpec(version="v2.1", episodes=3, height=96, width=128,
+                                                           cameras=cams, frames=45)),
+            "v30": write_synthetic(base / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2,
+                                                           height=96, width=128, cameras=cams, frames=45))}
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with S3Server() as server:
+        server.make_bucket("wsrc")
+        server.make_bucket("wout")
+        yield server
+
+
+@pytest.fixture(scope="module")
+def reference(small: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, bytes]]:
+    """local -> local, the bytes every other direction must give."""
+    from pipeline.cli import main
+
+    base = tmp_path_factory.mktemp("ref")
+    out = {}
+    for version, src in small.items():
+        assert main(["reencode", "--src", str(src), "--dst", "64", "--out", str(base / version), "--backend",
+                     "inline", "--no-progress"]) == 0
+        out[version] = local_files(base / version)
+    return out
+
+
+# ---- every direction gives the local bytes ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["v21", "v30"])
+@pytest.mark.parametrize("direction", ["s3-s3", "local-s3", "s3-local"])
+def test_reencode_into_and_out_of_s3_equals_local(version: str, direction: str, small: dict[str, Path],
+                                                  s3: S3Server, reference: dict[str, dict[str, bytes]],
+                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    src_url = f"s3://wsrc/{PREFIX}/{version}-{direction}"
+    s3.upload_tree(small[version], src_url)
+    before = s3.snapshot(src_url)
+    set_env(monkeypatch, {**s3.env(client="prep"), "AWS_SECRET_ACCESS_KEY": SECRET})
+    src = src_url if direction.startswith("s3") else str(small[version])
+    out_url = f"s3://wout/{PREFIX}/{version}-{direction}"
+    out = out_url if direction.endswith("s3") else str(tmp_path / "out")
+    code, stdout, err = prep(capsys, "reencode", src, "--dst", "64", "--out", out, "--backend", "inline")
+    assert code == 0, stdout + err
+    assert f"output    {out}" in stdout and "9 encoded" not in stdout  # 6 files: 3 episodes x 2 cameras
+    got = dataset_files(s3, out_url) if direction.endswith("s3") else local_files(Path(out))
+    assert sorted(got) == sorted(reference[version])
+    for rel, data in reference[version].items():
+        assert got[rel] == data, rel
+    assert s3.snapshot(src_url) == before  # the source prefix: same objects, same ETags
+    if direction.endswith("s3"):
+        keys = s3.list_keys(out_url)
+        assert any(k.endswith("/meta/info.json") for k in keys)
+        assert not any(k.endswith("/prep/output.lock") for k in keys), keys  # released
+        assert s3.multipart_uploads("wout") == []
+        for key in keys:
+            assert SECRET.encode() not in s3.get_bytes(f"s3://wout/{key}"), key
+        v_code, v_out, v_err = prep(capsys, "verify", out_url, "--out", str(tmp_path / "v.json"), "--backend",
+                                    "inline")
+        assert v_code == 0 and "PASSED" in v_out, v_out + v_err
+    assert SECRET not in stdout + err
+
+
+def test_a_rerun_into_s3_keeps_every_file(small: dict[str, Path], s3: S3Server, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out_url = f"s3://wout/{PREFIX}/rerun"
+    set_env(monkeypatch, s3.env(client="prep"))
+    first = prep(capsys, "reencode", str(small["v30"]), "--dst", "64", "--out", out_url, "--backend", "inline")
+    assert first[0] == 0, first
+    before = s3.snapshot(out_url)
+    again = prep(capsys, "reencode", str(small["v30"]), "--dst", "64", "--out", out_url, "--backend", "inline")
+    assert again[0] == 0 and ": 0 encoded, 4 kept" in again[1], again
+    after = s3.snapshot(out_url)
+    videos = [k for k in before if "/videos/" in k]
+    assert videos and all(after[k] == before[k] for k in videos)  # kept: not put again
+
+
+# ---- refusals ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["inside", "same", "holding", "foreign"])
+def test_an_output_in_the_source_or_foreign_is_refused(where: str, small: dict[str, Path], s3: S3Server,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    src_url = f"s3://wsrc/refuse-{where}/ds"
+    s3.upload_tree(small["v21"], src_url)
+    if where == "foreign":
+        s3.put_bytes("s3://wout/foreign/notes.txt", b"someone else's")
+    out = {"inside": f"{src_url}/out", "same": src_url, "holding": "s3://wsrc/refuse-holding",
+           "foreign": "s3://wout/foreign"}[where]
+    before = {**s3.snapshot("s3://wsrc/refuse-"), **s3.snapshot("s3://wout/foreign")}
+    set_env(monkeypatch, s3.env(client="prep"))
+    code, stdout, err = prep(capsys, "reencode", src_url, "--dst", "64", "--out", out, "--backend", "inline")
+    assert code == 2, stdout + err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    expect = {"inside": "is the source or inside it", "same": "is the source or inside it",
+              "holding": "contains the source", "foreign": "is not a prep reencode output"}[where]
+    assert expect in err, err
+    assert {**s3.snapshot("s3://wsrc/refuse-"), **s3.snapshot("s3://wout/foreign")} == before
+
+
+# ---- faults: killed, racing, a dangling multipart upload ---------------------------------------------------
+
+
+def start(s3: S3Server, *args: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args, "--no-progress"], cwd=REPO,
+                            env=child_env(s3), stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def wait_for(predicate: object, timeout: float = 120.0, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(interval)
+    return False
+
+
+@pytest.fixture(scope="module")
+def longer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """12 episodes x 2 cameras at 240x320: long enough to be killed half-way."""
+    return write_synthetic(tmp_path_factory.mktemp("longer") / "v21",
+                           SynthSpec(version="v2.1", episodes=12, height=240, width=320, frames=90,
+                                     cameras=("observation.images.top", "observation.images.wrist")))
+
+
+def test_killed_run_into_s3_resumes_byte_identical(longer: Path, s3: S3Server, tmp_path: Path) -> None:
+    from pipeline.cli import main
+
+    ref = tmp_path / "ref"
+    assert main(["reencode", str(longer), "--dst", "64", "--out", str(ref), "--backend", "inline",
+                 "--no-progress"]) == 0
+    out_url = "s3://wout/killed/ds"
+    proc = start(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend", "inline",
+                 log=tmp_path / "first.log")
+    videos = lambda: [k for k in s3.list_keys(out_url) if k.endswith(".mp4")]  # noqa: E731
+    try:
+        assert wait_for(lambda: len(videos()) >= 4 or proc.poll() is not None), (tmp_path / "first.log").read_text()
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    done = len(videos())
+    assert 4 <= done < 24, f"{done} files were finished when the run was killed: the test proves nothing"
+    assert not any(k.endswith("meta/info.json") for k in s3.list_keys(out_url))  # never complete before the end
+    again = subprocess.run([sys.executable, "-m", "pipeline.cli", "reencode", str(longer), "--dst", "64", "--out",
+                            out_url, "--backend", "inline", "--no-progress"], cwd=REPO, env=child_env(s3),
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    kept = int(again.stdout.split(" kept")[0].rsplit(", ", 1)[1])
+    assert kept >= done - 2, again.stdout  # the file(s) being put when killed may be written again
+    assert dataset_files(s3, out_url) == local_files(ref)
+    assert s3.multipart_uploads("wout") == [] and SECRET not in again.stdout + again.stderr
+
+
+def test_two_writers_on_one_prefix_the_second_is_refused(longer: Path, s3: S3Server, tmp_path: Path) -> None:
+    out_url = "s3://wout/racing/ds"
+    first = start(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend", "inline",
+                  log=tmp_path / "first.log")
+    try:
+        assert wait_for(lambda: any(k.endswith("prep/output.lock") for k in s3.list_keys(out_url))
+                        or first.poll() is not None), (tmp_path / "first.log").read_text()
+        os.killpg(first.pid, signal.SIGSTOP)  # held while the second tries: it cannot end first
+        try:
+            second = subprocess.run([sys.executable, "-m", "pipeline.cli", "reencode", str(longer), "--dst", "64",
+                                     "--out", out_url, "--backend", "inline", "--no-progress"], cwd=REPO,
+                                    env=child_env(s3), capture_output=True, text=True, timeout=300)
+        finally:
+            os.killpg(first.pid, signal.SIGCONT)
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert "in use by another prep run" in second.stderr and f"pid {first.pid}" in second.stderr, second.stderr
+        assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    keys = s3.list_keys(out_url)
+    assert any(k.endswith("meta/info.json") for k in keys) and not any(k.endswith("output.lock") for k in keys)
+
+
+def test_a_killed_runs_multipart_upload_is_aborted(small: dict[str, Path], s3: S3Server,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out_url = f"s3://wout/{PREFIX}/multipart"
+    set_env(monkeypatch, s3.env(client="prep"))
+    first = prep(capsys, "reencode", str(small["v21"]), "--dst", "64", "--out", out_url, "--backend", "inline")
+    assert first[0] == 0, first
+    key = f"{PREFIX}/multipart/videos/chunk-000/observation.images.top/episode_000009.mp4"
+    s3.client.create_multipart_upload(Bucket="wout", Key=key)  # what a run killed mid-upload leaves
+    assert [k for k, _ in s3.multipart_uploads("wout")] == [key]
+    again = prep(capsys, "reencode", str(small["v21"]), "--dst", "64", "--out", out_url, "--backend", "inline")
+    assert again[0] == 0, again
+    assert s3.multipart_uploads("wout") == []
