@@ -72,9 +72,10 @@ def version_keys(path: StorePath) -> dict[str, Any]:
     return {"ctime_ns": None, "etag": st.version}
 
 
-def source_fingerprint(path: Source, *, content: bool = True) -> dict[str, Any]:
+def source_fingerprint(path: Source, *, content: bool = True, content_of: Source | None = None) -> dict[str, Any]:
     """Size, mtime, inode change time (ctime; an object's ETag), a hash of three blocks and (`content`) of every
-    byte: what a rerun compares (`fingerprint_matches`) to keep an output made from this very file."""
+    byte: what a rerun compares (`fingerprint_matches`) to keep an output made from this very file. `content_of`:
+    a local copy of the same bytes to hash in full (an object already downloaded: not fetched again)."""
     src = as_file(path)
     st = src.stat()
     h = hashlib.blake2b(digest_size=16)
@@ -85,7 +86,7 @@ def source_fingerprint(path: Source, *, content: bool = True) -> dict[str, Any]:
             h.update(fh.read(FINGERPRINT_BLOCK))
     fp: dict[str, Any] = {"bytes": st.size, "mtime_ns": st.mtime_ns, **version_keys(src), "blake2b": h.hexdigest()}
     if content:
-        fp["content_blake2b"] = content_hash(path)
+        fp["content_blake2b"] = content_hash(content_of if content_of is not None else path)
     return fp
 
 

@@ -11,6 +11,7 @@ are results with reasons.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -42,6 +43,7 @@ from pipeline.storage import (
     Output,
     Source,
     StorePath,
+    as_file,
     as_root,
     output_file,
     output_size,
@@ -357,95 +359,120 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     result = ReencodeResult(rel=unit.rel, camera=unit.camera, status=Status.FAILED)
     try:
         src = as_root(unit.src_root) / unit.rel  # read through its store (its rules: inside the dataset)
-        dst = output_file(unit.out_root, unit.rel)
-        root = _local_root(unit)
-        # pix_fmt=False: no probe decode at open (the source's pixel format is not needed here)
-        probe = probe_video(src, episode=unit.spans[0].episode if unit.spans else None, pix_fmt=False)
-        result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
-        result.src_codec = probe.codec
-        if unit.depth or is_high_bit_gray(probe.pix_fmt):
-            return _copy_depth(unit, src, dst, probe, result, t0)
-        spans = new_spans(probe, unit.spans, unit.fps)  # frame counts first: a dropped frame is named as such
-        matrix, rotate = display_filters(src, unit.spans[0].episode if unit.spans else None)
-        check_source(probe, unit, swaps_sides(matrix))
-        check_timing(probe, unit.spans, unit.fps)
-        total = probe.frames_from_packets
-        w, h = unit.options.size
-        # Frames are turned to display orientation first (no display matrix in the output: every reader and
-        # back-end hands back the same frame), then resized from the displayed size.
-        sw, sh = (probe.height, probe.width) if swaps_sides(matrix) else (probe.width, probe.height)
-        geometry = RESIZE_MODES[unit.options.resize](sw, sh, w, h)
-        # Image stats of the resized frames before compression (as LeRobot computes them from the
-        # frames it records), so they do not depend on the engine or on whether a file was resumed.
-        stats = SpanImageStats([(round(s.from_timestamp * unit.fps), s.frames_expected or 0) for s in spans])
-        sidecar, key = stats_sidecar(unit), stats_key(unit, probe, spans)
-        if matrix is not None:
-            key["display_matrix"] = list(matrix)
-        hooked = unit.options.engine in ENGINES_WITH_HOOK
-        sample = QualitySample(total)
-        fingerprint: dict[str, Any] = {}
-        seen: dict[str, Any] = {}  # the output's probe, and a kept output's stats
-
-        def keep(path: Source) -> bool:
-            """A finished output is kept only when its sidecar says it was made from this very source (same
-            fingerprint, settings and spans) into this very file, and it still passes its checks."""
-            kept_stats = load_stats(sidecar, key, src, unit.options.fingerprint, output=path)
-            out_probe, found = inspect_output(path, unit, spans, total) if kept_stats is not None else (None, [])
-            if out_probe is None or failing(found):
-                return False
-            seen.update(probe=out_probe, stats=kept_stats)
-            return True
-
-        def frame_seen(i: int, frame: Any) -> None:
-            stats.add(i, frame)
-            sample.add(i, frame)
-
-        def write(tmp: Path) -> None:
-            fingerprint.update(source_fingerprint(src))  # before the encode reads it (then from the page cache)
-            opts = unit.options
-            ENGINES[opts.engine](EncodeJob(src, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality,
-                                           frame_seen if hooked else None, tuple(rotate)))
-
-        def check(tmp: Path) -> str | None:
-            out_probe, found = inspect_output(tmp, unit, spans, total)
-            failures = failing(found)  # a warning or info finding does not refuse the file
-            if failures or out_probe is None:
-                return "output failed its checks: " + "; ".join(
-                    f"{f.check}: expected {f.expected}, found {f.found}" for f in failures[:3])
-            seen["probe"] = out_probe
-            return None
-
-        def checked(written: Path) -> None:
-            """The output passed its checks: its stats, its quality sample and the sidecar (which says what the
-            output was made from, and what it is) are written before the output is renamed into place, so a kept
-            output always has one."""
-            if not hooked:
-                filter_frames(src, geometry, PROFILES[unit.options.profile].pix_fmt, frame_seen, tuple(rotate))
-            result.quality = sample.measure(written)
-            save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": stats.result(),
-                                 "quality": result.quality, "output": file_identity(written)}, root)
-
-        if keep_or_write(dst, root, write, check, keep=keep, saved=checked, blame=src) == Status.KEPT:
-            result.status = Status.KEPT
-            result.quality = load_quality(sidecar)
-        else:
-            result.quality_s = sample.seconds
-            result.status = Status.ENCODED
-        span_stats = seen["stats"] if result.status == Status.KEPT else stats.result()
-        result.episodes = [
-            EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, st)
-            for s, st in zip(spans, span_stats, strict=True)
-        ]
-        result.frames, result.out_bytes = total, output_size(dst)
-        result.output = output_counts(seen["probe"], spans)
+        with readable(src) as read:
+            _reencode(unit, src, read, result)
     except EpisodeError as exc:
         result.fail(exc.message)
     result.seconds = time.perf_counter() - t0
     return result
 
 
-def _copy_depth(unit: ReencodeUnit, src: StorePath, dst: Output, probe: VideoProbe, result: ReencodeResult,
-                t0: float) -> ReencodeResult:
+@contextlib.contextmanager
+def readable(src: StorePath) -> Iterator[Source]:
+    """Where the stage reads the source's bytes: a local file as it is; an object downloaded once to a local temp
+    file (one per running task, deleted when the task ends), so that the demux, the decode, the content hash and
+    the stats pass do not each fetch it again (bench/object_store.py measured 4.3x the corpus read without). Its
+    identity (fingerprint: size, ETag, blocks) is still the object's; an error names the object, not the copy."""
+    if src.location.is_local:
+        yield src
+        return
+    with src.local_copy("video file") as path:
+        try:
+            yield path
+        except EpisodeError as exc:
+            raise EpisodeError(exc.episode, src, exc.message.replace(str(path), str(src))) from None
+
+
+def _reencode(unit: ReencodeUnit, src: StorePath, read: Source, result: ReencodeResult) -> None:
+    """The stage's work for one file: `src` is the source as the dataset names it (its fingerprint, its
+    sidecar's check), `read` where its bytes are read."""
+    dst = output_file(unit.out_root, unit.rel)
+    root = _local_root(unit)
+    # pix_fmt=False: no probe decode at open (the source's pixel format is not needed here)
+    probe = probe_video(read, episode=unit.spans[0].episode if unit.spans else None, pix_fmt=False)
+    result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
+    result.src_codec = probe.codec
+    if unit.depth or is_high_bit_gray(probe.pix_fmt):
+        _copy_depth(unit, src, read, dst, probe, result)
+        return
+    spans = new_spans(probe, unit.spans, unit.fps)  # frame counts first: a dropped frame is named as such
+    matrix, rotate = display_filters(read, unit.spans[0].episode if unit.spans else None)
+    check_source(probe, unit, swaps_sides(matrix))
+    check_timing(probe, unit.spans, unit.fps)
+    total = probe.frames_from_packets
+    w, h = unit.options.size
+    # Frames are turned to display orientation first (no display matrix in the output: every reader and
+    # back-end hands back the same frame), then resized from the displayed size.
+    sw, sh = (probe.height, probe.width) if swaps_sides(matrix) else (probe.width, probe.height)
+    geometry = RESIZE_MODES[unit.options.resize](sw, sh, w, h)
+    # Image stats of the resized frames before compression (as LeRobot computes them from the
+    # frames it records), so they do not depend on the engine or on whether a file was resumed.
+    stats = SpanImageStats([(round(s.from_timestamp * unit.fps), s.frames_expected or 0) for s in spans])
+    sidecar, key = stats_sidecar(unit), stats_key(unit, probe, spans)
+    if matrix is not None:
+        key["display_matrix"] = list(matrix)
+    hooked = unit.options.engine in ENGINES_WITH_HOOK
+    sample = QualitySample(total)
+    fingerprint: dict[str, Any] = {}
+    seen: dict[str, Any] = {}  # the output's probe, and a kept output's stats
+
+    def keep(path: Source) -> bool:
+        """A finished output is kept only when its sidecar says it was made from this very source (same
+        fingerprint, settings and spans) into this very file, and it still passes its checks."""
+        kept_stats = load_stats(sidecar, key, src, unit.options.fingerprint, output=path)
+        out_probe, found = inspect_output(path, unit, spans, total) if kept_stats is not None else (None, [])
+        if out_probe is None or failing(found):
+            return False
+        seen.update(probe=out_probe, stats=kept_stats)
+        return True
+
+    def frame_seen(i: int, frame: Any) -> None:
+        stats.add(i, frame)
+        sample.add(i, frame)
+
+    def write(tmp: Path) -> None:
+        # before the encode reads it (then from the page cache, or the local copy of an object)
+        fingerprint.update(source_fingerprint(src, content_of=read))
+        opts = unit.options
+        ENGINES[opts.engine](EncodeJob(read, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality,
+                                       frame_seen if hooked else None, tuple(rotate)))
+
+    def check(tmp: Path) -> str | None:
+        out_probe, found = inspect_output(tmp, unit, spans, total)
+        failures = failing(found)  # a warning or info finding does not refuse the file
+        if failures or out_probe is None:
+            return "output failed its checks: " + "; ".join(
+                f"{f.check}: expected {f.expected}, found {f.found}" for f in failures[:3])
+        seen["probe"] = out_probe
+        return None
+
+    def checked(written: Path) -> None:
+        """The output passed its checks: its stats, its quality sample and the sidecar (which says what the
+        output was made from, and what it is) are written before the output is renamed into place, so a kept
+        output always has one."""
+        if not hooked:
+            filter_frames(read, geometry, PROFILES[unit.options.profile].pix_fmt, frame_seen, tuple(rotate))
+        result.quality = sample.measure(written)
+        save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": stats.result(),
+                             "quality": result.quality, "output": file_identity(written)}, root)
+
+    if keep_or_write(dst, root, write, check, keep=keep, saved=checked, blame=src) == Status.KEPT:
+        result.status = Status.KEPT
+        result.quality = load_quality(sidecar)
+    else:
+        result.quality_s = sample.seconds
+        result.status = Status.ENCODED
+    span_stats = seen["stats"] if result.status == Status.KEPT else stats.result()
+    result.episodes = [
+        EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, st)
+        for s, st in zip(spans, span_stats, strict=True)
+    ]
+    result.frames, result.out_bytes = total, output_size(dst)
+    result.output = output_counts(seen["probe"], spans)
+
+
+def _copy_depth(unit: ReencodeUnit, src: StorePath, read: Source, dst: Output, probe: VideoProbe,
+                result: ReencodeResult) -> None:
     """A depth camera's file copied byte for byte (a lossy 8-bit 4:2:0 encode would squeeze thousands of
     depth levels into a few hundred): its spans, metadata and stats stay the source's. Kept on a rerun when
     the sidecar's source fingerprint matches."""
@@ -454,8 +481,8 @@ def _copy_depth(unit: ReencodeUnit, src: StorePath, dst: Output, probe: VideoPro
     fingerprint: dict[str, Any] = {}
 
     def write(tmp: Path) -> None:
-        fingerprint.update(source_fingerprint(src))
-        with src.open(block_size=STREAM_BLOCK) as fin, open(tmp, "wb") as fout:  # through its store
+        fingerprint.update(source_fingerprint(src, content_of=read))
+        with as_file(read).open(block_size=STREAM_BLOCK) as fin, open(tmp, "wb") as fout:  # through its store
             shutil.copyfileobj(fin, fout, STREAM_BLOCK)
 
     def saved(tmp: Path) -> None:
@@ -471,6 +498,4 @@ def _copy_depth(unit: ReencodeUnit, src: StorePath, dst: Output, probe: VideoPro
                        for s in spans]
     result.frames, result.out_bytes = probe.frames_from_packets, output_size(dst)
     result.output = output_counts(probe, spans)
-    result.seconds = time.perf_counter() - t0
-    return result
 
