@@ -161,7 +161,8 @@ def main() -> int:
                 stats = s3.stats_for(client)
                 if where == "s3":
                     result |= {"bytes_read": stats.bytes_out, "bytes_written": stats.bytes_in,
-                               "requests": stats.requests, "ops": stats.ops, "share_of_corpus_read": round(stats.bytes_out / size, 4)}
+                               "requests": stats.requests, "ops": stats.ops,
+                               "share_of_corpus_read": round(stats.bytes_out / size, 4)}
                 print(f"{result['wall_s']:.1f} s", flush=True)
                 row[where] = result
             row["wall_ratio"] = round(row["s3"]["wall_s"] / row["local"]["wall_s"], 3)

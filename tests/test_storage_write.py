@@ -1,9 +1,10 @@
-"""Writing datasets where they live (issue 34, the write side): `prep reencode --out s3://...` against a real S3
-server (moto) on loopback, with every promise prep makes on a local disk.
+"""Writing datasets where they live (issue 34, the write side): `prep reencode` and `prep convert` with s3://
+sources and outputs against a real S3 server (moto) on loopback, with every promise prep makes on a local disk.
 
-- s3 -> s3, local -> s3 and s3 -> local give the bytes of local -> local (v2.1 and v3.0; keys with a space and
-  non-ASCII), meta/info.json present; the source prefix's objects and ETags unchanged; no lock object and no
-  incomplete multipart upload left; `prep verify` passes the output where it lies;
+- s3 -> s3, local -> s3 and s3 -> local give the bytes of local -> local, for reencode and convert (v2.1 and
+  v3.0; keys with a space and non-ASCII), meta/info.json present; the source prefix's objects and ETags
+  unchanged; no lock object and no incomplete multipart upload left; `prep verify` passes the output where it
+  lies;
 - an --out inside (or holding) the source prefix, or a prefix another command started, is refused: exit 2, one
   line, nothing written;
 - a run killed mid-way leaves no meta/info.json, and the rerun keeps the finished files and ends byte-identical;
@@ -74,8 +75,9 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     cams = ("observation.images.top", "observation.images.wrist ü")
     return {"v21": write_synthetic(base / "v21", SynthSpec(version="v2.1", episodes=3, height=96, width=128,
                                                            cameras=cams, frames=45)),
+            # a keyframe where each episode starts (gop = episode length): convert can cut it to v2.1
             "v30": write_synthetic(base / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2,
-                                                           height=96, width=128, cameras=cams, frames=45))}
+                                                           height=96, width=128, cameras=cams, frames=45, gop=45))}
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +137,41 @@ def test_reencode_into_and_out_of_s3_equals_local(version: str, direction: str, 
                                     "inline")
         assert v_code == 0 and "PASSED" in v_out, v_out + v_err
     assert SECRET not in stdout + err
+
+
+@pytest.mark.parametrize("version", ["v21", "v30"])
+@pytest.mark.parametrize("direction", ["s3-s3", "local-s3", "s3-local"])
+def test_convert_into_and_out_of_s3_equals_local(version: str, direction: str, small: dict[str, Path],
+                                                 s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    to = "v3.0" if version == "v21" else "v2.1"
+    ref = tmp_path / "ref"
+    code, stdout, err = prep(capsys, "convert", str(small[version]), "--to", to, "--out", str(ref), "--backend",
+                             "inline")
+    assert code == 0, stdout + err
+    src_url = f"s3://wsrc/{PREFIX}/convert-{version}-{direction}"
+    s3.upload_tree(small[version], src_url)
+    before = s3.snapshot(src_url)
+    set_env(monkeypatch, {**s3.env(client="prep"), "AWS_SECRET_ACCESS_KEY": SECRET})
+    src = src_url if direction.startswith("s3") else str(small[version])
+    out_url = f"s3://wout/{PREFIX}/convert-{version}-{direction}"
+    out = out_url if direction.endswith("s3") else str(tmp_path / "out")
+    code, stdout, err = prep(capsys, "convert", src, "--to", to, "--out", out, "--backend", "inline")
+    assert code == 0 and "verify    PASSED" in stdout, stdout + err
+    got = dataset_files(s3, out_url) if direction.endswith("s3") else local_files(Path(out))
+    want = local_files(ref)
+    assert sorted(got) == sorted(want)
+    for rel, data in want.items():
+        assert got[rel] == data, rel
+    assert s3.snapshot(src_url) == before
+    if direction.endswith("s3"):
+        keys = s3.list_keys(out_url)
+        assert not any(k.endswith("/prep/output.lock") for k in keys) and s3.multipart_uploads("wout") == []
+        for key in keys:
+            assert SECRET.encode() not in s3.get_bytes(f"s3://wout/{key}"), key
+    assert SECRET not in stdout + err
+    again = prep(capsys, "convert", src, "--to", to, "--out", out, "--backend", "inline")
+    assert again[0] == 0 and " 0 written" in again[1], again  # resumed: every file kept
 
 
 def test_a_rerun_into_s3_keeps_every_file(small: dict[str, Path], s3: S3Server, monkeypatch: pytest.MonkeyPatch,

@@ -294,7 +294,7 @@ def rerun_command(argv: list[str]) -> str:
     return f"{head} {shlex.join(argv)}".rstrip()
 
 
-def outcome_lines(failures: list[dict[str, Any]], verify: dict[str, Any] | None, report: Path,
+def outcome_lines(failures: list[dict[str, Any]], verify: dict[str, Any] | None, report: Path | str,
                   advice: str) -> list[str]:
     """The end of a stream-copy summary (convert, edit): the failed files (first 20), the metadata line when
     any failed (`advice`: how to finish), the output's verify verdict and the report's path."""

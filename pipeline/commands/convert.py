@@ -70,10 +70,12 @@ def add_parser(sub: Any) -> None:
         "(episodes concatenated into files up to the size limits, exact offsets) or v3.0 -> v2.1 (each episode "
         "cut out of its file; refused, with the episodes, where one does not start on a keyframe). Resumable: "
         "a rerun keeps output files that are complete and correct. `prep verify` runs on the result.")
-    p.add_argument("src", type=Path, metavar="DATASET", help="source dataset folder")
+    p.add_argument("src", metavar="DATASET", help="source dataset folder, or s3://BUCKET/PREFIX (configured by the "
+                   "environment, as the AWS CLI is; docs/storage.md)")
     p.add_argument("--to", required=True, choices=FORMATS, help="target format")
-    p.add_argument("--out", type=Path, metavar="DIR",
-                   help="output dataset folder (default: <DATASET>_v21 or <DATASET>_v30 beside DATASET)")
+    p.add_argument("--out", metavar="DIR",
+                   help="output dataset folder, or s3://BUCKET/PREFIX (default: <DATASET>_v21 or <DATASET>_v30 "
+                   "beside DATASET)")
     p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
     add_limit_options(p)
     add_run_options(p, SmallInput(64, "episodes"))
@@ -101,19 +103,37 @@ def summary(r: ConvertReport) -> str:
     if r.complete:
         lines.append(f"episodes  {r.episodes:,}, {plural(r.frames, 'timestep')}, "
                      f"{plural(r.tasks, 'task')} ({rate:,.0f} timesteps/s); meta/info.json written")
-    lines += outcome_lines(r.failures, r.verify, Path(r.out) / REPORT_REL,
+    lines += outcome_lines(r.failures, r.verify, f"{r.out.rstrip('/')}/{REPORT_REL}",
                            "fix or remove the failed input and rerun the same command to finish")
     return printable_lines(lines)
 
 
+def locations(args: argparse.Namespace) -> tuple[Any, Any]:
+    """DATASET and --out as `Location`s (a URL's default output: its sibling prefix, `s3://b/ds` -> `s3://b/ds_v30`)."""
+    from pipeline.storage import output_location, parse_location
+
+    src = parse_location(args.src if "://" in args.src else Path(args.src).absolute(), what="source",
+                         resolve_repo_id=False)
+    suffix = args.to.replace(".", "")
+    if args.out is not None:
+        out = output_location(args.out if "://" in args.out else Path(args.out).absolute())
+    elif src.is_local:
+        out = output_location(default_out(src.path, args.to))
+    else:
+        out = output_location(f"{src.url.rstrip('/')}_{suffix}")
+    return src, out
+
+
 def resume_note(args: argparse.Namespace) -> str | None:
-    out = args.out.absolute() if args.out else default_out(args.src.absolute(), args.to)
-    return f"finished files are kept in {out}"
+    return f"finished files are kept in {locations(args)[1].shown}"
 
 
 def run(args: argparse.Namespace) -> int:
-    src = args.src.absolute()
-    out = args.out.absolute() if args.out else default_out(src, args.to)
+    src_loc, out_loc = locations(args)
+    if not src_loc.is_local:
+        src_loc.store().check_reachable()  # credentials, endpoint, bucket: one line now (exit 2)
+    src = src_loc.path if src_loc.is_local else src_loc
+    out = out_loc.path if out_loc.is_local else out_loc
 
     from pipeline.jobs.convert import ConvertOptions, convert_dataset
     from pipeline.runner import open_engine
@@ -122,7 +142,10 @@ def run(args: argparse.Namespace) -> int:
         options = ConvertOptions(args.to, limits_of(args))
     except ValueError as exc:
         raise PrepError(str(exc)) from None
-    with open_engine(run_config(args, records=output_records(out), shared=[src])) as engine:
+    records = output_records(out_loc.path) if out_loc.is_local else None
+    shared = [src_loc.path] if src_loc.is_local else []
+    flag = "a local --out (its job records need a folder the nodes share)"
+    with open_engine(run_config(args, records=records, shared=shared, records_flag=flag)) as engine:
         report = convert_dataset(src, out, options, engine, verify=not args.no_verify)
     print(summary(report))
     return 0 if report.ok else 1

@@ -26,7 +26,9 @@ with this job.
 
 from __future__ import annotations
 
+import json
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -76,7 +78,20 @@ from pipeline.stages.convert import (
     convert_unit,
     keyframes_failed,
 )
+from pipeline.storage import (
+    Location,
+    StorePath,
+    as_file,
+    as_root,
+    local_location,
+    output_file,
+    output_location,
+    publish_tree,
+    write_output_bytes,
+)
 from pipeline.video.remux import StartProblem
+
+SrcRoot = Path | StorePath  # a source dataset's root: a local folder, or where it lives (its store's rules)
 
 FORMATS = VERSIONS
 OPTIONS_REL = f"{PREP_DIR}/convert_options.json"
@@ -159,19 +174,22 @@ def check_options(options: ConvertOptions) -> None:
 # ---- plan ------------------------------------------------------------------------------------------
 
 
-def plan_to_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions) -> Iterator[PlanItem]:
+def plan_to_v30(src: SrcRoot, out: Path | str, info: dict[str, Any],
+                options: ConvertOptions) -> Iterator[PlanItem]:
     """The v2.1 -> v3.0 plan: every episode's placement and every output file's unit (streamed)."""
-    cameras = video_keys(info, src / "meta/info.json")
+    cameras = video_keys(info, str(src / "meta/info.json"))
     episodes = iter_v21_episodes(src, info, cameras, options.data_size)
-    return plan_v21_to_v30(episodes, cameras, float(info["fps"]), str(src), str(out), options.limits)
+    return plan_v21_to_v30(episodes, cameras, float(info["fps"]), src, str(out), options.limits)
 
 
-def units_to_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions) -> Iterator[ConvertUnit]:
+def units_to_v21(src: SrcRoot, out: Path | str, info: dict[str, Any],
+                 options: ConvertOptions) -> Iterator[ConvertUnit]:
     """The v3.0 -> v2.1 units: each episode mp4 as soon as planned, the episode parquets grouped by their
     v3.0 data file (at most `SPLIT_GROUP_MAX` per group)."""
-    source = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json"), stats=False))
+    source = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info, str(src / "meta/info.json")),
+                                                   stats=False))
     group: list[DataSplitUnit] = []
-    for unit in plan_v30_to_v21(source, float(info["fps"]), str(src), str(out), options.limits.chunks_size):
+    for unit in plan_v30_to_v21(source, float(info["fps"]), src, str(out), options.limits.chunks_size):
         if isinstance(unit, DataSplitUnit):
             if group and (group[-1].src_rel != unit.src_rel or len(group) >= SPLIT_GROUP_MAX):
                 yield DataSplitGroup(tuple(group))
@@ -189,11 +207,12 @@ def _episodes(info: dict[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 1 << 62
 
 
-def keyframe_problems(src: Path, info: dict[str, Any], engine: Engine) -> list[StartProblem]:
+def keyframe_problems(src: SrcRoot, info: dict[str, Any], engine: Engine) -> list[StartProblem]:
     """Every episode (per camera) of a v3.0 dataset that does not start on a keyframe (one demux per file)."""
-    episodes = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info, src / "meta/info.json"), stats=False))
+    episodes = (ep for ep, _row in iter_v30_episodes(src, info, video_keys(info, str(src / "meta/info.json")),
+                                                     stats=False))
     problems: list[StartProblem] = []
-    for found in engine.results(check_keyframes, plan_keyframe_checks(episodes, str(src)),
+    for found in engine.results(check_keyframes, plan_keyframe_checks(episodes, src),
                                 on_error=keyframes_failed, desc="keyframes", unit_name="file",
                                 cost_s=KEYFRAME_COST_S):
         problems += found[:FAILURES_LISTED - len(problems)] if len(problems) < FAILURES_LISTED else []
@@ -227,16 +246,23 @@ class ConvertReduce:
 # ---- publish ---------------------------------------------------------------------------------------
 
 
-def copy_root_files(src: Path, dst: Path) -> None:
+def copy_root_files(src: SrcRoot, dst: Path) -> None:
     """Files at the top of the source (README.md, LICENSE, ...) byte for byte, whatever their names (a
-    symlink is not followed out of the source: left out)."""
-    for entry in sorted(src.iterdir()):
-        if entry.is_file() and not entry.is_symlink():
-            with atomic.atomic_path(dst / entry.name, dst) as tmp:
-                shutil.copyfile(entry, tmp)
+    symlink is not followed out of the source: left out). An object store's: the objects directly below the
+    prefix (one listing)."""
+    root = as_root(src)
+    if root.location.is_local:
+        for entry in sorted(root.local.iterdir()):
+            if entry.is_file() and not entry.is_symlink():
+                with atomic.atomic_path(dst / entry.name, dst) as tmp:
+                    shutil.copyfile(entry, tmp)
+        return
+    out = local_location(dst).store()
+    for rel in root.store.glob(root.rel, "*"):
+        out.copy_in(root.store, rel, rel.rsplit("/", 1)[-1])
 
 
-def publish_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions, report: ConvertReport) -> None:
+def publish_v30(src: SrcRoot, out: Path, info: dict[str, Any], options: ConvertOptions, report: ConvertReport) -> None:
     """tasks.parquet, meta/episodes/*.parquet (from the same plan, streamed again), stats.json, info.json last."""
     fps = float(info["fps"])
     report.tasks = write_tasks_v30(out / "meta/tasks.parquet", iter_v21_tasks(src), root=out)
@@ -263,17 +289,18 @@ def publish_v30(src: Path, out: Path, info: dict[str, Any], options: ConvertOpti
     if stats is not None:
         atomic.write_lerobot_json(out / "meta/stats.json", agg.result(), root=out)
     elif (src / "meta/stats.json").is_file():
-        with atomic.atomic_path(out / "meta/stats.json", out) as tmp:
-            shutil.copyfile(src / "meta/stats.json", tmp)
+        with atomic.atomic_path(out / "meta/stats.json", out) as tmp, \
+                as_file(src / "meta/stats.json").open() as fin, open(tmp, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
     copy_root_files(src, out)
     report.episodes, report.frames = episodes, frames
     atomic.write_lerobot_json(out / "meta/info.json", info_to_v30(info, options.limits, episodes=episodes,
                                                                   frames=frames, tasks=report.tasks), root=out)
 
 
-def publish_v21(src: Path, out: Path, info: dict[str, Any], options: ConvertOptions, report: ConvertReport) -> None:
+def publish_v21(src: SrcRoot, out: Path, info: dict[str, Any], options: ConvertOptions, report: ConvertReport) -> None:
     """tasks.jsonl, episodes.jsonl and episodes_stats.jsonl (streamed from the v3.0 episodes), info.json last."""
-    cameras = video_keys(info, src / "meta/info.json")
+    cameras = video_keys(info, str(src / "meta/info.json"))
     report.tasks = write_tasks_v21(out / "meta/tasks.jsonl", iter_v30_tasks(src), root=out)
     episodes = frames = 0
     with V21EpisodesWriter(out) as writer:
@@ -296,7 +323,7 @@ PUBLISH = {"v3.0": publish_v30, "v2.1": publish_v21}
 # ---- verify ----------------------------------------------------------------------------------------
 
 
-def verify_output(out: Path, engine: Engine, *, all_intra: bool = False) -> dict[str, Any]:
+def verify_output(out: Path | Location, engine: Engine, *, all_intra: bool = False) -> dict[str, Any]:
     """`prep verify` of the output (demux checks of every file and episode) through the same engine."""
     from pipeline.jobs.verify import verify_dataset
     from pipeline.stages.verify import VerifyOptions
@@ -310,34 +337,41 @@ def verify_output(out: Path, engine: Engine, *, all_intra: bool = False) -> dict
 # ---- the job ---------------------------------------------------------------------------------------
 
 
-def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engine, *, verify: bool = True,
-                    all_intra: bool = False, staged: bool = False,
+def convert_dataset(src: Path | Location, out: Path | Location, options: ConvertOptions, engine: Engine, *,
+                    verify: bool = True, all_intra: bool = False, staged: bool = False,
                     extra_settings: dict[str, Any] | None = None) -> ConvertReport:
     """Convert `src` into the dataset `out` in `options.to` (stream copies) through `engine`; resumable;
     never writes under `src`. Raises `ConvertRefused` (v3.0 -> v2.1 where an episode is off a keyframe)
     and `PrepError` for a bad dataset or output (`MetadataError`, before anything is written, for metadata
     that breaks its rules). `all_intra`: `prep verify` also requires every frame to
-    be a keyframe (`reencode_as`)."""
-    src, out = Path(src).absolute(), Path(out).absolute()
+    be a keyframe (`reencode_as`).
+
+    `src` and `out` may be object-store locations: the stages read and write through the stores (each output
+    file put whole after its checks, its record first), and the metadata is made in a local temp folder and put,
+    meta/info.json last."""
+    root = as_root(src if isinstance(src, Location) else Path(src).absolute())
+    where = output_location(out if isinstance(out, Location) else Path(out).absolute())
+    out_root: Path | str = Path(where.root) if where.is_local else where.url
     check_options(options)
-    info = read_info(src)
+    info = read_info(root)
     if info["codebase_version"] == options.to:
-        raise DatasetError(src / "meta/info.json", f"the dataset already is {options.to}")
+        raise DatasetError(root / "meta/info.json", f"the dataset already is {options.to}")
     # in or around the source, busy (any command's), not this command's, or holding a link: refused now
-    claim = claim_output(out, "convert", OPTIONS, sources=[src], staged=staged)
-    metadata_refusals(src, "convert")[0].raise_if_any()  # every metadata file checked before anything is written
-    report = ConvertReport(str(src), str(out), options.to, options.settings(), engine.backend)
+    claim = claim_output(Path(where.root) if where.is_local else where, "convert", OPTIONS, sources=[root.location],
+                         staged=staged)
+    metadata_refusals(root, "convert")[0].raise_if_any()  # every metadata file checked before anything is written
+    report = ConvertReport(str(root), str(out_root), options.to, options.settings(), engine.backend)
     # a small dataset is converted in this process (the CLI's threshold); the cluster's start-up timed apart
     report.engine_start_seconds = engine.prepare(_episodes(info))
-    with claim.hold({**options.settings(), **(extra_settings or {})}, source=src):
+    with claim.hold({**options.settings(), **(extra_settings or {})}, source=root.location):
         t0 = time.perf_counter()
         if format_of(options.to).layout.shares_files:  # into files episodes share: packed by LeRobot's rule
-            units: Iterator[Any] = units_of(plan_to_v30(src, out, info, options))
+            units: Iterator[Any] = units_of(plan_to_v30(root, out_root, info, options))
         else:  # a file per episode: each cut out of its source file, which needs it to start on a keyframe
-            problems = keyframe_problems(src, info, engine)
+            problems = keyframe_problems(root, info, engine)
             if problems:
                 raise refusal(problems)
-            units = units_to_v21(src, out, info, options)
+            units = units_to_v21(root, out_root, info, options)
         reduce = ConvertReduce(report)
         for batch in engine.map(convert_unit, units, on_error=convert_failed, desc="convert", unit_name="unit",
                                 cost_s=COST_S, measure=lambda rs: {"files": float(len(rs))}):
@@ -346,14 +380,27 @@ def convert_dataset(src: Path, out: Path, options: ConvertOptions, engine: Engin
                     reduce.add(r)
         claim.remove_temps()  # temp files of workers killed mid-task (their task was retried)
         report.seconds = time.perf_counter() - t0
-        publish_files(out, report, lambda: PUBLISH[options.to](src, out, info, options, report), write_report)
+        if where.is_local:
+            out_path = Path(where.root)
+            publish_files(out_path, report, lambda: PUBLISH[options.to](root, out_path, info, options, report),
+                          write_report)
+        else:  # the metadata made in a local temp folder, then put (meta/info.json last); the report put after it
+            with tempfile.TemporaryDirectory(prefix="prep-publish-") as spool:
+
+                def publish() -> None:
+                    PUBLISH[options.to](root, Path(spool), info, options, report)
+                    publish_tree(Path(spool), where, last="meta/info.json")
+
+                publish_files(Path(spool), report, publish, lambda _spool, r: write_report(out_root, r))
     if report.complete and verify:
-        report.verify = verify_output(out, engine, all_intra=all_intra)
-        write_report(out, report)
+        report.verify = verify_output(Path(where.root) if where.is_local else where, engine, all_intra=all_intra)
+        write_report(out_root, report)
     return report
 
 
-def write_report(out: Path, report: ConvertReport) -> None:
+def write_report(out: Path | str, report: ConvertReport) -> None:
     doc = {"schema": "prep.convert_report/1", **asdict(report)}
-    validate(doc, "convert_report", source=str(out / REPORT_REL))
-    atomic.write_json(out / REPORT_REL, doc, indent=2, root=out)
+    path = output_file(out, REPORT_REL)
+    validate(doc, "convert_report", source=str(path))
+    data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")  # as atomic.write_json
+    write_output_bytes(path, data, None if isinstance(path, StorePath) else Path(out))

@@ -41,7 +41,20 @@ from pipeline.formats.plan import DataConcatUnit, DataSplitUnit, KeyframeCheckUn
 from pipeline.rates import fps_fraction, frames_to_seconds
 from pipeline.stages.keep import keep_or_write
 from pipeline.stages.result import FileResult, failure_text, file_stage, reason_of
-from pipeline.storage import STREAM_BLOCK, FileProblem, Location, Root, Source, StorePath, as_file, as_root
+from pipeline.storage import (
+    STREAM_BLOCK,
+    FileProblem,
+    Location,
+    Output,
+    Root,
+    Source,
+    StorePath,
+    as_file,
+    as_root,
+    output_file,
+    output_folder,
+    output_size,
+)
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, CheckFailure, Span, VideoExpect, check_coverage, check_video
 from pipeline.video.remux import ConcatInput, StartProblem, concat_stream_copy, cut_stream_copy, episodes_off_keyframe
 
@@ -59,8 +72,8 @@ ConvertUnit = VideoConcatUnit | DataConcatUnit | VideoCutUnit | DataSplitGroup
 ConvertResult = FileResult  # kind: "video-concat" | "video-cut" | "data-concat" | "data-split"
 
 
-def _written(kind: str, unit: Any, status: Status, dst: Path, rewritten: int = 0) -> ConvertResult:
-    return FileResult(kind=kind, out_rel=unit.out_rel, status=status, out_bytes=dst.stat().st_size,
+def _written(kind: str, unit: Any, status: Status, dst: Output, rewritten: int = 0) -> ConvertResult:
+    return FileResult(kind=kind, out_rel=unit.out_rel, status=status, out_bytes=output_size(dst),
                       index_rewritten=rewritten)
 
 
@@ -77,7 +90,7 @@ def source_file(root: Root, rel: str, episode: int | None) -> StorePath:
 # ---- videos ---------------------------------------------------------------------------------------
 
 
-def video_failures(path: Path, fps: float, spans: list[Span], total: int, camera: str | None) -> list[CheckFailure]:
+def video_failures(path: Source, fps: float, spans: list[Span], total: int, camera: str | None) -> list[CheckFailure]:
     """checks.py on a written file, plus: the file holds exactly `total` frames, the first at pts 0. Only the
     findings that refuse a file (errors, never a warning or info finding: `pipeline.video.checks.failing`)."""
     probe, failures = check_video(path, VideoExpect(fps=fps), spans, camera=camera)
@@ -92,18 +105,18 @@ def video_failures(path: Path, fps: float, spans: list[Span], total: int, camera
     return [f for f in failures if f.is_error]
 
 
-def video_check(fps: float, spans: list[Span], total: int, camera: str | None) -> Callable[[Path], str | None]:
+def video_check(fps: float, spans: list[Span], total: int, camera: str | None) -> Callable[[Source], str | None]:
     """`video_failures` as the check of `keep_or_write`: the reason a file fails, or None."""
-    def check(path: Path) -> str | None:
+    def check(path: Source) -> str | None:
         failures = video_failures(path, fps, spans, total, camera)
         return "output failed its checks: " + failure_text(failures) if failures else None
 
     return check
 
 
-def data_check(episodes: Sequence[tuple[int, int]], first_index: int) -> Callable[[Path], str | None]:
+def data_check(episodes: Sequence[tuple[int, int]], first_index: int) -> Callable[[Source], str | None]:
     """`data_failures` as the check of `keep_or_write`: the reason a file fails, or None."""
-    def check(path: Path) -> str | None:
+    def check(path: Source) -> str | None:
         problems = data_failures(path, episodes, first_index)
         return "output failed its checks: " + "; ".join(problems[:3]) if problems else None
 
@@ -122,14 +135,14 @@ def concat_spans(unit: VideoConcatUnit) -> list[Span]:
 
 def concat_video(unit: VideoConcatUnit) -> ConvertResult:
     def body() -> ConvertResult:
-        dst = Path(unit.out_root) / unit.out_rel
+        dst = output_file(unit.out_root, unit.out_rel)
 
         def write(tmp: Path) -> None:
             inputs = [ConcatInput(i.episode, source_file(unit.src_root, i.rel, i.episode), i.frames)
                       for i in unit.inputs]
             concat_stream_copy(inputs, tmp, fps_fraction(unit.fps))
 
-        status = keep_or_write(dst, Path(unit.out_root), write,
+        status = keep_or_write(dst, output_folder(unit.out_root), write,
                                video_check(unit.fps, concat_spans(unit), unit.frames, unit.camera))
         return _written("video-concat", unit, status, dst)
 
@@ -138,7 +151,7 @@ def concat_video(unit: VideoConcatUnit) -> ConvertResult:
 
 def cut_video(unit: VideoCutUnit) -> ConvertResult:
     def body() -> ConvertResult:
-        dst = Path(unit.out_root) / unit.out_rel
+        dst = output_file(unit.out_root, unit.out_rel)
         out_span = [Span(unit.episode, 0.0, None, unit.frames)]
 
         def write(tmp: Path) -> None:
@@ -146,7 +159,7 @@ def cut_video(unit: VideoCutUnit) -> ConvertResult:
             span = Span(unit.episode, unit.from_timestamp, unit.to_timestamp, unit.frames)
             cut_stream_copy(src, tmp, span, fps_fraction(unit.fps))
 
-        status = keep_or_write(dst, Path(unit.out_root), write,
+        status = keep_or_write(dst, output_folder(unit.out_root), write,
                                video_check(unit.fps, out_span, unit.frames, unit.camera), episode=unit.episode)
         return _written("video-cut", unit, status, dst)
 
@@ -202,7 +215,7 @@ def _episode_column_check(table: pa.Table, episode: int, path: Source) -> None:
         raise EpisodeError(episode, path, f"{len(bad)} rows have episode_index {int(bad[0])}, not {episode}")
 
 
-def data_failures(path: Path, episodes: Sequence[tuple[int, int]], first_index: int) -> list[str]:
+def data_failures(path: Source, episodes: Sequence[tuple[int, int]], first_index: int) -> list[str]:
     """What is wrong with a written data parquet that should hold `episodes` [(episode, rows)] in order,
     with `index` running from `first_index` (empty list = it passes)."""
     try:
@@ -232,7 +245,7 @@ def data_failures(path: Path, episodes: Sequence[tuple[int, int]], first_index: 
 
 def concat_data(unit: DataConcatUnit) -> ConvertResult:
     def body() -> ConvertResult:
-        dst = Path(unit.out_root) / unit.out_rel
+        dst = output_file(unit.out_root, unit.out_rel)
         expected = [(i.episode, i.frames) for i in unit.inputs]
         rewritten = 0
 
@@ -268,7 +281,7 @@ def concat_data(unit: DataConcatUnit) -> ConvertResult:
                 if writer is not None:
                     writer.close()
 
-        status = keep_or_write(dst, Path(unit.out_root), write, data_check(expected, unit.first_index))
+        status = keep_or_write(dst, output_folder(unit.out_root), write, data_check(expected, unit.first_index))
         return _written("data-concat", unit, status, dst, rewritten)
 
     return file_stage("data-concat", unit.out_rel, len(unit.inputs), unit.frames, body)
@@ -299,7 +312,7 @@ def _split_one_source(units: list[DataSplitUnit]) -> Iterator[ConvertResult]:
 
     for unit in units:
         def body(unit: DataSplitUnit = unit) -> ConvertResult:
-            dst = Path(unit.out_root) / unit.out_rel
+            dst = output_file(unit.out_root, unit.out_rel)
             changed = 0
 
             def write(tmp: Path) -> None:
@@ -316,7 +329,7 @@ def _split_one_source(units: list[DataSplitUnit]) -> Iterator[ConvertResult]:
                 meta = target_metadata(part.schema, _source_features(unit.src_root), "v2.1")
                 pq.write_table(part.replace_schema_metadata(meta), tmp, compression="snappy")
 
-            status = keep_or_write(dst, Path(unit.out_root), write,
+            status = keep_or_write(dst, output_folder(unit.out_root), write,
                                    data_check([(unit.episode, unit.frames)], unit.dataset_from_index),
                                    episode=unit.episode)
             return _written("data-split", unit, status, dst, changed)

@@ -80,6 +80,7 @@ __all__ = [
     "local_root",
     "open_store",
     "output_file",
+    "output_folder",
     "output_location",
     "output_size",
     "parse_location",
@@ -179,6 +180,12 @@ def output_file(out_root: str | os.PathLike[str] | Location, rel: str) -> Output
     if loc.is_local:
         return Path(loc.root) / rel
     return StorePath(loc, "") / rel
+
+
+def output_folder(out_root: str | os.PathLike[str] | Location) -> Path | None:
+    """The local output folder no write may leave (`pipeline.atomic`'s `root`); None for an object store's."""
+    loc = output_location(out_root)
+    return Path(loc.root) if loc.is_local else None
 
 
 def read_output_text(path: Output) -> str:
