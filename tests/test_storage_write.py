@@ -1,7 +1,7 @@
 """Writing datasets where they live (issue 34, the write side): `prep reencode` and `prep convert` with s3://
 sources and outputs against a real S3 server (moto) on loopback, with every promise prep makes on a local disk.
 
-- s3 -> s3, local -> s3 and s3 -> local give the bytes of local -> local, for reencode and convert (v2.1 and
+- s3 -> s3, local -> s3 and s3 -> local give the bytes of local -> local, for reencode, convert and edit (v2.1 and
   v3.0; keys with a space and non-ASCII), meta/info.json present; the source prefix's objects and ETags
   unchanged; no lock object and no incomplete multipart upload left; `prep verify` passes the output where it
   lies;
@@ -172,6 +172,52 @@ def test_convert_into_and_out_of_s3_equals_local(version: str, direction: str, s
     assert SECRET not in stdout + err
     again = prep(capsys, "convert", src, "--to", to, "--out", out, "--backend", "inline")
     assert again[0] == 0 and " 0 written" in again[1], again  # resumed: every file kept
+
+
+@pytest.mark.parametrize("version", ["v21", "v30"])
+def test_edit_into_s3_equals_local(version: str, small: dict[str, Path], s3: S3Server, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    ref = tmp_path / "ref"
+    code, stdout, err = prep(capsys, "edit", str(small[version]), "--drop", "1", "--out", str(ref), "--backend",
+                             "inline")
+    assert code == 0, stdout + err
+    set_env(monkeypatch, {**s3.env(client="prep"), "AWS_SECRET_ACCESS_KEY": SECRET})
+    out_url = f"s3://wout/{PREFIX}/edit-{version}"
+    code, stdout, err = prep(capsys, "edit", str(small[version]), "--drop", "1", "--out", out_url, "--backend",
+                             "inline")
+    assert code == 0 and "verify    PASSED" in stdout, stdout + err
+    got, want = dataset_files(s3, out_url), local_files(ref)
+    assert sorted(got) == sorted(want)
+    for rel, data in want.items():
+        assert got[rel] == data, rel
+    keys = s3.list_keys(out_url)
+    assert not any(k.endswith("/prep/output.lock") for k in keys) and s3.multipart_uploads("wout") == []
+    assert SECRET not in stdout + err
+    again = prep(capsys, "edit", str(small[version]), "--drop", "1", "--out", out_url, "--backend", "inline")
+    assert again[0] == 0 and " 0 written" in again[1], again  # resumed: every file kept
+
+
+@pytest.mark.parametrize("args", [["edit", "s3://wsrc/any", "--drop", "1", "--out", "OUT"],
+                                  ["edit", "LOCAL", "--drop", "1", "--to", "v3.0", "--out", "s3://wout/to"],
+                                  ["reencode", "s3://wsrc/any", "--dst", "64", "--format", "v3.0", "--out", "OUT"]])
+def test_what_object_storage_does_not_take_is_one_line(args: list[str], small: dict[str, Path], s3: S3Server,
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    set_env(monkeypatch, s3.env(client="prep"))
+    args = [str(tmp_path / "out") if a == "OUT" else str(small["v21"]) if a == "LOCAL" else a for a in args]
+    from pipeline.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main([*args, "--backend", "inline", "--no-progress"])
+    except SystemExit as exc:  # argparse's refusal of an argument
+        code = exc.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("usage:")
+             and not line.startswith(" ")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert any(w in lines[0] for w in ("reads local datasets", "object-store output", "for local datasets")), err
+    assert not (tmp_path / "out").exists() and not s3.list_keys("s3://wout/to")
 
 
 def test_a_rerun_into_s3_keeps_every_file(small: dict[str, Path], s3: S3Server, monkeypatch: pytest.MonkeyPatch,

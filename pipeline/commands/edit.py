@@ -26,7 +26,7 @@ from pipeline.commands.common import (
     run_config,
 )
 from pipeline.errors import PrepError
-from pipeline.text import printable_lines, shown
+from pipeline.text import printable, printable_lines, shown
 
 if TYPE_CHECKING:
     from pipeline.jobs.edit import EditReport
@@ -89,8 +89,10 @@ def add_parser(sub: Any) -> None:
         "episodes, with exact offsets. A cut that does not fall on a keyframe is refused, or with "
         "--reencode-partial that episode alone is re-encoded with the source's codec settings. "
         "Resumable: a rerun keeps output files that are complete and correct. `prep verify` runs on the result.")
-    p.add_argument("src", type=Path, nargs="?", metavar="DATASET", help="source dataset folder (not with --merge)")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output dataset folder")
+    p.add_argument("src", type=local_dataset, nargs="?", metavar="DATASET",
+                   help="source dataset folder (not with --merge)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output dataset folder, or s3://BUCKET/PREFIX for an "
+                   "edit of one DATASET (configured by the environment, as the AWS CLI is; docs/storage.md)")
     g = p.add_argument_group("which episodes (combined: an episode is kept when every keep option keeps it and "
                              "no drop option drops it)")
     g.add_argument("--drop", type=episode_list, metavar="EPISODES",
@@ -114,7 +116,7 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--group-by-task", action="store_true",
                     help="allocate the fractions within each set of episodes with the same tasks, so every part "
                     "gets its share of every task")
-    p.add_argument("--merge", type=Path, nargs="+", metavar="DATASET",
+    p.add_argument("--merge", type=local_dataset, nargs="+", metavar="DATASET",
                    help="merge these datasets (same format, fps, robot_type and features) into --out, in order")
     p.add_argument("--to", choices=("v2.1", "v3.0"), help="write the other format: the edit is staged in "
                    "<out>/prep/edited and converted by stream copy (`prep convert`'s rules; not with --split)")
@@ -130,7 +132,7 @@ def add_parser(sub: Any) -> None:
 
 
 def summary(r: EditReport) -> str:
-    from pipeline.jobs.edit import REPORT_REL, ranges
+    from pipeline.jobs.edit import ranges
 
     by_reason: dict[str, list[int]] = {}
     for d in r.dropped:
@@ -143,7 +145,7 @@ def summary(r: EditReport) -> str:
     for reason, eps in by_reason.items():
         lines.append(f"          {ranges(eps)}: {reason}")
     if r.dropped_total > len(r.dropped):
-        lines.append(f"          ... {r.dropped_total - len(r.dropped):,} more (see {Path(r.out) / REPORT_REL})")
+        lines.append(f"          ... {r.dropped_total - len(r.dropped):,} more (see {report_of(r)})")
     lines.append(f"files     {r.files:,}: {r.written:,} written, {r.kept:,} kept (already complete), {r.failed:,} "
                  f"failed ({r.out_bytes / 1e6:,.1f} MB) in {r.seconds:.1f} s, "
                  + (f"stream copy but {r.reencoded_total:,} re-encoded" if r.reencoded_total else "stream copy")
@@ -151,30 +153,56 @@ def summary(r: EditReport) -> str:
     for item in r.reencoded[:20]:
         lines.append(f"reencoded {item['path']}: {item['note']}")
     if r.reencoded_total > 20:
-        lines.append(f"reencoded ... and {r.reencoded_total - 20:,} more files (see {Path(r.out) / REPORT_REL})")
+        lines.append(f"reencoded ... and {r.reencoded_total - 20:,} more files (see {report_of(r)})")
     if r.complete:
         lines.append(f"episodes  {r.episodes:,}, {plural(r.frames, 'timestep')}, {plural(r.tasks, 'task')}; "
                      "meta/info.json written")
-    lines += outcome_lines(r.failures, r.verify, Path(r.out) / REPORT_REL,
+    lines += outcome_lines(r.failures, r.verify, report_of(r),
                            "fix the failed input, or drop its episode too, and rerun")
     return printable_lines(lines)
 
 
+def report_of(r: EditReport) -> str:
+    """The report's path (or an object's URL) as shown."""
+    from pipeline.jobs.edit import REPORT_REL
+
+    return f"{r.out.rstrip('/')}/{REPORT_REL}"
+
+
 def resume_note(args: argparse.Namespace) -> str | None:
-    return f"finished files are kept in {args.out.absolute()}"
+    return f"finished files are kept in {Path(args.out).absolute()}"
 
 
 def engine_config(args: argparse.Namespace) -> Any:
     """The engine settings: --cluster slurm keeps its records in <out>/prep/slurm/; the workers must see the
     sources."""
     sources = [p for p in (args.merge or [args.src]) if p is not None]
-    return run_config(args, records=output_records(args.out.absolute()), shared=sources)
+    if is_url(args.out):
+        return run_config(args, records=None, shared=sources,
+                          records_flag="a local --out (its job records need a folder the nodes share)")
+    return run_config(args, records=output_records(Path(args.out).absolute()), shared=sources)
+
+
+def local_dataset(text: str) -> Path:
+    """A source of `prep edit`: a local folder (a hub snapshot too); an object-store URL is refused in one line."""
+    if "://" in text:
+        raise argparse.ArgumentTypeError(f"{printable(text)}: prep edit reads local datasets (a folder or a hub "
+                                         "snapshot); its --out may be s3://. Edit a local copy, or re-encode or "
+                                         "convert it where it lies")
+    return Path(text)
+
+
+def is_url(text: str) -> bool:
+    return "://" in str(text)
 
 
 def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.edit import EditOptions, SplitPart, edit_dataset, merge_datasets, split_dataset
     from pipeline.runner import open_engine
 
+    if is_url(args.out) and (args.to is not None or args.merge or args.split):
+        raise PrepError(f"--out {printable(args.out)}: an object-store output takes an edit of one DATASET; --to, "
+                        "--merge and --split write local folders (edit into s3:// after them)")
     if args.to is not None:
         if args.split:
             raise PrepError("--to is not available with --split: split, then `prep convert` each part")
@@ -185,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
             raise PrepError("--merge takes its datasets after it (prep edit --merge A B --out OUT) and no other "
                             "selection or --split; edit the merged dataset afterwards")
         with open_engine(engine_config(args)) as engine:
-            report = merge_datasets(args.merge, args.out.absolute(), engine, verify=not args.no_verify)
+            report = merge_datasets(args.merge, Path(args.out).absolute(), engine, verify=not args.no_verify)
         print(f"merged    {', '.join(str(p.absolute()) for p in args.merge)}")
         print(summary(report))
         return 0 if report.ok else 1
@@ -199,15 +227,20 @@ def run(args: argparse.Namespace) -> int:
     if args.split:
         with open_engine(engine_config(args)) as engine:
             parts = [SplitPart(name, fraction, episodes) for name, fraction, episodes in args.split]
-            split = split_dataset(args.src.absolute(), args.out.absolute(), parts, options, engine,
+            split = split_dataset(args.src.absolute(), Path(args.out).absolute(), parts, options, engine,
                                   seed=args.seed, shuffle=not args.no_shuffle, group_by_task=args.group_by_task,
                                   verify=not args.no_verify, reencode_partial=args.reencode_partial)
         for name, part in split.parts.items():
             print(f"part      {name}: {plural(part.episodes, 'episode')}")
             print(summary(part))
         return 0 if split.ok else 1
+    out: Any = Path(args.out).absolute()
+    if is_url(args.out):
+        from pipeline.storage import output_location
+
+        out = output_location(args.out)
     with open_engine(engine_config(args)) as engine:
-        report = edit_dataset(args.src.absolute(), args.out.absolute(), options, engine,
+        report = edit_dataset(args.src.absolute(), out, options, engine,
                               verify=not args.no_verify, reencode_partial=args.reencode_partial)
     print(summary(report))
     return 0 if report.ok else 1
@@ -224,7 +257,7 @@ def run_to(args: argparse.Namespace) -> int:
     first = (args.merge or [args.src])[0]
     if first is None:
         raise PrepError("give the DATASET to edit (or --merge A B ...)")
-    out = args.out.absolute()
+    out = Path(args.out).absolute()
     same = read_info(first.absolute())["codebase_version"] == args.to
     args_to, args.to = args.to, None
     if same:

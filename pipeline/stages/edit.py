@@ -41,7 +41,7 @@ from pipeline.stages.edit_video import (
 )
 from pipeline.stages.keep import OutputRecord, keep_or_write, record_of
 from pipeline.stages.result import FileResult, file_stage, reason_of
-from pipeline.storage import STREAM_BLOCK, FileProblem
+from pipeline.storage import STREAM_BLOCK, FileProblem, Output, Source, output_file, output_folder, output_size
 from pipeline.video.checks import Span
 from pipeline.video.remux import StartProblem
 
@@ -176,14 +176,14 @@ def _record(unit: EditUnit, sources: Sequence[Path]) -> OutputRecord:
     return record_of(unit.out_root, unit.out_rel, key, sources)
 
 
-def _result(kind: str, unit: EditUnit, status: Status, dst: Path, note: str | None = None) -> EditResult:
-    return FileResult(kind=kind, out_rel=unit.out_rel, status=status, out_bytes=dst.stat().st_size, note=note)
+def _result(kind: str, unit: EditUnit, status: Status, dst: Output, note: str | None = None) -> EditResult:
+    return FileResult(kind=kind, out_rel=unit.out_rel, status=status, out_bytes=output_size(dst), note=note)
 
 
 # ---- videos ---------------------------------------------------------------------------------------
 
 
-def copy_failures(unit: CopyVideoUnit, path: Path) -> list[Any]:
+def copy_failures(unit: CopyVideoUnit, path: Source) -> list[Any]:
     """The checks of a copied episode mp4 (`video_failures`: it decodes as a video holding the episode's
     `frames` frames, pts on the 1/fps grid from 0), as the v3.0 path checks each file it splices; none when the
     unit carries no fps."""
@@ -196,7 +196,7 @@ def copy_failures(unit: CopyVideoUnit, path: Path) -> list[Any]:
 
 def copy_video(unit: CopyVideoUnit) -> EditResult:
     def body() -> EditResult:
-        dst = Path(unit.out_root) / unit.out_rel
+        dst = output_file(unit.out_root, unit.out_rel)
         src = source_file(unit.src_root, unit.src_rel, unit.episode)
         try:
             size = src.stat("video file").size
@@ -210,7 +210,7 @@ def copy_video(unit: CopyVideoUnit) -> EditResult:
             except OSError as exc:
                 raise EpisodeError(unit.episode, src, f"cannot copy: {exc.strerror or exc}") from None
 
-        def check(path: Path) -> str | None:
+        def check(path: Source) -> str | None:
             failures = copy_failures(unit, path)
             if not failures:
                 return None
@@ -221,8 +221,8 @@ def copy_video(unit: CopyVideoUnit) -> EditResult:
             return f"the kept episode's video failed its checks: {found}{more}"
 
         # renamed into place only when complete and checked
-        status = keep_or_write(dst, Path(unit.out_root), write, check, record=_record(unit, [src.local]),
-                               keep=lambda path: path.stat().st_size == size and check(path) is None,
+        status = keep_or_write(dst, output_folder(unit.out_root), write, check, record=_record(unit, [src.local]),
+                               keep=lambda path: output_size(path) == size and check(path) is None,
                                episode=unit.episode, blame=src.local)
         return _result("video-copy", unit, status, dst)
 
@@ -243,10 +243,10 @@ def out_spans(unit: SpliceVideoUnit) -> list[Span]:
 
 def splice_video(unit: SpliceVideoUnit) -> EditResult:
     def body() -> EditResult:
-        dst = Path(unit.out_root) / unit.out_rel
+        dst = output_file(unit.out_root, unit.out_rel)
         segments = [(source_file(g.src_root, g.src_rel, g.spans[0].episode if g.spans else None).local,
                      g.spans) for g in unit.segments]
-        status = keep_or_write(dst, Path(unit.out_root),
+        status = keep_or_write(dst, output_folder(unit.out_root),
                                lambda tmp: splice_segments(segments, tmp, fps_fraction(unit.fps)),
                                video_check(unit.fps, out_spans(unit), unit.frames, unit.camera),
                                record=_record(unit, [path for path, _spans in segments]))
@@ -287,7 +287,7 @@ def reencode_video(unit: ReencodeVideoUnit) -> EditResult:
     import json
 
     def body() -> EditResult:
-        dst = Path(unit.out_root) / unit.out_rel
+        dst = output_file(unit.out_root, unit.out_rel)
         n = unit.span.frames
         spans = [Span(unit.new_episode, 0.0, frames_to_seconds(n, unit.fps), n)]
         src = source_file(unit.src_root, unit.src_rel, unit.span.episode).local
@@ -295,7 +295,7 @@ def reencode_video(unit: ReencodeVideoUnit) -> EditResult:
         note = (f"episode {unit.span.episode} -> {unit.new_episode} ({unit.camera}) re-encoded with "
                 f"{settings.describe()}: {unit.why}")
         check = video_check(unit.fps, spans, n, unit.camera)
-        status = keep_or_write(dst, Path(unit.out_root),
+        status = keep_or_write(dst, output_folder(unit.out_root),
                                lambda tmp: reencode_span(src, tmp, unit.span, fps_fraction(unit.fps), settings),
                                lambda path: None if (reason := check(path)) is None else "re-encoded " + reason,
                                record=_record(unit, [src]), episode=unit.span.episode)
@@ -336,7 +336,7 @@ def _renumbered(table: pa.Table, part: DataPart, task_map: dict[int, int], path:
 
 def edit_data(unit: EditDataUnit) -> EditResult:
     def body() -> EditResult:
-        dst = Path(unit.out_root) / unit.out_rel
+        dst = output_file(unit.out_root, unit.out_rel)
         expected = [(p.new_episode, p.frames) for p in unit.parts]
         first_index = unit.parts[0].new_from_index
         sources = [source_file(inp.src_root, inp.src_rel, inp.parts[0].episode).local
@@ -374,7 +374,7 @@ def edit_data(unit: EditDataUnit) -> EditResult:
                 if writer is not None:
                     writer.close()
 
-        status = keep_or_write(dst, Path(unit.out_root), write, data_check(expected, first_index),
+        status = keep_or_write(dst, output_folder(unit.out_root), write, data_check(expected, first_index),
                                record=_record(unit, sources))
         return _result("data", unit, status, dst)
 

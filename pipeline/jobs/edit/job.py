@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from pipeline.jobs.edit.selection import EditOptions, Source, plan_tasks, select
 from pipeline.jobs.output import OptionsFile, OutputClaim, check_paths, claim_output, publish_files
 from pipeline.runner import Engine
 from pipeline.stages.edit import edit_failed, edit_unit
+from pipeline.storage import Location, output_location, publish_tree
 
 FORMATS = VERSIONS
 OPTIONS_REL = f"{PREP_DIR}/edit_options.json"
@@ -33,30 +35,35 @@ DROPPED_LISTED = 10_000
 
 
 
-def open_source(src: Path, out: Path) -> dict[str, Any]:
+def open_source(src: Path, out: Path | Location) -> dict[str, Any]:
     info = read_info(src)
     fmt = info["codebase_version"]
     if fmt not in FORMATS:
         raise DatasetError(src / "meta/info.json", f"codebase_version {fmt!r}: prep edit reads v2.1 and v3.0")
-    check_paths(src, out)
+    if isinstance(out, Path):
+        check_paths(src, out)
     metadata_refusals(src, "edit")[0].raise_if_any()
     return info
 
 
-def claim_edit_output(out: Path) -> OutputClaim:
+def claim_edit_output(out: Path | Location) -> OutputClaim:
     """The edit's output, refused now when busy, not an edit's, or holding a link (`claim_output`)."""
     return claim_output(out, "edit", OPTIONS)
 
 
-def edit_dataset(src: Path, out: Path, options: EditOptions, engine: Engine, *, verify: bool = True,
+def edit_dataset(src: Path, out: Path | Location, options: EditOptions, engine: Engine, *, verify: bool = True,
                  reencode_partial: bool = False) -> EditReport:
     """Write `src` without the episodes `options` leaves out into the dataset `out` (same format) through
     `engine`; resumable; never writes under `src`. Raises `EditRefused` (a cut off a keyframe) and
-    `PrepError` for a bad selection, dataset or output, before anything is written."""
-    src, out = Path(src).absolute(), Path(out).absolute()
+    `PrepError` for a bad selection, dataset or output, before anything is written. `out` may be an
+    object-store location (`s3://...`): its files are put whole after their checks, its metadata made in a
+    local temp folder and put with meta/info.json last."""
+    src = Path(src).absolute()
+    where = output_location(out if isinstance(out, Location) else Path(out).absolute())
+    out = Path(where.root) if where.is_local else where
     info = open_source(src, out)
     sel, total = select(options, src, info)
-    claim = claim_edit_output(out)
+    claim = claim_output(out, "edit", OPTIONS, sources=[src])
     source = Source(src, info, sel, plan_tasks(src, info, sel))
     return write_edit([source], claim, total, engine, verify=verify, reencode_partial=reencode_partial)
 
@@ -67,7 +74,8 @@ def write_edit(sources: Sequence[Source], claim: OutputClaim, total: int, engine
     """The claimed output holding the episodes each source's selection keeps, in order (the sources and the
     output already checked). `info_out`: the output's info.json before its totals (default: the first
     source's)."""
-    out = claim.path
+    where = claim.location
+    out: Path | str = claim.path if where.is_local else where.url
     first = sources[0]
     fmt = first.info["codebase_version"]
     kept = sum(s.sel.kept_count for s in sources)
@@ -97,10 +105,19 @@ def write_edit(sources: Sequence[Source], claim: OutputClaim, total: int, engine
                     reduce.add(r)
         claim.remove_temps()  # temp files of workers killed mid-task (their task was retried)
         report.seconds = time.perf_counter() - t0
-        publish_files(out, report, lambda: PUBLISH[fmt](sources, out, info_out if info_out is not None else first.info,
-                                                        report), write_report)
+        info = info_out if info_out is not None else first.info
+        if where.is_local:
+            publish_files(claim.path, report, lambda: PUBLISH[fmt](sources, claim.path, info, report), write_report)
+        else:  # the metadata made in a local temp folder, then put (meta/info.json last); the report put after it
+            with tempfile.TemporaryDirectory(prefix="prep-publish-") as spool:
+
+                def publish() -> None:
+                    PUBLISH[fmt](sources, Path(spool), info, report)
+                    publish_tree(Path(spool), where, last="meta/info.json")
+
+                publish_files(Path(spool), report, publish, lambda _spool, r: write_report(out, r))
     if report.complete and verify:
-        report.verify = verify_output(out, engine)
+        report.verify = verify_output(claim.path if where.is_local else where, engine)
         write_report(out, report)
     return report
 

@@ -71,7 +71,7 @@ class Placed:
 PlanItem = Placed | EditUnit
 
 
-def plan_v21(s: Source, out: Path) -> Iterator[PlanItem]:
+def plan_v21(s: Source, out: Path | str) -> Iterator[PlanItem]:
     src, info, sel, tasks = s.src, s.info, s.sel, s.tasks
     info_path = src / "meta/info.json"
     cameras = video_keys(info, info_path)
@@ -181,7 +181,7 @@ def _new(sel: Selection, idx: int) -> int:
     return new
 
 
-def plan_v30(s: Source, out: Path, *, streams: _Streams | None = None,
+def plan_v30(s: Source, out: Path | str, *, streams: _Streams | None = None,
              checks: bool = False) -> Iterator[PlanItem | SpliceCheckUnit]:
     """Units (each when its output file closes), a `Placed` per kept episode; `checks`: instead, one
     `SpliceCheckUnit` per video run that loses an episode. `streams`: the output files to continue (a merge's
@@ -271,7 +271,7 @@ def plan_v30(s: Source, out: Path, *, streams: _Streams | None = None,
         yield from close_streams(streams, s.out_info, src, out, float(info["fps"]), checks)
 
 
-def _units(out_info: dict[str, Any], src: Path, out: Path, kind: str, cam: str | None,
+def _units(out_info: dict[str, Any], src: Path, out: Path | str, kind: str, cam: str | None,
            closed: tuple[tuple[int, int], list[Any]] | None, fps: float, checks: bool) -> Iterator[PlanItem]:
     """The unit of an output file just closed (none in `checks` mode)."""
     if closed is None or checks:
@@ -289,7 +289,7 @@ def _units(out_info: dict[str, Any], src: Path, out: Path, kind: str, cam: str |
         yield SpliceVideoUnit(str(out), rel, cam, fps, tuple(members))
 
 
-def close_streams(streams: _Streams, out_info: dict[str, Any], src: Path, out: Path, fps: float,
+def close_streams(streams: _Streams, out_info: dict[str, Any], src: Path, out: Path | str, fps: float,
                   checks: bool = False) -> Iterator[PlanItem]:
     """The units of the output files still open at the end."""
     yield from _units(out_info, src, out, "data", None, streams.data.close(), fps, checks)
@@ -297,7 +297,7 @@ def close_streams(streams: _Streams, out_info: dict[str, Any], src: Path, out: P
         yield from _units(out_info, src, out, "video", cam, stream.close(), fps, checks)
 
 
-def plan(sources: Sequence[Source], out: Path) -> Iterator[PlanItem]:
+def plan(sources: Sequence[Source], out: Path | str) -> Iterator[PlanItem]:
     """Every source's units and placements in order (v3.0: one file numbering across them)."""
     first = sources[0].info
     if not format_of(first).layout.shares_files:  # a file per episode: each copied under its new index
@@ -318,7 +318,7 @@ def units_of(items: Iterator[PlanItem]) -> Iterator[EditUnit]:
     return (i for i in items if not isinstance(i, Placed))
 
 
-def splice_refusals(s: Source, out: Path, engine: Engine) -> list[StartProblem]:
+def splice_refusals(s: Source, out: Path | str, engine: Engine) -> list[StartProblem]:
     units = (u for u in plan_v30(s, out, checks=True) if isinstance(u, SpliceCheckUnit))
     problems: list[StartProblem] = []
     for found in engine.results(check_splice, units, on_error=check_splice_failed, desc="keyframes",
@@ -400,7 +400,8 @@ def refusal(problems: list[StartProblem]) -> EditRefused:
                        f"{shown}; first: {problems[0].line()}", problems)
 
 
-def partial_reencodes(s: Source, out: Path, engine: Engine) -> tuple[dict[tuple[str, int], str], list[StartProblem]]:
+def partial_reencodes(s: Source, out: Path | str,
+                      engine: Engine) -> tuple[dict[tuple[str, int], str], list[StartProblem]]:
     """`--reencode-partial`: (camera, episode) -> why, for the kept episodes to re-encode so that every other
     one copies exactly (one demux per video file that loses an episode, as Dask tasks); and the files that
     could not be checked (refused)."""
@@ -417,7 +418,8 @@ def partial_reencodes(s: Source, out: Path, engine: Engine) -> tuple[dict[tuple[
     return found, unchecked
 
 
-def check_cuts(sources: Sequence[Source], out: Path, engine: Engine, *, reencode_partial: bool = False) -> None:
+def check_cuts(sources: Sequence[Source], out: Path | str, engine: Engine, *,
+               reencode_partial: bool = False) -> None:
     """Refuse (`EditRefused`) a v3.0 edit with a cut off a keyframe; nothing is written. `reencode_partial`:
     instead, the episodes whose cut is off a keyframe are set to be re-encoded (`Source.reencode`), and the
     rest is checked again."""

@@ -35,6 +35,7 @@ from pipeline.jobs.output import FAILURES_LISTED, count_file
 from pipeline.rates import frames_to_seconds
 from pipeline.schemas import validate
 from pipeline.stages.edit import EditResult
+from pipeline.storage import output_file, output_folder, write_output_bytes
 
 REPORT_REL = f"{PREP_DIR}/edit_report.json"
 
@@ -281,7 +282,9 @@ def publish_v30(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
 PUBLISH = {"v2.1": publish_v21, "v3.0": publish_v30}
 
 
-def write_report(out: Path, report: EditReport) -> None:
+def write_report(out: Path | str, report: EditReport) -> None:
     doc = {"schema": "prep.edit_report/1", **asdict(report)}
-    validate(doc, "edit_report", source=str(out / REPORT_REL))
-    atomic.write_json(out / REPORT_REL, doc, indent=2, root=out)
+    path = output_file(out, REPORT_REL)
+    validate(doc, "edit_report", source=str(path))
+    data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")  # as atomic.write_json
+    write_output_bytes(path, data, output_folder(out))
