@@ -258,7 +258,10 @@ def probe_index(source: str | IO[bytes], *, shown: str, size: int, episode: int 
             if not set(container.format.name.split(",")) & set(INDEXED_FORMATS):
                 return None
             stream = container.streams.video[0]
-            entries = stream.index_entries
+            try:
+                entries = stream.index_entries
+            except AttributeError:  # PyAV < 16 (lerobot 0.4.x's av 15): no sample index, the caller demuxes
+                return None
             n = len(entries)
             ts = np.fromiter((e.timestamp for e in entries), dtype=np.int64, count=n)
             sizes = np.fromiter((e.size for e in entries), dtype=np.int64, count=n)
