@@ -351,3 +351,18 @@ def test_a_killed_runs_multipart_upload_is_aborted(small: dict[str, Path], s3: S
     again = prep(capsys, "reencode", str(small["v21"]), "--dst", "64", "--out", out_url, "--backend", "inline")
     assert again[0] == 0, again
     assert s3.multipart_uploads("wout") == []
+
+
+def test_a_corpus_reencode_reads_an_s3_dataset_beside_a_local_one(small: dict[str, Path], s3: S3Server,
+                                                                  reference: dict[str, dict[str, bytes]],
+                                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    src_url = "s3://wsrc/corpus/remote_v30"
+    s3.upload_tree(small["v30"], src_url)
+    set_env(monkeypatch, s3.env(client="prep"))
+    out = tmp_path / "out"
+    code, stdout, err = prep(capsys, "reencode", src_url, str(small["v21"]), "--dst", "64", "--out", str(out),
+                             "--backend", "inline")
+    assert code == 0, stdout + err
+    assert local_files(out / "remote_v30") == reference["v30"]
+    assert local_files(out / "v21") == reference["v21"]

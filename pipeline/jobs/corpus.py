@@ -456,12 +456,9 @@ def reencode_corpus(corpus: Corpus, out: Path, options: Any, engine: Engine, *, 
     with parts.WorkFolder(out / WORK_REL, fingerprint=fp, resume=True) as work:
 
         def job(entry: Entry, location: Location) -> DatasetRun:
-            if not location.is_local:
-                return DatasetRun(entry, FAILED, f"{printable(location.url)}: prep reencode reads local datasets "
-                                  "(a folder or a cached hub dataset); copy it here first")
             target = out / entry.name
             try:
-                report = reencode_dataset(location.path, target, options, engine,
+                report = reencode_dataset(location.path if location.is_local else location, target, options, engine,
                                           accept_invalid_source=accept_invalid_source, reader=reader)
             except SourceRefused as exc:
                 return DatasetRun(entry, FAILED, f"source refused: {one_reason(exc)}", output=str(target))
