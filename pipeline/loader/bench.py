@@ -25,8 +25,8 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from pipeline.loader.guard import Guarded
 from pipeline.loader.step import make_step
-from pipeline.loader.verdict import explain, interval_text, p95_verdict, verdict_word
-from pipeline.loader.workers import WorkerSample, sample_workers, self_cpu_s, worker_pids
+from pipeline.loader.verdict import busy_guard, explain, interval_text, p95_verdict, verdict_word
+from pipeline.loader.workers import WorkerSample, machine_busy_s, sample_workers, self_cpu_s, worker_pids
 
 # The budget model of docs/pi05-pretraining-sizing: wall_s(B) = 0.00359 * B + 0.25, B = global batch.
 STEP_S_PER_SAMPLE = 0.00359
@@ -146,10 +146,36 @@ def shutdown(iterator: Iterator[Any]) -> None:
 
 
 def verdict_line(p95: float, batch: int, workers: int, decided: dict[str, Any], steps: int) -> str:
-    """The verdict, given only when the p95's confidence interval clears the threshold (`p95_verdict`)."""
+    """The verdict, given only when the p95's confidence interval clears the threshold (`p95_verdict`) and the
+    machine was not busy with other work (`busy_guard`)."""
+    busy = decided["other_cpu_share"] if decided.get("withheld") else None
     return (f"data_time p95 = {p95:.4f} s at per-GPU batch {batch} with {workers} worker{'s' * (workers != 1)}: "
-            f"{verdict_word(decided['keeps_up'], decided['rerun_steps'])} "
+            f"{verdict_word(decided['keeps_up'], decided['rerun_steps'], busy)} "
             f"({interval_text(decided['p95_interval_s'], steps)})")
+
+
+class OtherLoad:
+    """The share of the machine's CPU that processes other than this one and its loader workers used between
+    `start()` and `share()` (None where /proc/stat cannot be read)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.t0 = 0.0
+        self.m0: tuple[float, int] | None = None
+        self.own0 = 0.0
+
+    def _own(self) -> float:
+        return self_cpu_s() + (sample_workers(self.pids).cpu_s if self.pids else 0.0)
+
+    def start(self) -> None:
+        self.m0, self.own0, self.t0 = machine_busy_s(), self._own(), time.perf_counter()
+
+    def share(self) -> float | None:
+        m1, own1, elapsed = machine_busy_s(), self._own(), time.perf_counter() - self.t0
+        if self.m0 is None or m1 is None or elapsed <= 0:
+            return None
+        others = (m1[0] - self.m0[0]) - (own1 - self.own0)
+        return max(0.0, others) / (elapsed * m1[1])
 
 
 def _cpu_now(pids: list[int]) -> float:
@@ -183,6 +209,8 @@ def measure(spec: RunSpec, items: Guarded | None = None) -> dict[str, Any]:
 
         # Phase 2: the training loop at step_s.
         step = make_step(spec.step_s, spec.device)
+        load = OtherLoad(pids)
+        load.start()
         data_times: list[float] = []
         step_times: list[float] = []
         for k in range(spec.warmup_steps + spec.train_steps):
@@ -197,11 +225,12 @@ def measure(spec: RunSpec, items: Guarded | None = None) -> dict[str, Any]:
             if k >= spec.warmup_steps:
                 data_times.append(dt)
                 step_times.append(took)
+        other_share = load.share()
         rss_samples.append(sample_workers(pids))
     finally:
         shutdown(it)
     dt_stats = percentiles(data_times)
-    decided = p95_verdict(data_times, spec.threshold_s)
+    decided = busy_guard(p95_verdict(data_times, spec.threshold_s), other_share)
     ceiling_sps = ceiling_samples / elapsed if elapsed > 0 else float("inf")
     n_cams = len(getattr(items.source, "cameras", ())) or 1
     record: dict[str, Any] = {
@@ -249,6 +278,7 @@ def measure(spec: RunSpec, items: Guarded | None = None) -> dict[str, Any]:
         "p95_interval_s": decided["p95_interval_s"],
         "confidence": decided["confidence"],
         "rerun_steps": decided["rerun_steps"],
+        "other_cpu_share": decided["other_cpu_share"],
         "wall_s": time.perf_counter() - started,
         "verdict": verdict_line(dt_stats["p95"], spec.batch, spec.workers, decided, len(data_times)),
     }

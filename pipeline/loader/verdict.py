@@ -63,7 +63,28 @@ def p95_verdict(values: list[float], threshold: float) -> dict[str, Any]:
     return {"p95_interval_s": [lo, hi], "confidence": CONFIDENCE, "keeps_up": keeps_up, "rerun_steps": rerun}
 
 
-def verdict_word(keeps_up: bool | None, rerun_steps: int | None) -> str:
+# Other processes' share of the machine's CPU while data_time is measured above which no verdict is given: a loader
+# waits for the CPU it shares with them, and identical runs a minute apart on a machine whose load changes got
+# opposite verdicts (bench/verdict_stability.py under a load of 4-6 on 2 cores: p95 0.003 s in one run, 0.045 s in
+# the next). The verdict is about the loader on a machine of its own, as a training node is.
+BUSY_SHARE = 0.25
+
+
+def busy_guard(decided: dict[str, Any], other_share: float | None) -> dict[str, Any]:
+    """`decided` (`p95_verdict`) with no verdict when other processes used more than `BUSY_SHARE` of the machine's
+    CPU during the measurement (`other_share`; None: not measurable, the verdict stands)."""
+    busy = other_share is not None and other_share > BUSY_SHARE
+    withheld = busy and decided["keeps_up"] is not None  # undecided already: its --steps advice stands
+    out = {**decided, "other_cpu_share": other_share, "busy": busy, "withheld": withheld}
+    if withheld:
+        out["keeps_up"] = None
+    return out
+
+
+def verdict_word(keeps_up: bool | None, rerun_steps: int | None, busy_share: float | None = None) -> str:
+    if busy_share is not None:
+        return (f"inconclusive: other processes used {busy_share:.0%} of this machine's CPU while data_time was "
+                "measured; rerun on a quiet machine")
     if keeps_up is None:
         return f"inconclusive: rerun with --steps {rerun_steps}"
     return "keeps up" if keeps_up else "does not keep up"

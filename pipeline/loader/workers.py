@@ -66,3 +66,20 @@ def sample_workers(pids: Iterable[int]) -> WorkerSample:
 def self_cpu_s() -> float:
     t = os.times()
     return t.user + t.system
+
+
+def machine_busy_s() -> tuple[float, int] | None:
+    """CPU seconds the whole machine has spent busy since boot (user, nice, system, irq, softirq, steal: /proc/stat's
+    `cpu` line) and how many CPUs it counts; None where /proc/stat cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    first = lines[0].split() if lines else []
+    if not first or first[0] != "cpu" or len(first) < 8:
+        return None
+    ticks = [int(v) for v in first[1:]]
+    busy = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6] + (ticks[7] if len(ticks) > 7 else 0)
+    cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    return busy / os.sysconf("SC_CLK_TCK"), max(1, cpus)
