@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 import tempfile
 import time
@@ -47,8 +48,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, nargs="+", default=[10, 90])
     ap.add_argument("--threshold", type=float, nargs="+", default=[0.013])
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "verdict_stability.json",
+                    help="the JSON written (default bench/results/verdict_stability.json)")
     args = ap.parse_args()
     bad = False
+    settings: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         dataset = write_synthetic(Path(tmp) / "tiny", SynthSpec(version="v3.0", episodes=2, frames=12, height=64,
                                                                 width=64, gop=1, cameras=("cam",)))
@@ -58,12 +62,18 @@ def main() -> int:
                 said = {r["keeps_up"] for r in rows}
                 mixed = {True, False} <= said
                 bad |= mixed
+                settings.append({"steps": steps, "threshold_s": threshold, "runs": rows, "both_verdicts": mixed,
+                                 "load_average_1m": os.getloadavg()[0], "cpus": os.cpu_count()})
                 print(f"--steps {steps} --threshold {threshold:g}: {args.runs} runs, "
                       f"{'BOTH yes and no' if mixed else 'one verdict or inconclusive'}")
                 for k, r in enumerate(rows, 1):
                     lo, hi = r["interval"]
                     print(f"  {k:2d}  p95 {r['p95']:.4f} s  interval {lo if lo is None else f'{lo:.4f}'}-"
                           f"{hi if hi is None else f'{hi:.4f}'}  {r['wall_s']:.1f} s  {r['verdict']}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"bench": "verdict_stability", "command": "python bench/verdict_stability.py "
+                                    + " ".join(sys.argv[1:]), "settings": settings}, indent=2) + "\n")
+    print(f"wrote {args.out}")
     return 1 if bad else 0
 
 
