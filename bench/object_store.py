@@ -109,12 +109,12 @@ def run_prep(args: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
             "worker_peak_rss_mb": round(peak.worker_kib / 1024, 1)}
 
 
-def corpus(base: Path, episodes: int) -> Path:
-    root = base / f"corpus-{episodes}"
+def corpus(base: Path, episodes: int, version: str) -> Path:
+    root = base / f"corpus-{version}-{episodes}"
     if not (root / "meta" / "info.json").is_file():
         shutil.rmtree(root, ignore_errors=True)
-        print(f"writing {episodes} episodes x 3 cameras, 480x640, 90 frames ...", flush=True)
-        write_synthetic(root, SynthSpec(version="v2.1", episodes=episodes))
+        print(f"writing {episodes} episodes x 3 cameras, 480x640, 90 frames ({version}) ...", flush=True)
+        write_synthetic(root, SynthSpec(version=version, episodes=episodes))
     return root
 
 
@@ -126,11 +126,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--episodes", type=int, default=50)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--format", choices=("v2.1", "v3.0"), default="v2.1",
+                    help="the corpus' layout: v2.1 = one small file per episode and camera; v3.0 = episodes "
+                    "concatenated into files of up to 200 MB (LeRobot's default limits)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "prep-bench-object-store")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "object_store.json")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
-    src = corpus(a.work, a.episodes)
+    src = corpus(a.work, a.episodes, a.format)
     size = tree_bytes(src)
     runs = a.work / "runs"
     shutil.rmtree(runs, ignore_errors=True)
@@ -177,7 +180,7 @@ def main() -> int:
         "bench": "object_store", "command": "python bench/object_store.py " + " ".join(sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "corpus": {"episodes": a.episodes, "cameras": 3, "size": "480x640", "frames_per_episode": 90,
-                   "bytes": size, "format": "v2.1"},
+                   "bytes": size, "format": a.format},
         "workers": a.workers, "server": "moto on 127.0.0.1 (its own process)",
         "rows": rows,
         "scan_bytes_goal": SCAN_BYTES_GOAL,

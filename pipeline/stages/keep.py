@@ -79,7 +79,8 @@ def source_fingerprint(path: Source, *, content: bool = True, content_of: Source
     src = as_file(path)
     st = src.stat()
     h = hashlib.blake2b(digest_size=16)
-    with src.open(block_size=HEADER_BLOCK) as fh:
+    # the blocks from a local copy of the same bytes where there is one (an object already downloaded)
+    with as_file(content_of if content_of is not None else src).open(block_size=HEADER_BLOCK) as fh:
         for offset in sorted({0, max(0, st.size // 2 - FINGERPRINT_BLOCK // 2),
                               max(0, st.size - FINGERPRINT_BLOCK)}):
             fh.seek(offset)

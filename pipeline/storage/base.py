@@ -260,6 +260,15 @@ class Store(ABC):
             return False
         return True
 
+    def has_file(self, rel: str) -> bool:
+        """Whether `rel` is a regular file (missing, a folder or a FIFO: False; a link leaving the dataset raises).
+        An object store answers with one HEAD (no listing to tell a missing key from a prefix)."""
+        try:
+            self.stat(rel)
+        except (MissingFile, NotAFile):
+            return False
+        return True
+
     @abstractmethod
     def open(self, rel: str, *, block_size: int | None = None, what: str = "file") -> IO[bytes]:
         """A seekable binary reader (`block_size`: an object store's read size; small for header reads)."""
@@ -427,11 +436,7 @@ class StorePath:
 
     def is_file(self) -> bool:
         """A regular file (a missing one, a folder or a FIFO: False; a link leaving the dataset raises)."""
-        try:
-            self.store.stat(self.rel)
-        except (MissingFile, NotAFile):
-            return False
-        return True
+        return self.store.has_file(self.rel)
 
     def is_dir(self) -> bool:
         return self.store.is_dir(self.rel)

@@ -253,6 +253,25 @@ class ObjectStore(Store):
     def stat(self, rel: str, what: str = "file") -> Stat:
         return _stat_of(self._info(rel, what))
 
+    def has_file(self, rel: str) -> bool:
+        """One HEAD (s3fs's `info` lists the prefix after a 404, to tell a folder: a writer asking whether its
+        output exists needs no such answer)."""
+        key = self.key(rel)
+        with self._infos_lock:
+            if key in self._infos:
+                return True
+        if self.location.scheme != "s3":
+            return super().has_file(rel)
+        bucket, _, name = key.partition("/")
+        with translated(self._url(rel)):
+            try:
+                out = self.fs.call_s3("head_object", Bucket=bucket, Key=name)
+            except FileNotFoundError:
+                return False
+        self._remember(key, {"ETag": out.get("ETag", ""), "LastModified": out.get("LastModified", ""),
+                             "size": out["ContentLength"], "name": key, "type": "file"})
+        return True
+
     def open(self, rel: str, *, block_size: int | None = None, what: str = "file") -> IO[bytes]:
         info = self._info(rel, what)
         if int(info["size"]) <= SMALL_FILE:
