@@ -182,6 +182,30 @@ def _cpu_now(pids: list[int]) -> float:
     return sample_workers(pids).cpu_s if pids else self_cpu_s()
 
 
+def train_phase(it: Iterator[Any], spec: RunSpec, tally: Tally,
+                pids: list[int]) -> tuple[list[float], list[float], float | None]:
+    """Phase 2, the training loop at step_s: per-step data_time and step time after warm-up, and the share of the
+    machine's CPU other processes used meanwhile (`OtherLoad`)."""
+    step = make_step(spec.step_s, spec.device)
+    load = OtherLoad(pids)
+    load.start()
+    data_times: list[float] = []
+    step_times: list[float] = []
+    for k in range(spec.warmup_steps + spec.train_steps):
+        t = time.perf_counter()
+        batch = next(it)
+        dt = time.perf_counter() - t
+        tally.add(batch)
+        took = step(batch)
+        # Free the consumed batch outside the timed region: unmapping its shared memory
+        # (~20 ms for 115 MB) is not time spent waiting for the next batch.
+        del batch
+        if k >= spec.warmup_steps:
+            data_times.append(dt)
+            step_times.append(took)
+    return data_times, step_times, load.share()
+
+
 def measure(spec: RunSpec, items: Guarded | None = None) -> dict[str, Any]:
     """Run both phases for one spec and return its record (see schemas/bench.schema.json `run`)."""
     items = items if items is not None else build_items(spec)
@@ -207,25 +231,7 @@ def measure(spec: RunSpec, items: Guarded | None = None) -> dict[str, Any]:
         ceiling_samples = tally.samples - n0
         rss_samples.append(sample_workers(pids))
 
-        # Phase 2: the training loop at step_s.
-        step = make_step(spec.step_s, spec.device)
-        load = OtherLoad(pids)
-        load.start()
-        data_times: list[float] = []
-        step_times: list[float] = []
-        for k in range(spec.warmup_steps + spec.train_steps):
-            t = time.perf_counter()
-            batch = next(it)
-            dt = time.perf_counter() - t
-            tally.add(batch)
-            took = step(batch)
-            # Free the consumed batch outside the timed region: unmapping its shared memory
-            # (~20 ms for 115 MB) is not time spent waiting for the next batch.
-            del batch
-            if k >= spec.warmup_steps:
-                data_times.append(dt)
-                step_times.append(took)
-        other_share = load.share()
+        data_times, step_times, other_share = train_phase(it, spec, tally, pids)
         rss_samples.append(sample_workers(pids))
     finally:
         shutdown(it)
