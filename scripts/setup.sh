@@ -6,7 +6,8 @@
 #   bash scripts/setup.sh           prep and its run-time dependencies (what `prep demo` needs; no torch)
 #   bash scripts/setup.sh --test    also the test tools, Debian's ffmpeg (for the ffmpeg engine), Debian's
 #                                   slurm-wlm and munge (tests/test_slurm.py starts a single-node SLURM; with
-#                                   no init system nothing starts them otherwise) and a CPU build of PyTorch
+#                                   no init system nothing starts them otherwise), Debian's strace (the
+#                                   safety tests record every path prep writes) and a CPU build of PyTorch
 #                                   with psutil (the dataloader benchmark and its tests)
 #
 # torch (--test): PREP_TORCH_VERSION (default 2.13.0) from PREP_TORCH_INDEX (default PyTorch's CPU wheel
@@ -130,6 +131,8 @@ if [[ $MODE == test ]]; then
     command -v ffmpeg >/dev/null 2>&1 || prep_apt ffmpeg
     prep_log "$(ffmpeg -version | head -1)"
     slurm_tools
+    # strace: tests/test_safety_strace.py records every path prep's processes write (it skips without)
+    command -v strace >/dev/null 2>&1 || prep_apt strace
     build_tools
     torch_cpu
     prep_need_space 2 "$VENV" "prep's test dependencies (~1 GB installed)"
