@@ -366,3 +366,26 @@ def test_a_corpus_reencode_reads_an_s3_dataset_beside_a_local_one(small: dict[st
     assert code == 0, stdout + err
     assert local_files(out / "remote_v30") == reference["v30"]
     assert local_files(out / "v21") == reference["v21"]
+
+
+def test_ctrl_c_into_s3_names_the_url_and_the_rerun_finishes(longer: Path, s3: S3Server, tmp_path: Path) -> None:
+    out_url = "s3://wout/interrupted/ds"
+    log = tmp_path / "first.log"
+    proc = start(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend", "inline", log=log)
+    try:
+        assert wait_for(lambda: len([k for k in s3.list_keys(out_url) if k.endswith(".mp4")]) >= 2
+                        or proc.poll() is not None), log.read_text()
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = log.read_text()
+    assert rc == 130 and "Traceback" not in text, text[-3000:]
+    assert f"finished files are kept in {out_url}" in text, text[-3000:]
+    assert not any(k.endswith("/prep/output.lock") for k in s3.list_keys(out_url))  # released on the way out
+    again = subprocess.run([sys.executable, "-m", "pipeline.cli", "reencode", str(longer), "--dst", "64", "--out",
+                            out_url, "--backend", "inline", "--no-progress"], cwd=REPO, env=child_env(s3),
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and " kept" in again.stdout, again.stdout + again.stderr

@@ -170,7 +170,7 @@ def report_of(r: EditReport) -> str:
 
 
 def resume_note(args: argparse.Namespace) -> str | None:
-    return f"finished files are kept in {Path(args.out).absolute()}"
+    return f"finished files are kept in {args.out if is_url(args.out) else Path(args.out).absolute()}"
 
 
 def engine_config(args: argparse.Namespace) -> Any:

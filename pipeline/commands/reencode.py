@@ -302,9 +302,14 @@ def format_summary(r: ReencodeAsReport) -> str:
     return printable_lines(lines)
 
 
-def output_of(args: argparse.Namespace) -> Path:
-    src = resolve_src(source_of(args), args.root)
-    return args.out.absolute() if args.out else default_out(src, dst_size(args.dst))
+def output_of(args: argparse.Namespace) -> Path | str:
+    """The output as the user sees it: a folder, or an object-store URL (a URL source's default: its sibling)."""
+    given, size = source_of(args), dst_size(args.dst)
+    if args.out is not None:
+        return args.out if is_url(args.out) else Path(args.out).absolute()
+    if is_url(given):
+        return f"{given.rstrip('/')}_{size_label(size)}"
+    return default_out(resolve_src(given, args.root), size)
 
 
 def resume_note(args: argparse.Namespace) -> str | None:
