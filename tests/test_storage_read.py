@@ -14,7 +14,6 @@ every request and byte), against the same dataset as a plain folder.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from support.hub import snapshot_of
 from support.s3 import S3Server, hanging_endpoint, refusing_endpoint
+from support.storage import prep, set_env
 
 from pipeline.synth import SynthSpec, write_synthetic
 
@@ -32,23 +32,7 @@ SECRET = "prep-read-secret-5f2c1e9a77d04b3c"  # a value that must never leave th
 PREFIX = "ds one/ünï"  # keys with a space and non-ASCII characters
 
 
-# ---- running prep in this process -------------------------------------------------------------------------
-
-
-def prep(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from pipeline.cli import main
-
-    capsys.readouterr()
-    code = main([*args, "--no-progress"])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def set_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    for k in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(k)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+# ---- comparing runs ------------------------------------------------------------------------------------------
 
 
 VOLATILE = {"created_utc", "prep_version", "seconds", "episodes_per_s", "root", "table", "episodes_table"}

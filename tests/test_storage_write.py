@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from support.s3 import S3Server
+from support.storage import prep, set_env
 
 from pipeline.synth import SynthSpec, write_synthetic
 
@@ -33,22 +34,6 @@ pytestmark = [pytest.mark.slow]
 SECRET = "prep-write-secret-0c7d51a2e9b64f18"
 PREFIX = "ds one/ünï"
 REPO = Path(__file__).resolve().parents[1]
-
-
-def prep(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from pipeline.cli import main
-
-    capsys.readouterr()
-    code = main([*args, "--no-progress"])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def set_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    for k in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(k)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
 
 
 def child_env(s3: S3Server) -> dict[str, str]:

@@ -389,11 +389,7 @@ def run(args: argparse.Namespace) -> int:
             report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source,
                                       reader=args.reader)
     except SourceRefused as exc:
-        from pipeline.commands.verify import failures_table
-
-        print(failures_table(exc.check.blocking, total=exc.check.errors_total))
-        print(printable(f"REFUSED   {src}: {exc}"))
-        return 1
+        return refused(exc, src)
     print(summary(report))
     for w in warnings:  # said again: the first time scrolled away behind the progress bar
         print(f"warning   {printable(w)}")
@@ -433,10 +429,15 @@ def run_object_store(args: argparse.Namespace, given: str, size: tuple[int, int]
             report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source,
                                       reader=args.reader)
     except SourceRefused as exc:
-        from pipeline.commands.verify import failures_table
-
-        print(failures_table(exc.check.blocking, total=exc.check.errors_total))
-        print(printable(f"REFUSED   {src.url}: {exc}"))
-        return 1
+        return refused(exc, src.url)
     print(summary(report))
     return 0 if report.ok else 1
+
+
+def refused(exc: Any, src: object) -> int:
+    """A source verify refused: its blocking findings, then the one REFUSED line (exit 1)."""
+    from pipeline.commands.verify import failures_table
+
+    print(failures_table(exc.check.blocking, total=exc.check.errors_total))
+    print(printable(f"REFUSED   {src}: {exc}"))
+    return 1

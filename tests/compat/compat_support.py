@@ -41,6 +41,20 @@ def lerobot_version() -> str | None:
         return None
 
 
+def reader_of_venv(venv: str) -> str:
+    """This environment's reader line ("0.3", "0.4", "0.6") when it is the one of `venv` (v21, v30, v06: the name
+    `.ci/compat.sh` selects with -k); the test is skipped in every other environment."""
+    from parity_cases.model import VENV_OF_READER, reader_line
+
+    version = lerobot_version()
+    line = reader_line(version) if version else None
+    if line is None:
+        pytest.skip("needs the real lerobot 0.3.x, 0.4.x or 0.6.x (run in a venv made by .ci/lerobot_envs.sh)")
+    if VENV_OF_READER[line] != venv:
+        pytest.skip(f"the {venv} reader's case; this env has lerobot {version}")
+    return line
+
+
 def require_lerobot(prefix: str, fmt: str) -> str:
     """Skip the calling test module unless lerobot `prefix`* is importable; return its version."""
     version = lerobot_version()

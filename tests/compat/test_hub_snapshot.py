@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from compat_support import lerobot_version
-from parity_cases.model import FORMAT_OF_READER, VENV_OF_READER, reader_line
+from compat_support import reader_of_venv
+from parity_cases.model import FORMAT_OF_READER, VENV_OF_READER
 from parity_cases.prep_cli import lerobot_prediction
 from support.hub import snapshot_of
 
@@ -28,16 +28,6 @@ pytestmark = pytest.mark.lerobot
 
 
 VENVS = sorted(VENV_OF_READER.values())  # a parameter per reader venv: .ci/compat.sh selects each with -k NAME
-
-
-def this_reader(venv: str) -> str:
-    version = lerobot_version()
-    line = reader_line(version) if version else None
-    if line is None:
-        pytest.skip("needs the real lerobot 0.3.x, 0.4.x or 0.6.x (run in a venv made by .ci/lerobot_envs.sh)")
-    if VENV_OF_READER[line] != venv:
-        pytest.skip(f"the {venv} reader's case; this env has lerobot {version}")
-    return line
 
 
 def reader_loads(repo_id: str, root: Path) -> tuple[bool, str]:
@@ -67,7 +57,7 @@ def prep_verify(snapshot: Path, report: Path, hub: Path) -> dict:
 @pytest.mark.parametrize("venv", VENVS)
 @pytest.mark.parametrize("case", ["sound", "video-blob-missing"])
 def test_verify_on_a_hub_snapshot_predicts_the_reader(case: str, venv: str, tmp_path: Path) -> None:
-    reader = this_reader(venv)
+    reader = reader_of_venv(venv)
     fmt = FORMAT_OF_READER[reader]
     plain = write_synthetic(tmp_path / "plain", SynthSpec(version=fmt, episodes=2, frames=30, height=96, width=128))
     hub = tmp_path / "hub"

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from compat_support import lerobot_version
-from parity_cases.model import FORMAT_OF_READER, VENV_OF_READER, reader_line
+from compat_support import reader_of_venv
+from parity_cases.model import FORMAT_OF_READER, VENV_OF_READER
 from support.s3 import S3Server
 
 from pipeline.synth import SynthSpec, write_synthetic
@@ -25,16 +25,6 @@ pytestmark = pytest.mark.lerobot
 
 
 VENVS = sorted(VENV_OF_READER.values())  # a parameter per reader venv: .ci/compat.sh selects each with -k NAME
-
-
-def this_reader(venv: str) -> str:
-    version = lerobot_version()
-    line = reader_line(version) if version else None
-    if line is None:
-        pytest.skip("needs the real lerobot 0.3.x, 0.4.x or 0.6.x (run in a venv made by .ci/lerobot_envs.sh)")
-    if VENV_OF_READER[line] != venv:
-        pytest.skip(f"the {venv} reader's case; this env has lerobot {version}")
-    return line
 
 
 def download(s3: S3Server, url: str, dst: Path) -> int:
@@ -51,7 +41,7 @@ def download(s3: S3Server, url: str, dst: Path) -> int:
 
 @pytest.mark.parametrize("venv", VENVS)
 def test_an_output_written_to_s3_loads_in_the_reader(venv: str, tmp_path: Path) -> None:
-    reader = this_reader(venv)
+    reader = reader_of_venv(venv)
     fmt = FORMAT_OF_READER[reader]
     src = write_synthetic(tmp_path / "src", SynthSpec(version=fmt, episodes=3, frames=30, height=96, width=128))
     with S3Server() as s3:
