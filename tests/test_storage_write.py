@@ -374,3 +374,25 @@ def test_ctrl_c_into_s3_names_the_url_and_the_rerun_finishes(longer: Path, s3: S
                             out_url, "--backend", "inline", "--no-progress"], cwd=REPO, env=child_env(s3),
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and " kept" in again.stdout, again.stdout + again.stderr
+
+
+def test_a_storage_option_names_the_source_endpoint(small: dict[str, Path], s3: S3Server, tmp_path: Path,
+                                                     reference: dict[str, dict[str, bytes]],
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The environment names a dead endpoint; `--storage-option endpoint_url=` the live one, for the source (and
+    its workers: the option travels in the source's location, never a credential)."""
+    from support.s3 import refusing_endpoint
+
+    src_url = "s3://wsrc/option/v21"
+    s3.upload_tree(small["v21"], src_url)
+    with refusing_endpoint() as dead_url:
+        set_env(monkeypatch, {**s3.env(client="prep"), "AWS_ENDPOINT_URL": dead_url})
+        dead = prep(capsys, "reencode", src_url, "--dst", "64", "--out", str(tmp_path / "dead"), "--backend",
+                    "inline")
+        assert dead[0] == 2 and f"cannot reach the object store at {dead_url}" in dead[2], dead
+        out = tmp_path / "out"
+        code, stdout, err = prep(capsys, "reencode", src_url, "--dst", "64", "--out", str(out), "--backend",
+                                 "inline", "--storage-option", f"endpoint_url={s3.endpoint}")
+    assert code == 0, stdout + err
+    assert local_files(out) == reference["v21"]

@@ -25,6 +25,7 @@ from pipeline.commands.common import (
     plural,
     run_config,
 )
+from pipeline.commands.where import add_storage_option
 from pipeline.errors import PrepError
 from pipeline.formats import VERSIONS
 from pipeline.text import printable_lines
@@ -77,6 +78,7 @@ def add_parser(sub: Any) -> None:
                    help="output dataset folder, or s3://BUCKET/PREFIX (default: <DATASET>_v21 or <DATASET>_v30 "
                    "beside DATASET)")
     p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
+    add_storage_option(p, " as DATASET (an s3:// --out is configured by the environment alone)")
     add_limit_options(p)
     add_run_options(p, SmallInput(64, "episodes"))
     p.set_defaults(func=run)
@@ -113,7 +115,7 @@ def locations(args: argparse.Namespace) -> tuple[Any, Any]:
     from pipeline.storage import output_location, parse_location
 
     src = parse_location(args.src if "://" in args.src else Path(args.src).absolute(), what="source",
-                         resolve_repo_id=False)
+                         resolve_repo_id=False, options=args.storage_options)
     suffix = args.to.replace(".", "")
     if args.out is not None:
         out = output_location(args.out if "://" in args.out else Path(args.out).absolute())

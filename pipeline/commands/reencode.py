@@ -23,6 +23,7 @@ from pipeline.commands.convert import add_limit_options, limits_of
 from pipeline.commands.corpus import CORPUS_HELP, add_corpus_option, corpus_of
 from pipeline.commands.corpus import resume_note as corpus_resume_note
 from pipeline.commands.corpus import run_reencode as run_corpus_reencode
+from pipeline.commands.where import add_storage_option
 from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
 
@@ -104,6 +105,7 @@ def add_parser(sub: Any) -> None:
                    "0.6 refuses (e.g. a depth codec it cannot resolve) is re-encoded with --reader 0.4, and the "
                    "output is refused by 0.6 as the source is. A reader that cannot open the source's format (0.3 "
                    "on v3.0, 0.4 or 0.6 on v2.1) fails the check (exit 1, nothing encoded)")
+    add_storage_option(p, " as DATASET (an s3:// --out is configured by the environment alone)")
     add_run_options(p, SmallInput(4, "camera video files to encode (v2.1: episodes x cameras)"))
     p.set_defaults(func=run)
 
@@ -356,6 +358,8 @@ def run(args: argparse.Namespace) -> int:
     given = source_of(args)
     if is_url(given) or (args.out is not None and is_url(args.out)):
         return run_object_store(args, given, size)
+    if args.storage_options:
+        raise PrepError("--storage-option applies to an object-store DATASET (s3://...), not to a local folder")
     src = resolve_src(given, args.root)
     out = Path(args.out).absolute() if args.out else default_out(src, size)
     warnings = [*size_warnings(size), *filter(None, [provenance_warning(src, size)])]
@@ -408,7 +412,8 @@ def run_object_store(args: argparse.Namespace, given: str, size: tuple[int, int]
         raise PrepError(f"{'--format' if args.format is not None else '--root'} is for local datasets; with an "
                         "object-store source or output, re-encode in the source's format and `prep convert` a "
                         "local copy")
-    src = parse_location(given if is_url(given) else resolve_src(given, None), what="source")
+    src = parse_location(given if is_url(given) else resolve_src(given, None), what="source",
+                         options=args.storage_options)
     if args.out is not None:
         out = output_location(args.out if is_url(args.out) else Path(args.out).absolute())
     elif not src.is_local:

@@ -44,8 +44,14 @@ def add_location_options(p: Any, *, several: bool = False) -> None:
         p.add_argument("dataset", type=dataset_arg, metavar="DATASET", help=DATASET_HELP)
     p.add_argument("--revision", metavar="REV",
                    help="with a hub repo id: the cached revision to read (a branch, tag or commit; default main)")
+    add_storage_option(p)
+
+
+def add_storage_option(p: Any, whose: str = "") -> None:
+    """`--storage-option KEY=VALUE` (repeatable, `args.storage_options`): what the environment cannot say about an
+    object-store URL (`whose`: which one, when a command takes several)."""
     p.add_argument("--storage-option", dest="storage_options", action="append", default=[], metavar="KEY=VALUE",
-                   help="with an object-store URL, what the environment cannot say (repeatable): "
+                   help=f"with an object-store URL{whose}, what the environment cannot say (repeatable): "
                    + "; ".join(f"{k}: {v}" for k, v in OPTION_KEYS.items())
                    + ". Credentials are never options (set them in the environment or ~/.aws/credentials)")
 

@@ -126,11 +126,12 @@ def filesystem(location: Location, *, probe: bool = False) -> Any:
         raise StorageError(f"{location.shown}: {scheme}:// needs the package {package} ({how})") from None
 
 
-def describe_error(exc: BaseException, url: str) -> str | None:
-    """One line for a failure to reach or use an object store, or None when `exc` is no such failure."""
+def describe_error(exc: BaseException, url: str, endpoint: str | None = None) -> str | None:
+    """One line for a failure to reach or use an object store, or None when `exc` is no such failure. `endpoint`:
+    the one the location's requests went to (its option, else the environment's)."""
     name = type(exc).__name__
     text = redact(str(exc).splitlines()[0] if str(exc) else name)
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     at = f" at {printable(endpoint)}" if endpoint else ""
     if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
         return (f"{printable(url)}: no credentials found ({text}); set AWS_ACCESS_KEY_ID and "
@@ -152,17 +153,17 @@ def describe_error(exc: BaseException, url: str) -> str | None:
 
 
 @contextlib.contextmanager
-def translated(url: str) -> Iterator[None]:
+def translated(url: str, endpoint: str | None = None) -> Iterator[None]:
     """Turn an object-store failure into one `StorageError` line (FileNotFoundError and StorageError pass)."""
     try:
         yield
     except (StorageError, FileNotFoundError, FileExistsError):
         raise
     except Exception as exc:
-        line = describe_error(exc, url)
+        line = describe_error(exc, url, endpoint)
         if line is None:
             cause = exc.__cause__ or exc.__context__
-            line = describe_error(cause, url) if cause is not None else None
+            line = describe_error(cause, url, endpoint) if cause is not None else None
         if line is None:
             raise
         raise StorageError(line) from None
@@ -207,7 +208,7 @@ class ObjectStore(Store):
                 self._small.move_to_end(tag)
                 return data
         size = int(info["size"])
-        with translated(self._url(rel)):  # a range: s3fs asks no HEAD for the size
+        with translated(self._url(rel), self.location.endpoint()):  # a range: s3fs asks no HEAD for the size
             data = bytes(self.fs.cat_file(key, start=0, end=size)) if size else b""
         with self._infos_lock:
             self._small[tag] = data
@@ -240,7 +241,7 @@ class ObjectStore(Store):
             known = self._infos.get(key)
         if known is not None:
             return known
-        with translated(self._url(rel)):
+        with translated(self._url(rel), self.location.endpoint()):
             try:
                 info: dict[str, Any] = self.fs.info(key)
             except FileNotFoundError:
@@ -263,7 +264,7 @@ class ObjectStore(Store):
         if self.location.scheme != "s3":
             return super().has_file(rel)
         bucket, _, name = key.partition("/")
-        with translated(self._url(rel)):
+        with translated(self._url(rel), self.location.endpoint()):
             try:
                 out = self.fs.call_s3("head_object", Bucket=bucket, Key=name)
             except FileNotFoundError:
@@ -282,7 +283,7 @@ class ObjectStore(Store):
         # the end, then the first packets, costs 2 GETs, block 0 fetched once; read-ahead blocks cost 3 and
         # refetch block 0 after the seek to the moov).
         maxblocks = 4 if block >= STREAM_BLOCK else max(2, CACHE_BYTES // block)
-        with translated(self._url(rel)):
+        with translated(self._url(rel), self.location.endpoint()):
             fh: IO[bytes] = self.fs.open(self.key(rel), "rb", block_size=block, size=int(info["size"]),
                                          cache_type="blockcache", cache_options={"maxblocks": maxblocks})
         fh.details = info  # type: ignore[attr-defined]  # what s3fs would HEAD again (a changed ETag: refused)
@@ -297,7 +298,7 @@ class ObjectStore(Store):
         if key_prefix:
             key_prefix += "/"
         if self.location.scheme != "s3":
-            with translated(self._url(prefix)):
+            with translated(self._url(prefix), self.location.endpoint()):
                 found = self.fs.find(top, detail=True)
             for key in sorted(found):
                 if found[key].get("type") == "file" and key.startswith(base):
@@ -305,7 +306,7 @@ class ObjectStore(Store):
             return
         token: dict[str, str] = {}
         while True:
-            with translated(self._url(prefix)):
+            with translated(self._url(prefix), self.location.endpoint()):
                 page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key_prefix, **token)
             for obj in page.get("Contents", []):
                 key = f"{bucket}/{obj['Key']}"
@@ -321,10 +322,10 @@ class ObjectStore(Store):
         """A prefix holding at least one object (one LIST request of one key)."""
         top = self.key(rel)
         if self.location.scheme != "s3":
-            with translated(self._url(rel)):
+            with translated(self._url(rel), self.location.endpoint()):
                 return bool(self.fs.isdir(top))
         bucket, _, key_prefix = top.partition("/")
-        with translated(self._url(rel)):
+        with translated(self._url(rel), self.location.endpoint()):
             page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key_prefix + "/" if key_prefix else "",
                                    MaxKeys=1)
         return bool(page.get("Contents"))
@@ -335,7 +336,7 @@ class ObjectStore(Store):
         fd, name = tempfile.mkstemp(prefix="prep-download-", suffix=os.path.splitext(rel)[1])
         os.close(fd)
         try:
-            with translated(self._url(rel)):
+            with translated(self._url(rel), self.location.endpoint()):
                 self.fs.get_file(self.key(rel), name)
             yield Path(name)
         finally:
@@ -346,7 +347,7 @@ class ObjectStore(Store):
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         self._forget(rel)
-        with translated(self._url(rel)):
+        with translated(self._url(rel), self.location.endpoint()):
             self.fs.pipe_file(self.key(rel), data)
 
     @contextlib.contextmanager
@@ -356,7 +357,7 @@ class ObjectStore(Store):
         os.close(fd)
         try:
             yield Path(name)
-            with translated(self._url(rel)):
+            with translated(self._url(rel), self.location.endpoint()):
                 self.fs.put_file(name, self.key(rel))
         finally:
             with contextlib.suppress(OSError):
@@ -364,7 +365,7 @@ class ObjectStore(Store):
 
     def create(self, rel: str, data: bytes) -> bool:
         self._forget(rel)
-        with translated(self._url(rel)):
+        with translated(self._url(rel), self.location.endpoint()):
             try:
                 self.fs.pipe_file(self.key(rel), data, mode="create")
             except FileExistsError:
@@ -373,7 +374,7 @@ class ObjectStore(Store):
 
     def copy_in(self, src: Store, src_rel: str, rel: str) -> None:
         self._forget(rel)
-        with translated(self._url(rel)):
+        with translated(self._url(rel), self.location.endpoint()):
             if isinstance(src, ObjectStore) and src.location.same_store(self.location):
                 src.stat(src_rel)
                 # server-side (copy_object, or upload_part_copy above 5 GB); cp_file, not copy: no LIST
@@ -398,7 +399,7 @@ class ObjectStore(Store):
 
     def remove(self, rel: str) -> None:
         self._forget(rel)
-        with translated(self._url(rel)), contextlib.suppress(FileNotFoundError):
+        with translated(self._url(rel), self.location.endpoint()), contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self.key(rel))
 
     @contextlib.contextmanager
@@ -422,7 +423,7 @@ class ObjectStore(Store):
         """One short request (list at most one object of the prefix): credentials, endpoint and bucket now."""
         fs = filesystem(self.location, probe=True)
         bucket, _, prefix = self.location.root.partition("/")
-        with translated(self.url):
+        with translated(self.url, self.location.endpoint()):
             if self.location.scheme == "s3":
                 fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
             else:
@@ -434,7 +435,7 @@ class ObjectStore(Store):
             return 0
         bucket, _, prefix = self.location.root.partition("/")
         n = 0
-        with translated(self.url):
+        with translated(self.url, self.location.endpoint()):
             marker: dict[str, str] = {}
             while True:
                 page = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **marker)
@@ -495,7 +496,7 @@ class ObjectLock:
         """The current holder and an ETag no newer than it (None, None: no lock). The ETag is read first: a
         takeover conditional on it succeeds only if the object is still the one judged gone (or older)."""
         key = self.store.key(self.rel)
-        with translated(self.store._url(self.rel)):
+        with translated(self.store._url(self.rel), self.store.location.endpoint()):
             try:
                 etag = str(self.store.fs.info(key, refresh=True).get("ETag"))
                 data = self.store.fs.cat_file(key, start=0, end=HOLDER_BYTES)
@@ -508,7 +509,7 @@ class ObjectLock:
         return (holder if isinstance(holder, dict) else {}), etag
 
     def _put(self, **condition: str) -> bool:
-        with translated(self.store._url(self.rel)):
+        with translated(self.store._url(self.rel), self.store.location.endpoint()):
             try:
                 out = self._call("put_object", Body=self._body(), **condition)
             except OSError as exc:
@@ -550,7 +551,7 @@ class ObjectLock:
         if self._thread is not None:
             self._thread.join()
         if self.etag is not None and not self.lost:
-            with translated(self.store._url(self.rel)):
+            with translated(self.store._url(self.rel), self.store.location.endpoint()):
                 try:
                     self._call("delete_object", IfMatch=self.etag)
                 except OSError as exc:  # gone already, or no longer ours: not ours to delete
