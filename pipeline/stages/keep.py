@@ -19,12 +19,9 @@ Source fingerprints (`--fingerprint` of `prep reencode`; convert and edit use th
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +38,8 @@ from pipeline.storage import (
     StorePath,
     as_file,
     output_file,
+    output_folder,
     read_output_text,
-    upload_file,
     write_output_bytes,
 )
 
@@ -162,23 +159,8 @@ class OutputRecord:
 
 def record_of(out_root: str | Path, rel: str, key: Any, sources: Sequence[Path]) -> OutputRecord:
     """The record of the output `<out_root>/<rel>` (convert, edit): `<out_root>/prep/records/<rel>.json`."""
-    path = output_file(out_root, f"{RECORDS_DIR}/{rel}.json")
-    return OutputRecord(path, key, tuple(sources), root=None if isinstance(path, StorePath) else Path(out_root))
-
-
-UPLOAD_TEMP_PREFIX = "prep-upload-"  # a stage's file for an object-store output, in the local temp folder
-
-
-@contextlib.contextmanager
-def _upload_temp(dst: StorePath) -> Iterator[Path]:
-    """A local temp file for an object-store output, deleted on the way out (put or not): one per running task."""
-    fd, name = tempfile.mkstemp(prefix=UPLOAD_TEMP_PREFIX, suffix=dst.suffix)
-    os.close(fd)
-    try:
-        yield Path(name)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
+    return OutputRecord(output_file(out_root, f"{RECORDS_DIR}/{rel}.json"), key, tuple(sources),
+                        root=output_folder(out_root))
 
 
 def keep_or_write(dst: Output, root: Path | None, write: Callable[[Path], object],
@@ -196,7 +178,8 @@ def keep_or_write(dst: Output, root: Path | None, write: Callable[[Path], object
     if dst.is_file() and (record is None or record.matches(dst)) and \
             (keep(dst) if keep is not None else check(dst) is None):  # type: ignore[arg-type]
         return Status.KEPT
-    with (_upload_temp(dst) if isinstance(dst, StorePath) else atomic.atomic_path(dst, root)) as tmp:
+    # an object's temp file is put whole by its store's writer on the way out, after the sidecar and the record
+    with (dst.store.writer(dst.rel) if isinstance(dst, StorePath) else atomic.atomic_path(dst, root)) as tmp:
         write(tmp)
         reason = check(tmp)
         if reason is not None:
@@ -205,6 +188,4 @@ def keep_or_write(dst: Output, root: Path | None, write: Callable[[Path], object
             saved(tmp)
         if record is not None:
             record.save(tmp)
-        if isinstance(dst, StorePath):
-            upload_file(tmp, dst)
     return Status.WRITTEN

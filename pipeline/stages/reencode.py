@@ -46,6 +46,7 @@ from pipeline.storage import (
     as_file,
     as_root,
     output_file,
+    output_folder,
     output_size,
     read_output_text,
     write_output_bytes,
@@ -303,12 +304,6 @@ def stats_sidecar(unit: ReencodeUnit) -> Output:
     return output_file(unit.out_root, f"{PREP_DIR}/stats/{unit.rel}.json")
 
 
-def _local_root(unit: ReencodeUnit) -> Path | None:
-    """The output folder no write may leave (a local output); None for an object store's."""
-    out = output_file(unit.out_root, "")
-    return None if isinstance(out, StorePath) else out
-
-
 def stats_key(unit: ReencodeUnit, probe: VideoProbe, spans: list[Span]) -> dict[str, Any]:
     """What the output file and its stats depend on: the output settings, the source file and the episode
     spans (as JSON reads back). The source's fingerprint is kept beside the key (`load_stats`)."""
@@ -387,7 +382,7 @@ def _reencode(unit: ReencodeUnit, src: StorePath, read: Source, result: Reencode
     """The stage's work for one file: `src` is the source as the dataset names it (its fingerprint, its
     sidecar's check), `read` where its bytes are read."""
     dst = output_file(unit.out_root, unit.rel)
-    root = _local_root(unit)
+    root = output_folder(unit.out_root)
     # pix_fmt=False: no probe decode at open (the source's pixel format is not needed here)
     probe = probe_video(read, episode=unit.spans[0].episode if unit.spans else None, pix_fmt=False)
     result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
@@ -487,9 +482,9 @@ def _copy_depth(unit: ReencodeUnit, src: StorePath, read: Source, dst: Output, p
 
     def saved(tmp: Path) -> None:
         save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": [{} for _ in spans],
-                             "output": file_identity(tmp)}, _local_root(unit))
+                             "output": file_identity(tmp)}, output_folder(unit.out_root))
 
-    status = keep_or_write(dst, _local_root(unit), write, lambda _path: None, saved=saved,
+    status = keep_or_write(dst, output_folder(unit.out_root), write, lambda _path: None, saved=saved,
                            keep=lambda path: output_size(path) == probe.bytes and load_stats(
                                sidecar, key, src, unit.options.fingerprint, output=path) is not None)
     result.status = Status.KEPT if status == Status.KEPT else Status.COPIED

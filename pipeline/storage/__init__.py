@@ -88,7 +88,6 @@ __all__ = [
     "publish_tree",
     "read_output_text",
     "same_bytes",
-    "upload_file",
     "write_output_bytes",
 ]
 
@@ -224,12 +223,6 @@ def publish_tree(local: Path, where: Location, *, last: str) -> list[str]:
         src = as_file(local / rel)
         store.copy_in(src.store, src.rel, rel)
     return rels
-
-
-def upload_file(local: Path, dst: StorePath) -> None:
-    """A finished local file (a temp file a stage wrote and checked) put at `dst` in its store."""
-    src = as_file(local)
-    dst.store.copy_in(src.store, src.rel, dst.rel)
 
 
 COMPARE_BLOCK = 1 << 20
