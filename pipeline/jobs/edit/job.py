@@ -63,7 +63,7 @@ def edit_dataset(src: Path, out: Path | Location, options: EditOptions, engine: 
     out = Path(where.root) if where.is_local else where
     info = open_source(src, out)
     sel, total = select(options, src, info)
-    claim = claim_output(out, "edit", OPTIONS, sources=[src])
+    claim = claim_edit_output(out)  # a local source and an object-store output cannot overlap; a local one: open_source
     source = Source(src, info, sel, plan_tasks(src, info, sel))
     return write_edit([source], claim, total, engine, verify=verify, reencode_partial=reencode_partial)
 
