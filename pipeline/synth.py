@@ -55,6 +55,13 @@ class SynthSpec:
     chunks_size: int = 1000
     seed: int = 0
     reuse_video: bool = False
+    # cameras (of `cameras`) stored as images: one PNG per row of the data parquet (`dtype: "image"`, a struct
+    # `{bytes, path}` column, as LeRobot writes a dataset with `use_videos=False`), no video file
+    image_cameras: tuple[str, ...] = ()
+
+    @property
+    def video_cameras(self) -> tuple[str, ...]:
+        return tuple(c for c in self.cameras if c not in self.image_cameras)
 
 
 def _texture(rng: np.random.Generator, h: int, w: int, div: int) -> np.ndarray:
@@ -116,6 +123,10 @@ def _features(spec: SynthSpec) -> dict[str, Any]:
     }
     codec = {"libx264": "h264", "libsvtav1": "av1", "mjpeg": "mjpeg"}.get(spec.codec, spec.codec)
     for cam in spec.cameras:
+        if cam in spec.image_cameras:
+            feats[cam] = {"dtype": "image", "shape": [spec.height, spec.width, 3],
+                          "names": ["height", "width", "channels"]}
+            continue
         feats[cam] = {
             "dtype": "video",
             "shape": [spec.height, spec.width, 3],
@@ -141,9 +152,11 @@ def hf_features(features: dict[str, Any]) -> datasets.Features:
     """The Hugging Face `datasets` features LeRobot derives from info.json (videos excluded)."""
     out: dict[str, Any] = {}
     for key, ft in features.items():
-        if ft["dtype"] in ("video", "image"):
+        if ft["dtype"] == "video":
             continue
-        if ft["shape"] == [1]:
+        if ft["dtype"] == "image":
+            out[key] = datasets.Image()
+        elif ft["shape"] == [1]:
             out[key] = datasets.Value(dtype=ft["dtype"])
         else:
             out[key] = datasets.Sequence(length=ft["shape"][0], feature=datasets.Value(dtype=ft["dtype"]))
@@ -167,13 +180,38 @@ def episode_rows(spec: SynthSpec, episode: int, start_index: int, task_index: in
     }
 
 
+def png_bytes(frame: np.ndarray) -> bytes:
+    """One frame as PNG (what `datasets`' Image feature stores for a uint8 array)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def image_rows(spec: SynthSpec, episode: int) -> dict[str, Any]:
+    """The image columns of one episode: camera key -> `{bytes, path}` per frame."""
+    out: dict[str, Any] = {}
+    for cam_no, cam in enumerate(spec.cameras):
+        if cam in spec.image_cameras:
+            frames = camera_frames(spec, cam_no, episode)
+            out[cam] = [{"bytes": png_bytes(f), "path": None} for f in frames]
+    return out
+
+
 def rows_table(rows: list[dict[str, Any]], features: datasets.Features) -> pa.Table:
     cols: dict[str, Any] = {}
     for key in features:
+        if isinstance(features[key], datasets.Image):
+            cols[key] = [v for r in rows for v in r[key]]
+            continue
         arr = np.concatenate([r[key] for r in rows])
         cols[key] = list(arr) if arr.ndim > 1 else arr
     return pa.Table.from_pydict(
-        {k: (pa.array([list(x) for x in v], type=features.arrow_schema.field(k).type) if isinstance(v, list)
+        {k: (pa.array(v, type=features.arrow_schema.field(k).type) if isinstance(features[k], datasets.Image)
+             else pa.array([list(x) for x in v], type=features.arrow_schema.field(k).type) if isinstance(v, list)
              else pa.array(v, type=features.arrow_schema.field(k).type)) for k, v in cols.items()},
         schema=features.arrow_schema,
     )
@@ -239,9 +277,13 @@ def _write_v21(root: Path, spec: SynthSpec) -> None:
         task_index = ep % len(TASKS)
         rows = episode_rows(spec, ep, index, task_index)
         index += spec.frames
-        write_parquet(root / V21_DATA_PATH.format(episode_chunk=chunk, episode_index=ep), rows_table([rows], hf))
+        write_parquet(root / V21_DATA_PATH.format(episode_chunk=chunk, episode_index=ep),
+                      rows_table([rows | image_rows(spec, ep)], hf))
         stats = numeric_stats(rows)
         for cam_no, cam in enumerate(spec.cameras):
+            if cam in spec.image_cameras:
+                stats[cam] = _sample_stats(camera_frames(spec, cam_no, ep), {}, cam_no)
+                continue
             rel = V21_VIDEO_PATH.format(episode_chunk=chunk, episode_index=ep, video_key=cam)
             frames = cache.write(root / rel, cam_no, ep)
             stats[cam] = _sample_stats(frames, img_stats, cam_no)
@@ -254,13 +296,13 @@ def _write_v21(root: Path, spec: SynthSpec) -> None:
         "total_episodes": spec.episodes,
         "total_frames": spec.episodes * spec.frames,
         "total_tasks": n_tasks,
-        "total_videos": spec.episodes * len(spec.cameras),
+        "total_videos": spec.episodes * len(spec.video_cameras),
         "total_chunks": (spec.episodes - 1) // spec.chunks_size + 1 if spec.episodes else 0,
         "chunks_size": spec.chunks_size,
         "fps": spec.fps,
         "splits": {"train": f"0:{spec.episodes}"},
         "data_path": V21_DATA_PATH,
-        "video_path": V21_VIDEO_PATH,
+        "video_path": V21_VIDEO_PATH if spec.video_cameras else None,  # LeRobot's writer: None without videos
         "features": features,
     }
     atomic.write_jsonl(root / "meta/episodes.jsonl", episodes)
@@ -284,9 +326,13 @@ def _write_v30(root: Path, spec: SynthSpec) -> None:
         for ep in eps:
             task_index = ep % len(TASKS)
             rows.append(episode_rows(spec, ep, index + (ep - first) * spec.frames, task_index))
-        write_parquet(root / V30_DATA_PATH.format(chunk_index=chunk, file_index=file_index), rows_table(rows, hf))
+        write_parquet(root / V30_DATA_PATH.format(chunk_index=chunk, file_index=file_index),
+                      rows_table([r | image_rows(spec, ep) for r, ep in zip(rows, eps, strict=True)], hf))
         ep_img_stats: dict[int, dict[str, Any]] = {}
         for cam_no, cam in enumerate(spec.cameras):
+            if cam in spec.image_cameras:
+                ep_img_stats[cam_no] = _sample_stats(camera_frames(spec, cam_no, eps[0]), {}, cam_no)
+                continue
             if spec.reuse_video:
                 frames_list = [camera_frames(spec, cam_no, 0)] * len(eps)
             else:
@@ -305,7 +351,7 @@ def _write_v30(root: Path, spec: SynthSpec) -> None:
                 "dataset_from_index": index,
                 "dataset_to_index": index + spec.frames,
             }
-            for cam in spec.cameras:
+            for cam in spec.video_cameras:
                 row[f"videos/{cam}/chunk_index"] = chunk
                 row[f"videos/{cam}/file_index"] = file_index
                 row[f"videos/{cam}/from_timestamp"] = k * spec.frames / spec.fps

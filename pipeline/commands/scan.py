@@ -92,15 +92,21 @@ def _declared(camera: dict[str, Any]) -> str:
 def summary(m: dict[str, Any], out: Path) -> str:
     t, d, b = m["totals"], m["dataset"], m["totals"]["bytes"]
     cams = d["cameras"]
+    n_images = sum(1 for c in cams if c.get("stored") == "image")
+    stored = f", {n_images} stored as images" if n_images else ""
     lines = [
-        f"dataset   {d['root']}  (LeRobot {d['codebase_version']}, {d['fps']:g} fps, {plural(len(cams), 'camera')})",
-        *(f"camera    {c['key']}: {c['codec']} {c['width']}x{c['height']} {c['pix_fmt']}{_declared(c)}" for c in cams),
+        f"dataset   {d['root']}  (LeRobot {d['codebase_version']}, {d['fps']:g} fps, {plural(len(cams), 'camera')}"
+        f"{stored})",
+        *(f"camera    {c['key']}: {c['codec']} {c['width']}x{c['height']} {c['pix_fmt']}{_declared(c)}"
+          + (f", images in the data parquet ({c.get('pictures', 0):,} pictures)" if c.get("stored") == "image" else "")
+          for c in cams),
         f"episodes  {t['episodes']:,} ok, {t['episodes_failed']:,} failed",
         f"timesteps {t['frames']:,} ({t['frames_per_episode']['mean']:.1f} per episode; "
         f"{plural(t['frames'] * len(cams), 'camera frame')})",
         f"duration  {t['seconds']:,.1f} s = {t['hours']:.4f} h",
         f"bytes     {b['total']:,} total: video {b['video']:,} ({t['video_share']:.1%}), "
-        f"data {b['data']:,}, meta {b['meta']:,}, other {b['other']:,}",
+        f"data {b['data']:,}" + (f" (images {b['images']:,})" if b.get("images") else "")
+        + f", meta {b['meta']:,}, other {b['other']:,}",
         *(f"          {cam}: {n:,}" for cam, n in b["per_camera"].items()),
         f"rate      {t['gb_per_hour']:.3f} GB/hr, {t['kb_per_frame']:.2f} kB per timestep (all cameras)",
     ]

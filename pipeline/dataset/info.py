@@ -11,7 +11,7 @@ from typing import Any
 
 from pipeline.bounded import MAX_JSON_CHARS, JsonBoundError, loads_json
 from pipeline.dataset.features import declared_pix_fmt, is_depth_flagged, is_high_bit_gray
-from pipeline.dataset.model import CameraInfo
+from pipeline.dataset.model import CameraInfo, ImageCamera
 from pipeline.dataset.template import cached_template, inside_root
 from pipeline.errors import DatasetError
 from pipeline.storage import FileProblem, StorePath, as_file
@@ -68,6 +68,30 @@ def cameras_from_info(info: dict[str, Any], path: Path | StorePath) -> tuple[Cam
         )
     if cams and not isinstance(info.get("video_path"), str):
         raise DatasetError(path, "video features declared but 'video_path' is missing")
+    return tuple(cams)
+
+
+def image_cameras_from_info(info: dict[str, Any], path: Path | StorePath) -> tuple[ImageCamera, ...]:
+    """The cameras info.json declares as images (`dtype: "image"`), in its order. The size comes from the shape
+    by its names (height, width, channel[s]); LeRobot's own writer names them so, and a shape of three without
+    names is read as (height, width, channels), as LeRobot's image transforms take it."""
+    cams: list[ImageCamera] = []
+    for key, feat in info["features"].items():
+        if not isinstance(feat, dict) or feat.get("dtype") != "image":
+            continue
+        shape = feat.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
+                                                  for s in shape):
+            raise DatasetError(path, f"feature {key!r}: invalid shape {shape!r}")
+        raw = feat.get("names")
+        names = tuple(str(n) for n in raw) if isinstance(raw, list) else None
+        dims: dict[str, int] = {}
+        if names is not None and len(names) == len(shape):
+            dims = {n: s for n, s in zip(names, shape, strict=True)}
+        elif len(shape) == 3:
+            dims = {"height": shape[0], "width": shape[1], "channels": shape[2]}
+        cams.append(ImageCamera(key=key, shape=tuple(shape), names=names, height=dims.get("height"),
+                                width=dims.get("width"), channels=dims.get("channels", dims.get("channel"))))
     return tuple(cams)
 
 

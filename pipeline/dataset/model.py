@@ -107,6 +107,20 @@ class CameraInfo:
     depth: bool = False  # a depth map: flagged (either spelling) or declared in more than 8 bits of gray
 
 
+@dataclass(slots=True, frozen=True)
+class ImageCamera:
+    """A camera stored as images (`dtype: "image"`): one encoded picture (PNG, JPEG, ...) per row of the data
+    parquet, in a struct column `{bytes, path}` named by the key (as `datasets`' `Image` feature stores it, and
+    as LeRobot writes a dataset with `use_videos=False`). Its size is the declared shape, read by its names."""
+
+    key: str
+    shape: tuple[int, ...]
+    names: tuple[str, ...] | None
+    height: int | None
+    width: int | None
+    channels: int | None
+
+
 class Rejected(list[EpisodeError]):
     """Episode records the metadata reader refused, in the order they were found: the first
     `MAX_REJECTED_KEPT` with their reason, and `total`, the number of them all."""
@@ -145,7 +159,7 @@ class Dataset:
     codebase_version: str
     fps: float
     info: dict[str, Any]
-    cameras: tuple[CameraInfo, ...]
+    cameras: tuple[CameraInfo, ...]  # the cameras stored as videos
     episodes: EpisodeTable
     layout: Layout
     tasks: dict[int, str] = field(default_factory=dict)
@@ -163,6 +177,7 @@ class Dataset:
     # the metadata rules no reader of the format line refuses (pipeline.checks): (rule, line)
     rule_warnings: list[tuple[str, str]] = field(default_factory=list)
     rule_warnings_total: int = 0
+    image_cameras: tuple[ImageCamera, ...] = ()  # the cameras stored as images in the data parquet
     _groups: dict[str, Groups] = field(default_factory=dict)
 
     @property
@@ -173,6 +188,10 @@ class Dataset:
     @property
     def camera_keys(self) -> tuple[str, ...]:
         return tuple(c.key for c in self.cameras)
+
+    @property
+    def image_camera_keys(self) -> tuple[str, ...]:
+        return tuple(c.key for c in self.image_cameras)
 
     @property
     def total_frames_expected(self) -> int:

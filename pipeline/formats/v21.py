@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import atomic
-from pipeline.dataset.info import cameras_from_info, format_template
+from pipeline.dataset.info import cameras_from_info, format_template, image_cameras_from_info
 from pipeline.dataset.model import DataRef, Dataset, Episode, Layout, Rejected, VideoRef
 from pipeline.dataset.rows import RowBuilder
 from pipeline.dataset.table import EpisodeTable, PathTemplate
@@ -283,6 +283,7 @@ def open_v21(where: Root, info: dict[str, Any], *, tasks: bool = True) -> tuple[
         fps=float(info["fps"]),
         info=info,
         cameras=cameras,
+        image_cameras=image_cameras_from_info(info, info_path),
         episodes=EpisodeTable(cols, make),
         layout=LAYOUT,
         tasks=read_tasks(root) if tasks else {},

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from pipeline import atomic
 from pipeline.dataset.datafiles import Stale, locator, relocate_columns
-from pipeline.dataset.info import cameras_from_info, format_template
+from pipeline.dataset.info import cameras_from_info, format_template, image_cameras_from_info
 from pipeline.dataset.model import DataRef, Dataset, Episode, Layout, Rejected, VideoRef
 from pipeline.dataset.rows import RowBuilder
 from pipeline.dataset.table import CameraColumns, EpisodeTable, PathTemplate
@@ -404,6 +404,7 @@ def open_v30(where: Root, info: dict[str, Any], *, tasks: bool = True) -> tuple[
         fps=float(info["fps"]),
         info=info,
         cameras=cameras,
+        image_cameras=image_cameras_from_info(info, info_path),
         episodes=EpisodeTable(cols, make),
         layout=LAYOUT,
         tasks=read_tasks(root) if tasks else {},

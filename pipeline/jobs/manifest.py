@@ -31,7 +31,7 @@ from pipeline.dataset.files import FileIndex
 from pipeline.dataset.model import Dataset
 from pipeline.errors import EpisodeError, PrepError
 from pipeline.schemas import validate
-from pipeline.stages.scan import CameraScan, EpisodeScan, probe_camera
+from pipeline.stages.scan import CameraScan, EpisodeScan, ImageScan, probe_camera
 from pipeline.storage import Location
 from pipeline.video.probe import UNKNOWN_PIX_FMT
 
@@ -99,6 +99,7 @@ class ScanTotals:
         self.max_len = 0
         self.failures: list[dict[str, Any]] = []
         self.seen: dict[str, tuple[int | None, CameraScan]] = {}  # camera -> first clean episode's probe
+        self.images: dict[str, ImageScan] = {}  # image camera -> its totals (pictures, bytes) and first header
 
     def add(self, s: EpisodeScan) -> None:
         if s.status != "ok":
@@ -114,6 +115,12 @@ class ScanTotals:
         for cam, c in s.cameras.items():
             if cam not in self.seen:
                 self.seen[cam] = (s.episode, c)
+        for cam, i in s.images.items():
+            t = self.images.setdefault(cam, ImageScan(0, 0))
+            t.frames_from_footer += i.frames_from_footer
+            t.bytes += i.bytes
+            if t.format is None and i.format is not None:
+                t.format, t.width, t.height, t.pix_fmt = i.format, i.width, i.height, i.pix_fmt
 
 
 def _pix_fmt(ds: Dataset, episode: int | None, seen: CameraScan, camera: str) -> str | None:
@@ -140,6 +147,7 @@ def build_manifest(ds: Dataset, totals: ScanTotals, rejected: list[EpisodeError]
         cams.append(
             {
                 "key": cam.key,
+                "stored": "video",
                 "codec": seen.codec if seen else cam.codec,
                 "width": seen.width if seen else cam.width,
                 "height": seen.height if seen else cam.height,
@@ -148,6 +156,18 @@ def build_manifest(ds: Dataset, totals: ScanTotals, rejected: list[EpisodeError]
                 "declared": {"codec": cam.codec, "width": cam.width, "height": cam.height, "pix_fmt": cam.pix_fmt},
             }
         )
+    image_bytes = 0
+    per_camera = dict(disk["per_camera"])
+    for icam in ds.image_cameras:  # a camera too: its pictures are bytes of the data files
+        img = totals.images.get(icam.key)
+        cams.append({"key": icam.key, "stored": "image", "codec": img.format if img else None,
+                     "width": img.width if img and img.width else icam.width,
+                     "height": img.height if img and img.height else icam.height,
+                     "pix_fmt": img.pix_fmt if img else None, "fps": ds.fps,
+                     "pictures": img.frames_from_footer if img else 0,
+                     "declared": {"codec": None, "width": icam.width, "height": icam.height, "pix_fmt": None}})
+        per_camera[icam.key] = img.bytes if img else 0
+        image_bytes += per_camera[icam.key]
     n_rejected = max(rejected_count or 0, len(rejected))
     listed = totals.failures + [{"episode": e.episode, "path": e.path, "reason": e.message}
                                 for e in rejected[: max(0, FAILURES_LISTED - len(totals.failures))]]
@@ -176,7 +196,9 @@ def build_manifest(ds: Dataset, totals: ScanTotals, rejected: list[EpisodeError]
             },
             "seconds": seconds,
             "hours": hours,
-            "bytes": {k: disk[k] for k in ("total", "video", "data", "meta", "other", "per_camera")},
+            # `images`: the part of `data` that is cameras stored as images; per_camera holds those cameras too
+            "bytes": {**{k: disk[k] for k in ("total", "video", "data", "meta", "other")}, "images": image_bytes,
+                      "per_camera": per_camera},
             "files": disk["files"],
             "gb_per_hour": (total / 1e9 / hours) if hours else 0.0,
             "kb_per_frame": (total / 1e3 / frames) if frames else 0.0,
@@ -195,17 +217,19 @@ def build_manifest(ds: Dataset, totals: ScanTotals, rejected: list[EpisodeError]
 # ---- the per-episode table --------------------------------------------------------------------
 
 
-def episodes_schema(cameras: Iterable[str]) -> pa.Schema:
+def episodes_schema(cameras: Iterable[str], image_cameras: Iterable[str] = ()) -> pa.Schema:
     fields = [("episode_index", pa.int64()), ("status", pa.string()), ("reason", pa.string()),
               ("frames_expected", pa.int64()), ("frames_in_parquet", pa.int64()), ("parquet_bytes", pa.int64())]
     for cam in cameras:
         fields += [(f"{cam}/frames_from_header", pa.int64()), (f"{cam}/frames_from_index", pa.int64()),
                    (f"{cam}/frames_from_packets", pa.int64()), (f"{cam}/keyframes", pa.int64()),
                    (f"{cam}/bytes", pa.int64())]
+    for cam in image_cameras:
+        fields += [(f"{cam}/frames_from_footer", pa.int64()), (f"{cam}/bytes", pa.int64())]
     return pa.schema(fields)
 
 
-def episode_row(s: EpisodeScan, cameras: Iterable[str]) -> dict[str, Any]:
+def episode_row(s: EpisodeScan, cameras: Iterable[str], image_cameras: Iterable[str] = ()) -> dict[str, Any]:
     row: dict[str, Any] = {"episode_index": s.episode, "status": s.status, "reason": s.reason,
                            "frames_expected": s.frames_expected, "frames_in_parquet": s.frames_in_parquet,
                            "parquet_bytes": s.parquet_bytes}
@@ -215,6 +239,10 @@ def episode_row(s: EpisodeScan, cameras: Iterable[str]) -> dict[str, Any]:
             row |= {f"{cam}/frames_from_header": c.frames_from_header, f"{cam}/frames_from_index": c.frames_from_index,
                     f"{cam}/frames_from_packets": c.frames_from_packets, f"{cam}/keyframes": c.keyframes,
                     f"{cam}/bytes": c.bytes}
+    for cam in image_cameras:
+        i = s.images.get(cam)
+        if i is not None:
+            row |= {f"{cam}/frames_from_footer": i.frames_from_footer, f"{cam}/bytes": i.bytes}
     return row
 
 

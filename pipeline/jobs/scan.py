@@ -31,12 +31,12 @@ from pipeline.jobs.manifest import (
     table_path_for,
 )
 from pipeline.runner import Engine
-from pipeline.stages.scan import CameraScan, EpisodeScan, ScanUnit, scan_unit, scan_unit_failed, scan_units
+from pipeline.stages.scan import CameraScan, EpisodeScan, ImageScan, ScanUnit, scan_unit, scan_unit_failed, scan_units
 from pipeline.storage import Location, local_root
 from pipeline.tables import RowGroupWriter
 
 COST_S = 0.004  # stage seconds per v2.1 episode (3 cameras), before any is measured
-RECORD_VERSION = 2  # 2: frames_from_index (the container index) beside frames_from_packets
+RECORD_VERSION = 3  # 2: frames_from_index (the container index) beside frames_from_packets; 3: image cameras
 
 
 def plan(ds: Dataset) -> Iterator[ScanUnit]:
@@ -48,7 +48,9 @@ def encode(results: list[EpisodeScan]) -> list[dict[str, Any]]:
     return [{"episode": s.episode, "frames_expected": s.frames_expected, "status": s.status, "reason": s.reason,
              "path": s.path, "frames_in_parquet": s.frames_in_parquet, "parquet_bytes": s.parquet_bytes,
              "cameras": {k: [c.frames_from_header, c.frames_from_index, c.frames_from_packets, c.keyframes, c.bytes,
-                             c.codec, c.width, c.height, c.pix_fmt, c.fps] for k, c in s.cameras.items()}}
+                             c.codec, c.width, c.height, c.pix_fmt, c.fps] for k, c in s.cameras.items()},
+             "images": {k: [i.frames_from_footer, i.bytes, i.format, i.width, i.height, i.pix_fmt]
+                        for k, i in s.images.items()}}
             for s in results]
 
 
@@ -56,7 +58,8 @@ def decode(obj: list[dict[str, Any]]) -> list[EpisodeScan]:
     return [EpisodeScan(episode=d["episode"], frames_expected=d["frames_expected"], status=Status(d["status"]),
                         reason=d["reason"], path=d["path"], frames_in_parquet=d["frames_in_parquet"],
                         parquet_bytes=d["parquet_bytes"],
-                        cameras={k: CameraScan(*v) for k, v in d["cameras"].items()}) for d in obj]
+                        cameras={k: CameraScan(*v) for k, v in d["cameras"].items()},
+                        images={k: ImageScan(*v) for k, v in d.get("images", {}).items()}) for d in obj]
 
 
 def scan_dataset(src: Path | Location, out: Path, engine: Engine, *, resume: bool = True,
@@ -73,15 +76,15 @@ def scan_dataset(src: Path | Location, out: Path, engine: Engine, *, resume: boo
     with parts.WorkFolder(parts.work_folder_for(out), fingerprint=fp, resume=resume) as work:
         cameras = ds.camera_keys
         totals = ScanTotals(cameras)
-        table = RowGroupWriter(work.path / "episodes.parquet", episodes_schema(cameras))
+        table = RowGroupWriter(work.path / "episodes.parquet", episodes_schema(cameras, ds.image_camera_keys))
         try:
             stream = parts.run(engine, work, plan(ds), scan_unit, on_error=scan_unit_failed, desc="scan",
                                unit_name="file-set", total=len(ds.file_groups("set")),
-                               cost_s=COST_S * len(cameras) / 3, encode=encode, decode=decode)
+                               cost_s=COST_S * max(1, len(cameras)) / 3, encode=encode, decode=decode)
             for scans in stream:
                 for s in scans:
                     totals.add(s)
-                    table.add(episode_row(s, cameras))
+                    table.add(episode_row(s, cameras, ds.image_camera_keys))
             table.close()
         except BaseException:
             table.abort()

@@ -1,7 +1,11 @@
 """The scan stage: per episode, what its files hold and weigh, without decoding a pixel or reading a packet.
 
 Videos are counted from their container index (`pipeline.video.probe.probe_index`: the header and the mp4
-sample tables, tens of kB of a file of megabytes), parquet files from their `episode_index` column. Every
+sample tables, tens of kB of a file of megabytes), parquet files from their `episode_index` column. A camera
+stored as images (`dtype: "image"`, a struct column `{bytes, path}` of the data parquet) is counted from the
+parquet footer: its pictures are the rows whose `bytes` are not null (the column chunk statistics' null count),
+its bytes the column chunks' stored sizes, shared among a file's episodes by rows; the first unit also reads
+one picture's header (format, size, mode), from the column's first page. Every
 file is read through the dataset's store (`pipeline.storage`): a local folder, a hub snapshot or an object
 store alike.
 """
@@ -38,6 +42,18 @@ class CameraScan:
 
 
 @dataclass(slots=True)
+class ImageScan:
+    """A camera stored as images, in one episode: counted from the parquet footer, never decoded."""
+
+    frames_from_footer: int  # rows whose picture bytes are not null (the column statistics' null count)
+    bytes: int  # the column chunks' stored (compressed) size, shared by rows in a file of many episodes
+    format: str | None = None  # of the first picture ("png", "jpeg", ...): the unit that probes only
+    width: int | None = None
+    height: int | None = None
+    pix_fmt: str | None = None  # the first picture's mode, as FFmpeg names it (rgb24, gray, rgba, ...)
+
+
+@dataclass(slots=True)
 class EpisodeScan(StageResult):
     """One episode's scan: status "ok" | "failed" (its reason and the file at fault)."""
 
@@ -46,6 +62,7 @@ class EpisodeScan(StageResult):
     frames_in_parquet: int | None = None
     parquet_bytes: int = 0
     cameras: dict[str, CameraScan] = field(default_factory=dict)
+    images: dict[str, ImageScan] = field(default_factory=dict)
 
 
 @dataclass(slots=True, frozen=True)
@@ -55,13 +72,15 @@ class ScanUnit:
     location: Location
     episodes: tuple[Episode, ...]
     pix_fmt: bool = False  # probe the pixel format too (a full open; the plan asks it of its first unit only)
+    image_cameras: tuple[str, ...] = ()  # the cameras stored as images in the data parquet
 
 
 def scan_units(ds: Dataset, location: Location | None = None) -> Iterator[ScanUnit]:
     """One unit per set of files (v2.1: per episode), lazily, in plan order; the first also probes pix_fmt."""
     where = location or ds.location
+    images = ds.image_camera_keys
     for k, positions in enumerate(ds.iter_file_sets()):
-        yield ScanUnit(where, tuple(ds.episodes[int(p)] for p in positions), pix_fmt=k == 0)
+        yield ScanUnit(where, tuple(ds.episodes[int(p)] for p in positions), pix_fmt=k == 0, image_cameras=images)
 
 
 def failed(ep: Episode | None, exc: BaseException, frames_expected: int = 0) -> EpisodeScan:
@@ -92,12 +111,75 @@ READERS_MAX_ROW_GROUP_ROWS = 2**31 - 1
 COUNT_BATCH = 1 << 16
 
 
-def _parquet_rows(store: Store, rel: str, episodes: tuple[Episode, ...]) -> tuple[dict[int, int], int]:
+# FFmpeg's names for the picture modes Pillow opens (what a decoder of the picture hands over)
+IMAGE_PIX_FMTS = {"RGB": "rgb24", "RGBA": "rgba", "L": "gray", "LA": "ya8", "I;16": "gray16le", "P": "pal8",
+                  "CMYK": "cmyk", "1": "monob"}
+
+
+@dataclass(slots=True)
+class ImageColumn:
+    """What a data file's footer says of one image camera: pictures (non-null rows) and stored bytes, and the
+    first picture's header when asked."""
+
+    pictures: int
+    bytes: int
+    rows: int
+    format: str | None = None
+    width: int | None = None
+    height: int | None = None
+    pix_fmt: str | None = None
+
+
+def picture_header(data: bytes) -> tuple[str | None, int, int, str | None]:
+    """(format, width, height, pix_fmt) of an encoded picture, from its header (Pillow opens lazily: no decode)."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            fmt = im.format.lower() if im.format else None
+            return fmt, im.width, im.height, IMAGE_PIX_FMTS.get(im.mode, im.mode.lower())
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise ValueError(f"not a picture Pillow reads ({exc})") from None
+
+
+def image_columns(pf: pq.ParquetFile, cameras: tuple[str, ...], *, header: bool) -> dict[str, ImageColumn]:
+    """Each image camera's pictures and stored bytes, from the footer (the `bytes` child's null count; its
+    rows where the writer kept no statistics), and with `header` the first picture's header (one page read)."""
+    md = pf.metadata
+    paths = {md.schema.column(i).path: i for i in range(md.num_columns)}
+    out: dict[str, ImageColumn] = {}
+    for cam in cameras:
+        if f"{cam}.bytes" not in paths:
+            raise KeyError(f"no image column {cam!r} ({{bytes, path}}) in the data file")
+        cols = [i for p, i in paths.items() if p == cam or p.startswith(cam + ".")]
+        col = ImageColumn(pictures=0, bytes=0, rows=md.num_rows)
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            col.bytes += sum(rg.column(i).total_compressed_size for i in cols)
+            st = rg.column(paths[f"{cam}.bytes"]).statistics
+            nulls = st.null_count if st is not None and st.has_null_count else 0
+            col.pictures += rg.num_rows - nulls
+        if header:
+            for batch in pf.iter_batches(batch_size=1, columns=[cam]):
+                value = batch.column(0)[0].as_py() if batch.num_rows else None
+                data = value.get("bytes") if isinstance(value, dict) else None
+                if data:
+                    col.format, col.width, col.height, col.pix_fmt = picture_header(data)
+                break
+        out[cam] = col
+    return out
+
+
+def _parquet_rows(store: Store, rel: str, episodes: tuple[Episode, ...], images: tuple[str, ...] = (),
+                  header: bool = False) -> tuple[dict[int, int], int, dict[str, ImageColumn]]:
     """Rows per episode index in a parquet file, as the readers would get them (counted from the pages,
-    streaming, never from the footer's claim alone), and the file's size."""
+    streaming, never from the footer's claim alone), the file's size, and its image cameras' columns."""
     size = store.stat(rel, "parquet file").size
     with store.media(rel, block_size=HEADER_BLOCK, what="parquet file") as source:
-        return _rows_of(pq.ParquetFile(source), episodes, store, rel), size
+        pf = pq.ParquetFile(source)
+        return _rows_of(pf, episodes, store, rel), size, image_columns(pf, images, header=header)
 
 
 def _rows_of(pf: pq.ParquetFile, episodes: tuple[Episode, ...], store: Store, rel: str) -> dict[int, int]:
@@ -151,14 +233,21 @@ def scan_unit(unit: ScanUnit) -> list[EpisodeScan]:
 
     try:
         try:
-            rows, size = _parquet_rows(store, first.data.rel, unit.episodes)
-        except (pa.ArrowException, OSError, KeyError) as exc:
+            rows, size, images = _parquet_rows(store, first.data.rel, unit.episodes, unit.image_cameras,
+                                               unit.pix_fmt)
+        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
             raise EpisodeError(first.index, unit.location.child(first.data.rel).url,
                                f"unreadable parquet ({exc})") from None
         total_rows = sum(rows.values()) or 1
         for ep in unit.episodes:
-            results[ep.index].frames_in_parquet = rows.get(ep.index, 0)
-            results[ep.index].parquet_bytes = _share(size, rows.get(ep.index, 0), total_rows)
+            n = rows.get(ep.index, 0)
+            results[ep.index].frames_in_parquet = n
+            results[ep.index].parquet_bytes = _share(size, n, total_rows)
+            for cam, col in images.items():
+                results[ep.index].images[cam] = ImageScan(
+                    frames_from_footer=n if col.pictures == col.rows else _share(col.pictures, n, col.rows),
+                    bytes=_share(col.bytes, n, col.rows or 1), format=col.format, width=col.width,
+                    height=col.height, pix_fmt=col.pix_fmt)
     except EpisodeError as exc:
         fail(exc)
 
