@@ -4,8 +4,11 @@ pictures and bytes from the parquet footers, in both formats, beside the video c
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from support.cli import run_prep as prep
@@ -79,7 +82,6 @@ def test_scan_counts_image_cameras(mixed: Path, tmp_path: Path) -> None:
 
 def test_scan_refuses_a_missing_image_column(tmp_path: Path) -> None:
     """info.json declares an image camera the data files do not hold: each episode fails, naming the file."""
-    import json
 
     root = write_synthetic(tmp_path / "ds", version="v2.1", episodes=2, frames=6, height=H, width=W,
                            image_cameras=IMAGES)
@@ -94,3 +96,81 @@ def test_scan_refuses_a_missing_image_column(tmp_path: Path) -> None:
     assert m["totals"]["episodes_failed"] == 2
     assert "no image column 'observation.images.ghost'" in m["failures"][0]["reason"]
     assert m["failures"][0]["path"].endswith("episode_000000.parquet")
+
+
+# ---- reencode: pictures into 224 all-intra videos ------------------------------------------------------------
+
+
+def decoded(path: Path) -> list[np.ndarray]:
+    import av
+
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+
+
+def test_reencode_turns_image_cameras_into_videos(mixed: Path, tmp_path: Path) -> None:
+    """Each image camera becomes a 224x224 all-intra video feature (one file per data file), its column leaves the
+    data files, and the output passes the README's check; the video camera is re-encoded as before."""
+    out = tmp_path / "out"
+    res = prep("reencode", mixed, "--dst", "224", "--out", out, "--backend", "inline", progress=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    info = json.loads((out / "meta/info.json").read_text())
+    ds, _ = open_dataset(out)
+    assert set(ds.camera_keys) == {VIDEO, *IMAGES} and ds.image_cameras == ()
+    for key in IMAGES:
+        feat = info["features"][key]
+        assert feat["dtype"] == "video" and feat["shape"] == [224, 224, 3]
+        assert feat["info"]["video.codec"] == "h264" and feat["info"]["video.fps"] == 30
+    assert info["video_path"] == json.loads((mixed / "meta/info.json").read_text())["video_path"]
+    for f in (out / "data").rglob("*.parquet"):
+        t = pq.read_table(f)
+        assert not set(IMAGES) & set(t.column_names)
+        assert not set(IMAGES) & set(json.loads(t.schema.metadata[b"huggingface"])["info"]["features"])
+    if ds.codebase_version == "v2.1":
+        assert info["total_videos"] == EPISODES * 3
+    check = prep("verify", out, "--size", "224x224", "--all-intra", "--decode", progress=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    # every output frame is the source picture, padded to 224 (pad resize: 64x48 -> 224x168 inside 224x224)
+    ep = ds.episodes[1]
+    ref = ep.video(IMAGES[0])
+    frames = decoded(out / ref.rel)
+    start = round(ref.from_timestamp * ds.fps)
+    first = frames[start][28:196]  # the picture's rows (the pad bars above and below are black)
+    src_table = pq.read_table(next(iter(sorted((mixed / "data").rglob("*.parquet")))) if ds.codebase_version == "v3.0"
+                              else mixed / ds.episodes[1].data.rel)
+    rows = [r for r in src_table.select([IMAGES[0], "episode_index"]).to_pylist() if r["episode_index"] == ep.index]
+    from PIL import Image
+
+    picture = np.asarray(Image.open(io.BytesIO(rows[0][IMAGES[0]]["bytes"])).convert("RGB").resize((224, 168)))
+    assert np.abs(first.astype(int) - picture.astype(int)).mean() < 12  # the same picture, after h264 at crf 23
+    assert len(frames) == (FRAMES if ds.codebase_version == "v2.1" else 2 * FRAMES)
+
+
+def test_reencode_of_image_cameras_resumes_byte_identical(mixed: Path, tmp_path: Path) -> None:
+    """A rerun keeps every finished video (made from the same pictures), and the output is the same bytes."""
+    out = tmp_path / "out"
+    first = prep("reencode", mixed, "--dst", "224", "--out", out, "--backend", "inline", progress=False)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and "prep" not in p.parts}
+    victim = next(p for p in sorted((out / "videos").rglob("*.mp4")) if IMAGES[1] in str(p))
+    victim.unlink()
+    (out / "meta/info.json").unlink()
+    again = prep("reencode", mixed, "--dst", "224", "--out", out, "--backend", "inline", progress=False)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 encoded" in again.stdout
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and "prep" not in p.parts}
+    assert after == before
+
+
+def test_reencode_refuses_pictures_of_another_size(tmp_path: Path) -> None:
+    """Pictures that are not the size info.json declares: the file fails with one line naming both sizes."""
+    root = write_synthetic(tmp_path / "ds", version="v2.1", episodes=2, frames=6, height=H, width=W,
+                           image_cameras=IMAGES)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"][IMAGES[0]]["shape"] = [H * 2, W * 2, 3]
+    (root / "meta/info.json").write_text(json.dumps(info))
+    res = prep("reencode", root, "--dst", "224", "--out", tmp_path / "out", "--backend", "inline",
+               "--accept-invalid-source", progress=False)
+    assert res.returncode != 0
+    assert f"pictures are {W}x{H} but meta/info.json declares {2 * W}x{2 * H}" in res.stdout + res.stderr
+    assert not (tmp_path / "out/meta/info.json").exists()

@@ -252,7 +252,9 @@ def summary(r: ReencodeReport) -> str:
     if r.comparison:
         c = r.comparison
         rates = f"native {c['native']['gb_per_hour']:.3f} GB/hr -> prepared {c['prepared']['gb_per_hour']:.3f} GB/hr"
-        if c.get("video_ratio") is None or c.get("ratio") is None:  # a corpus without a camera
+        if c.get("ratio") is not None and c["prepared"]["video_bytes"] and not c["native"]["video_bytes"]:
+            lines.append(f"size      {rates} ({c['ratio']:.2f}x smaller; the cameras stored as images are videos now)")
+        elif c.get("video_ratio") is None or c.get("ratio") is None:  # a corpus without a camera
             lines.append(f"size      {rates} (no video: nothing to re-encode; every file copied as it is)")
         else:
             lines.append(f"size      {rates} ({c['ratio']:.2f}x smaller; video {c['video_ratio']:.2f}x)")

@@ -16,6 +16,7 @@ dict over the corpus.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -105,6 +106,9 @@ class CameraInfo:
     pix_fmt: str | None
     fps: float | None
     depth: bool = False  # a depth map: flagged (either spelling) or declared in more than 8 bits of gray
+    # a camera stored as images, taken as the video camera an output makes of it (`with_image_cameras_as_videos`):
+    # its VideoRefs name the output's files, and its pictures are read from the episode's data parquet
+    from_images: bool = False
 
 
 @dataclass(slots=True, frozen=True)
@@ -229,6 +233,36 @@ class Dataset:
             eps = [self.episodes[int(p)] for p in groups[c].positions(k)]
             cam = self.camera_keys[c]
             yield cam, eps[0].video(cam).rel, eps
+
+    def with_image_cameras_as_videos(self, video_rel: Callable[[str, Episode], str]) -> Dataset:
+        """The dataset as an output that stores its image cameras as videos sees it: each image camera a video
+        camera (`CameraInfo.from_images`), whose file of an episode is `video_rel(camera, episode)` (one per
+        data file: the files it groups are the data files) and whose span is the whole file, to be set by the
+        encode. Records only: nothing is read."""
+        if not self.image_cameras:
+            return self
+        images = self.image_camera_keys
+        promoted = tuple(CameraInfo(key=c.key, shape=c.shape, names=c.names, height=c.height, width=c.width,
+                                    codec=None, pix_fmt=None, fps=self.fps, from_images=True)
+                         for c in self.image_cameras)
+        make = self.episodes.record_maker
+        keys = self.file_keys
+        assert keys is not None
+
+        def record(table: EpisodeTable, k: int) -> Episode:
+            ep: Episode = make(table, k)
+            shared = self.layout.shares_files
+            refs = tuple(VideoRef(camera=cam, rel=video_rel(cam, ep), from_timestamp=0.0,
+                                  to_timestamp=0.0 if shared else None, chunk_index=ep.data.chunk_index,
+                                  file_index=ep.data.file_index) for cam in images)
+            return Episode(ep.index, ep.frames_expected, ep.tasks, ep.data, ep.videos + refs)
+
+        from pipeline.dataset.table import EpisodeTable
+
+        return dataclasses.replace(
+            self, cameras=self.cameras + promoted, image_cameras=(),
+            episodes=EpisodeTable(self.episodes.columns, record),
+            file_keys=lambda kind: keys("data" if kind in images else kind), _groups={})
 
     def iter_video_files(self) -> Iterator[tuple[str, list[Episode]]]:
         """(video file, its episodes) for each distinct video file (see `iter_camera_files`)."""

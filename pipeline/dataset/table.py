@@ -182,6 +182,11 @@ class EpisodeTable(Sequence[Any]):
     def __len__(self) -> int:
         return len(self.columns)
 
+    @property
+    def record_maker(self) -> Callable[[EpisodeTable, int], Any]:
+        """How a record is made from the columns (its format's reader's), for a table that adds to it."""
+        return self._make
+
     @overload
     def __getitem__(self, i: int) -> Any: ...
 

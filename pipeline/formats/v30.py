@@ -749,6 +749,18 @@ def _shaped(value: list[Any], typ: pa.DataType) -> Any:
     return arr.tolist()
 
 
+def _with_new_video_columns(table: pa.Table, cam: str, index: list[Any], by_ep: dict[int, Any]) -> pa.Table:
+    """A camera the source stored as images, now one video per data file: its `videos/<cam>/*` columns, as
+    LeRobot writes them (chunk and file index of the data file the pictures came from, then the span)."""
+    for name in ("chunk_index", "file_index"):
+        table = table.append_column(pa.field(f"videos/{cam}/{name}", pa.int64()),
+                                    table[f"data/{name}"].cast(pa.int64()))
+    for attr in ("from_timestamp", "to_timestamp"):
+        values = [getattr(by_ep[e], attr) if e in by_ep else None for e in index]
+        table = table.append_column(pa.field(f"videos/{cam}/{attr}", pa.float64()), pa.array(values, pa.float64()))
+    return table
+
+
 def _write_v30_episodes(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: list[str]) -> None:
     """Each meta/episodes parquet (one file at a time): new spans and stats of the re-encoded cameras."""
     for path in episode_meta_files(ds.root):
@@ -757,6 +769,8 @@ def _write_v30_episodes(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: 
         index = table["episode_index"].to_pylist()
         for cam in cameras:
             by_ep = {e: ev for e in index if isinstance(e, int) and (ev := videos.get(e, cam)) is not None}
+            if f"videos/{cam}/from_timestamp" not in table.column_names:
+                table = _with_new_video_columns(table, cam, index, by_ep)
             for col, attr in ((f"videos/{cam}/from_timestamp", "from_timestamp"),
                               (f"videos/{cam}/to_timestamp", "to_timestamp")):
                 if col in table.column_names:

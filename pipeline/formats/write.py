@@ -44,6 +44,13 @@ class VideoFeatureUpdate:
     pix_fmt: str
     prep: dict[str, Any]
     encoder: dict[str, Any]
+    # a camera stored as images in the source, encoded into video files: its feature becomes a video feature
+    # (`dtype: "video"` and the `info` block LeRobot's writer gives one), `video_path` is set where the source
+    # had none (LeRobot's writer leaves it null without videos) and `total_videos` (v2.1) counts its `files`
+    from_images: bool = False
+    fps: float | None = None
+    files: int = 0
+    video_path: str | None = None
 
 
 # ---- copying what does not change ----------------------------------------------------------------
@@ -147,6 +154,18 @@ def updated_info(info: dict[str, Any], updates: dict[str, VideoFeatureUpdate]) -
     out = json.loads(json.dumps(info))
     for key, up in updates.items():
         feat = out["features"][key]
+        if up.from_images:  # as LeRobot's writer declares a video feature
+            feat["dtype"] = "video"
+            rest = [n for n in updated_shape(feat["shape"], feat.get("names"), 0, 0) if n]  # the channels
+            feat["info"] = {"video.height": up.height, "video.width": up.width, "video.codec": up.codec,
+                            "video.pix_fmt": up.pix_fmt, "video.is_depth_map": False,
+                            "video.fps": up.fps if up.fps is None or up.fps != int(up.fps) else int(up.fps),
+                            "video.channels": rest[0] if len(rest) == 1 else 3, "has_audio": False,
+                            **{k: up.encoder[k] for k in ENCODER_KEYS if k in up.encoder}}
+            if out.get("video_path") is None and up.video_path is not None:
+                out["video_path"] = up.video_path
+            if isinstance(out.get("total_videos"), int):
+                out["total_videos"] += up.files
         feat["shape"] = updated_shape(feat["shape"], feat.get("names"), up.width, up.height)
         info_key = "info" if isinstance(feat.get("info"), dict) or "video_info" not in feat else "video_info"
         vinfo = feat.setdefault(info_key, {})

@@ -25,7 +25,7 @@ import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from pipeline import __version__, atomic
 from pipeline.dataset import Dataset
-from pipeline.dataset.info import cameras_from_info
+from pipeline.dataset.info import cameras_from_info, format_template
 from pipeline.errors import PrepError
 from pipeline.formats import format_of
 from pipeline.formats.base import EpisodeVideo
@@ -174,6 +174,30 @@ def plan_videos(ds: Dataset, out: Path | str, options: ReencodeOptions) -> Itera
     return reencode_units(ds, out, options)
 
 
+def as_output_cameras(ds: Dataset) -> Dataset:
+    """The source as the output sees it: each camera stored as images becomes a video camera, one file per data
+    file (v2.1: per episode, `videos/chunk-*/KEY/episode_*.mp4`; v3.0: `videos/KEY/chunk-*/file-*.mp4` of the
+    data file's chunk and file index), named by the source's `video_path` (LeRobot's default where it has none)."""
+    if not ds.image_cameras:
+        return ds
+    template = ds.info.get("video_path")
+    template = template if isinstance(template, str) else format_of(ds).video_path
+    fields = ds.layout.video_fields
+
+    def video_rel(camera: str, ep: Any) -> str:
+        values = {"episode_chunk": ep.data.chunk_index, "episode_index": ep.index, "video_key": camera,
+                  "chunk_index": ep.data.chunk_index, "file_index": ep.data.file_index}
+        return format_template(template, INFO_REL, fields, key="video_path",
+                               **{k: v for k, v in values.items() if k in fields})
+
+    return ds.with_image_cameras_as_videos(video_rel)
+
+
+def pictures_cameras(ds: Dataset) -> tuple[str, ...]:
+    """The cameras the output encodes from pictures (their columns leave the data files)."""
+    return tuple(c.key for c in ds.cameras if c.from_images)
+
+
 def stats_features(ds: Dataset) -> tuple[str, ...]:
     """The columns LeRobot 0.3.x keeps per-episode stats of: every feature but videos, images and strings."""
     feats = ds.info.get("features") or {}
@@ -192,9 +216,10 @@ def plan_data(ds: Dataset, out: Path | str, options: ReencodeOptions | None = No
     repairs = options.repairs if options is not None else ()
     fps = ds.fps if "timestamps" in repairs else None
     feats = stats_features(ds) if "stats" in repairs and stats_file_of(ds) else ()
+    drop = pictures_cameras(ds)
     for rel, eps in ds.iter_data_files():
         yield DataUnit(ds.location, str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1, fps,
-                       feats)
+                       feats, drop)
 
 
 # ---- reduce --------------------------------------------------------------------------------------
@@ -223,6 +248,7 @@ class ReencodeReduce:
         self.data_failures: list[dict[str, Any]] = []
         self.repaired_timestamps = array("q")  # episodes whose parquet timestamps were rewritten
         self.quality: dict[str, QualityTally] = {}  # camera -> its sampled frames' PSNR/SSIM, combined
+        self.pictures = frozenset(pictures_cameras(ds))  # cameras encoded from pictures
 
     def fail(self, entry: dict[str, Any]) -> None:
         if len(self.report.failures) < FAILURES_LISTED:
@@ -300,6 +326,12 @@ class ReencodeReduce:
                     "source_width": r.src_width, "source_height": r.src_height, "source_codec": r.src_codec}
             out[cam] = VideoFeatureUpdate(self.options.size[0], self.options.size[1], prof.codec, prof.pix_fmt,
                                           prep, encoder)
+            if cam in self.pictures:  # stored as images in the source: a video feature from now on
+                template = self.ds.info.get("video_path")
+                out[cam] = replace(out[cam], from_images=True, fps=self.ds.fps,
+                                   files=len(self.ds.file_groups(cam)),
+                                   video_path=template if isinstance(template, str)
+                                   else format_of(self.ds).video_path)
         return out
 
 
@@ -453,10 +485,11 @@ def comparison(native: Dataset, source_bytes: dict[str, int], prep_bytes: int, p
             "native": a, "prepared": b,
             **({"quality": {"method": QUALITY_METHOD, "cameras": sampled}} if sampled else {}),
             "ratio": a["bytes"] / b["bytes"] if b["bytes"] else None,
-            "video_ratio": a["video_bytes"] / b["video_bytes"] if b["video_bytes"] else None,
+            "video_ratio": a["video_bytes"] / b["video_bytes"] if a["video_bytes"] and b["video_bytes"] else None,
             "note": "GB = 1e9 bytes; native: every file under the source except a prep/ folder; prepared: the "
                     "output's manifest (every file reencode wrote or copied, prep/ excluded); hours = frames "
-                    "in the metadata / fps"}
+                    "in the metadata / fps; video bytes are video files' (a camera stored as images is data bytes "
+                    "in the source, video bytes in the output)"}
 
 
 # ---- the job -------------------------------------------------------------------------------------
@@ -483,6 +516,7 @@ def reencode_dataset(src: Path | Location, out: Path | Location, options: Reenco
     claim = claim_output(where if not where.is_local else Path(where.root), "reencode", OPTIONS, sources=[src],
                          folders=None)
     ds, rejected = open_validated(src, "reencode", reader)  # metadata checked before any unit
+    ds = as_output_cameras(ds)  # cameras stored as images: encoded into videos like every other camera
     check_repairs(options.repairs, ds.codebase_version)
     files = sum(len(ds.file_groups(cam)) for cam in ds.camera_keys)
     engine.prepare(files)  # scheduler reached, cluster started unless the encode is small: before anything is written

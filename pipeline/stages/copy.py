@@ -48,6 +48,7 @@ class DataUnit:
     shared: bool  # v3.0: rows of several episodes, told apart by the episode_index column
     repair_fps: float | None = None  # `--repair timestamps`: rewrite timestamp = frame_index / fps
     stats_features: tuple[str, ...] = ()  # `--repair stats`: per-episode stats of these columns, to a sidecar
+    drop_columns: tuple[str, ...] = ()  # cameras stored as images that the output holds as videos: columns left out
 
 
 @dataclass(slots=True)
@@ -76,8 +77,8 @@ def copy_data(unit: DataUnit) -> DataCopied:
     dst = output_file(unit.out_root, unit.rel)
     root = None if isinstance(dst, StorePath) else Path(unit.out_root)
     try:
-        if unit.repair_fps is not None:
-            out.repaired = repair_timestamps(src, dst, unit.repair_fps, root)
+        if unit.repair_fps is not None or unit.drop_columns:
+            out.repaired = rewrite_data(src, dst, unit.repair_fps, unit.drop_columns, root)
             out.bytes = output_size(dst)
         else:
             out.bytes = size
@@ -152,13 +153,57 @@ def episode_stats(path: Source, features: tuple[str, ...]) -> dict[int, dict[str
     return out
 
 
-def repair_timestamps(src: Source, dst: Output, fps: float, root: Path | None = None) -> list[int]:
+def without_columns(table: pa.Table, drop: tuple[str, ...]) -> pa.Table:
+    """`table` without the columns `drop` (those present), and without them in its `huggingface` schema
+    metadata (the features `datasets` decodes the file with: a feature it lists must be a column)."""
+    table = table.drop_columns([c for c in drop if c in table.column_names])
+    meta = dict(table.schema.metadata or {})
+    raw = meta.get(b"huggingface")
+    if raw is not None:
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            feats = doc.get("info", {}).get("features")
+            if isinstance(feats, dict):
+                for c in drop:
+                    feats.pop(c, None)
+                meta[b"huggingface"] = json.dumps(doc).encode("utf-8")
+        except (UnicodeDecodeError, ValueError, AttributeError):
+            pass  # features no reader parses stay as they are
+    return table.replace_schema_metadata(meta)
+
+
+def rewrite_data(src: Source, dst: Output, fps: float | None, drop: tuple[str, ...],
+                 root: Path | None = None) -> list[int]:
+    """Write `src` to `dst` without the columns `drop` (cameras the output stores as videos) and, with `fps`,
+    with its timestamps repaired (`repair_timestamps`); returns the episodes whose timestamps changed."""
+    if fps is not None:
+        return repair_timestamps(src, dst, fps, root, drop)
+    with as_file(src).media(block_size=STREAM_BLOCK, what="parquet file") as source:
+        table = without_columns(pq.read_table(source), drop)
+    episodes = table["episode_index"].to_numpy(zero_copy_only=False) if "episode_index" in table.column_names else \
+        np.zeros(table.num_rows, dtype=np.int64)
+    _write_table(table, episodes, dst, root)
+    return []
+
+
+def _write_table(table: pa.Table, episodes: np.ndarray, dst: Output, root: Path | None) -> None:
+    if isinstance(dst, StorePath):
+        with dst.store.writer(dst.rel) as tmp:  # a local temp file, put whole when written
+            write_by_episode(table, episodes, tmp)
+    else:
+        with atomic.atomic_path(dst, root) as tmp:
+            write_by_episode(table, episodes, tmp)
+
+
+def repair_timestamps(src: Source, dst: Output, fps: float, root: Path | None = None,
+                      drop: tuple[str, ...] = ()) -> list[int]:
     """Write `src` to `dst` with `timestamp = frame_index / fps` (in the column's own type), where the video
     frames are on the 1/fps grid but the parquet timestamps are not (wall-clock stamps, float drift): what
-    LeRobot computes from the timestamps then finds each row's frame. Every other column is unchanged; the
-    file is no longer byte-identical. Returns the episodes whose timestamps changed."""
+    LeRobot computes from the timestamps then finds each row's frame. Every other column is unchanged (but the
+    columns `drop`, left out); the file is no longer byte-identical. Returns the episodes whose timestamps
+    changed."""
     with as_file(src).media(block_size=STREAM_BLOCK, what="parquet file") as source:
-        table = pq.read_table(source)
+        table = without_columns(pq.read_table(source), drop)
     if "frame_index" not in table.column_names:
         raise KeyError("no frame_index column to derive timestamps from")
     frame_index = table["frame_index"].to_numpy(zero_copy_only=False).astype(np.float64)
@@ -175,12 +220,7 @@ def repair_timestamps(src: Source, dst: Output, fps: float, root: Path | None = 
         table = table.append_column(col, new)
     episodes = table["episode_index"].to_numpy(zero_copy_only=False) if "episode_index" in table.column_names else \
         np.zeros(len(exact), dtype=np.int64)
-    if isinstance(dst, StorePath):
-        with dst.store.writer(dst.rel) as tmp:  # a local temp file, put whole when written
-            write_by_episode(table, episodes, tmp)
-    else:
-        with atomic.atomic_path(dst, root) as tmp:
-            write_by_episode(table, episodes, tmp)
+    _write_table(table, episodes, dst, root)
     return sorted({int(e) for e in np.unique(episodes[changed])})
 
 

@@ -70,9 +70,10 @@ from pipeline.video.encode import (
     filter_frames,
 )
 from pipeline.video.imagestats import SpanImageStats
+from pipeline.video.pictures import Pictures, picture_frames
 from pipeline.video.probe import VideoProbe, probe_video
 from pipeline.video.quality import QualitySample
-from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES
+from pipeline.video.resize import DEFAULT_RESIZE, RESIZE_MODES, Geometry
 from pipeline.video.rotation import display_filters, display_matrix, swaps_sides
 
 FPS_TOLERANCE = 0.01  # relative: a source may jitter, but 25 fps labelled 30 is refused
@@ -117,6 +118,8 @@ class ReencodeUnit:
     options: ReencodeOptions
     declared_size: tuple[int, int] | None = None  # (width, height) as meta/info.json declares the camera
     depth: bool = False  # a depth map (`pipeline.dataset.features`): copied unchanged, never lossy
+    # a camera stored as images: the data parquet its pictures are read from (`rel` is then the output video)
+    pictures_from: str | None = None
 
 
 @dataclass(slots=True)
@@ -175,8 +178,9 @@ def reencode_units(ds: Dataset, out: Path | str, options: ReencodeOptions) -> It
             Span(ep.index, ep.video(camera).from_timestamp, ep.video(camera).to_timestamp, ep.frames_expected)
             for ep in episodes
         )
+        pictures = episodes[0].data.rel if cameras[camera].from_images else None
         yield ReencodeUnit(ds.location, str(out), rel, camera, ds.fps, spans, options,
-                           declared_size(cameras[camera]), depth[camera])
+                           declared_size(cameras[camera]), depth[camera], pictures)
 
 
 def mean_fps(probe: VideoProbe) -> float:
@@ -353,9 +357,14 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
     t0 = time.perf_counter()
     result = ReencodeResult(rel=unit.rel, camera=unit.camera, status=Status.FAILED)
     try:
-        src = as_root(unit.src_root) / unit.rel  # read through its store (its rules: inside the dataset)
-        with readable(src) as read:
-            _reencode(unit, src, read, result)
+        if unit.pictures_from is not None:  # a camera stored as images: its pictures in the data parquet
+            src = as_root(unit.src_root) / unit.pictures_from
+            with readable(src, "parquet file") as read:
+                _encode_pictures(unit, src, read, result)
+        else:
+            src = as_root(unit.src_root) / unit.rel  # read through its store (its rules: inside the dataset)
+            with readable(src) as read:
+                _reencode(unit, src, read, result)
     except EpisodeError as exc:
         result.fail(exc.message)
     result.seconds = time.perf_counter() - t0
@@ -363,7 +372,7 @@ def reencode_unit(unit: ReencodeUnit) -> ReencodeResult:
 
 
 @contextlib.contextmanager
-def readable(src: StorePath) -> Iterator[Source]:
+def readable(src: StorePath, what: str = "video file") -> Iterator[Source]:
     """Where the stage reads the source's bytes: a local file as it is; an object downloaded once to a local temp
     file (one per running task, deleted when the task ends), so that the demux, the decode, the content hash and
     the stats pass do not each fetch it again (bench/object_store.py measured 4.3x the corpus read without). Its
@@ -371,7 +380,7 @@ def readable(src: StorePath) -> Iterator[Source]:
     if src.location.is_local:
         yield src
         return
-    with src.local_copy("video file") as path:
+    with src.local_copy(what) as path:
         try:
             yield path
         except EpisodeError as exc:
@@ -382,7 +391,6 @@ def _reencode(unit: ReencodeUnit, src: StorePath, read: Source, result: Reencode
     """The stage's work for one file: `src` is the source as the dataset names it (its fingerprint, its
     sidecar's check), `read` where its bytes are read."""
     dst = output_file(unit.out_root, unit.rel)
-    root = output_folder(unit.out_root)
     # pix_fmt=False: no probe decode at open (the source's pixel format is not needed here)
     probe = probe_video(read, episode=unit.spans[0].episode if unit.spans else None, pix_fmt=False)
     result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
@@ -400,13 +408,26 @@ def _reencode(unit: ReencodeUnit, src: StorePath, read: Source, result: Reencode
     # back-end hands back the same frame), then resized from the displayed size.
     sw, sh = (probe.height, probe.width) if swaps_sides(matrix) else (probe.width, probe.height)
     geometry = RESIZE_MODES[unit.options.resize](sw, sh, w, h)
+    key = stats_key(unit, probe, spans)
+    if matrix is not None:
+        key["display_matrix"] = list(matrix)
+    _encode_checked(unit, src, read, spans, total, geometry, tuple(rotate), key, result)
+
+
+def _encode_checked(unit: ReencodeUnit, src: StorePath, read: Source | Pictures, spans: list[Span], total: int,
+                    geometry: Geometry, rotate: tuple[tuple[str, dict[str, str]], ...], key: dict[str, Any],
+                    result: ReencodeResult) -> None:
+    """Encode `read` (a video file, or a camera's pictures) into the unit's output, check it, save its stats
+    sidecar and rename it into place; or keep the finished output a rerun finds (its sidecar says it was made
+    from this very source, `src`, with these settings and spans, and it passes its checks)."""
+    dst = output_file(unit.out_root, unit.rel)
+    root = output_folder(unit.out_root)
+    content = read.src if isinstance(read, Pictures) else read  # where the source's bytes are read
     # Image stats of the resized frames before compression (as LeRobot computes them from the
     # frames it records), so they do not depend on the engine or on whether a file was resumed.
     stats = SpanImageStats([(round(s.from_timestamp * unit.fps), s.frames_expected or 0) for s in spans])
-    sidecar, key = stats_sidecar(unit), stats_key(unit, probe, spans)
-    if matrix is not None:
-        key["display_matrix"] = list(matrix)
-    hooked = unit.options.engine in ENGINES_WITH_HOOK
+    sidecar = stats_sidecar(unit)
+    hooked = unit.options.engine in ENGINES_WITH_HOOK or isinstance(read, Pictures)  # pictures: always pyav
     sample = QualitySample(total)
     fingerprint: dict[str, Any] = {}
     seen: dict[str, Any] = {}  # the output's probe, and a kept output's stats
@@ -427,10 +448,10 @@ def _reencode(unit: ReencodeUnit, src: StorePath, read: Source, result: Reencode
 
     def write(tmp: Path) -> None:
         # before the encode reads it (then from the page cache, or the local copy of an object)
-        fingerprint.update(source_fingerprint(src, content_of=read))
+        fingerprint.update(source_fingerprint(src, content_of=content))
         opts = unit.options
         ENGINES[opts.engine](EncodeJob(read, tmp, unit.fps, geometry, PROFILES[opts.profile], opts.quality,
-                                       frame_seen if hooked else None, tuple(rotate)))
+                                       frame_seen if hooked else None, rotate))
 
     def check(tmp: Path) -> str | None:
         out_probe, found = inspect_output(tmp, unit, spans, total)
@@ -446,7 +467,7 @@ def _reencode(unit: ReencodeUnit, src: StorePath, read: Source, result: Reencode
         output was made from, and what it is) are written before the output is renamed into place, so a kept
         output always has one."""
         if not hooked:
-            filter_frames(read, geometry, PROFILES[unit.options.profile].pix_fmt, frame_seen, tuple(rotate))
+            filter_frames(read, geometry, PROFILES[unit.options.profile].pix_fmt, frame_seen, rotate)
         result.quality = sample.measure(written)
         save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": stats.result(),
                              "quality": result.quality, "output": file_identity(written)}, root)
@@ -464,6 +485,69 @@ def _reencode(unit: ReencodeUnit, src: StorePath, read: Source, result: Reencode
     ]
     result.frames, result.out_bytes = total, output_size(dst)
     result.output = output_counts(seen["probe"], spans)
+
+
+def picture_spans(read: Source, unit: ReencodeUnit) -> tuple[list[Span], int, tuple[int, int]]:
+    """A camera stored as images: each episode's span in the new file (its rows in file order: frame i of the
+    file at i/fps), checked against the metadata lengths; the frames in all; the first picture's (width, height).
+    Reads the `episode_index` column and one page of pictures."""
+    import pyarrow.parquet as pq
+
+    episodes = {s.episode: s for s in unit.spans}
+    order: list[int] = []
+    rows: dict[int, int] = {}
+    with as_file(read).media(block_size=STREAM_BLOCK, what="parquet file") as source:
+        pf = pq.ParquetFile(source)
+        if unit.camera not in pf.schema_arrow.names:
+            raise EpisodeError(unit.spans[0].episode if unit.spans else None, read,
+                               f"no image column {unit.camera!r} in the data file")
+        for batch in pf.iter_batches(batch_size=1 << 16, columns=["episode_index"]):
+            for e in batch.column(0).to_pylist():
+                if e in episodes:
+                    if e not in rows:
+                        order.append(e)
+                    rows[e] = rows.get(e, 0) + 1
+    first = next(picture_frames(Pictures(read, unit.camera, frozenset(rows))), None)
+    if first is None:
+        raise EpisodeError(unit.spans[0].episode if unit.spans else None, read,
+                           f"{unit.camera}: no rows for episodes {sorted(e for e in episodes if e is not None)[:5]}")
+    size = (first.width, first.height)
+    if unit.declared_size is not None and unit.declared_size != size:
+        w, h = unit.declared_size
+        raise EpisodeError(order[0], read, f"{unit.camera}: pictures are {size[0]}x{size[1]} but meta/info.json "
+                                           f"declares {w}x{h}")
+    spans: list[Span] = []
+    start = 0
+    shared = any(s.to_timestamp is not None for s in unit.spans)
+    for e in order:
+        n, expected = rows[e], episodes[e].frames_expected
+        if expected is not None and n != expected:
+            raise EpisodeError(e, read, f"{unit.camera}: the data file holds {n} pictures for episode {e} but the "
+                                        f"metadata says {expected}")
+        spans.append(Span(e, start / unit.fps, (start + n) / unit.fps if shared else None, n))
+        start += n
+    missing = [e for e in episodes if e is not None and e not in rows]
+    if missing:
+        raise EpisodeError(missing[0], read, f"{unit.camera}: the data file holds no row of episode {missing[0]}")
+    return spans, start, size
+
+
+def _encode_pictures(unit: ReencodeUnit, src: StorePath, read: Source, result: ReencodeResult) -> None:
+    """A camera stored as images: its pictures in the data parquet `src` (read from `read`) encoded as one video
+    (v2.1: the episode's; v3.0: the data file's episodes, in file order), with every camera's encoding contract:
+    the same resize, profile, checks, stats and resume."""
+    spans, total, (sw, sh) = picture_spans(read, unit)
+    result.src_bytes = src.stat("parquet file").size
+    result.src_width, result.src_height = sw, sh
+    result.src_codec = "images"
+    w, h = unit.options.size
+    geometry = RESIZE_MODES[unit.options.resize](sw, sh, w, h)
+    key = {"settings": unit.options.output_settings(), "source": unit.pictures_from, "camera": unit.camera,
+           "source_bytes": result.src_bytes,
+           "spans": [[s.episode, s.from_timestamp, s.frames_expected] for s in spans]}
+    key = json.loads(json.dumps(key))
+    chosen = frozenset(s.episode for s in spans if s.episode is not None)
+    _encode_checked(unit, src, Pictures(read, unit.camera, chosen), spans, total, geometry, (), key, result)
 
 
 def _copy_depth(unit: ReencodeUnit, src: StorePath, read: Source, dst: Output, probe: VideoProbe,

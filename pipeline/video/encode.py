@@ -12,9 +12,10 @@ out on the exact grid), never drop or duplicate a frame, and make every frame a 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from pipeline.errors import EpisodeError
 from pipeline.rates import fps_fraction
 from pipeline.storage import Source, as_file
+from pipeline.video.pictures import Pictures, picture_frames
 from pipeline.video.resize import Geometry, filter_args, filter_chain
 
 if TYPE_CHECKING:
@@ -89,7 +91,7 @@ class EncodeJob:
     """`hook(i, frame)` sees each resized frame before it is encoded, where the engine can offer it
     (see `ENGINES_WITH_HOOK`); `filter_frames` gives the same frames without encoding."""
 
-    src: Source  # a dataset's file (read through its store) or a local path
+    src: Source | Pictures  # a dataset's file (read through its store) or a local path; or a camera stored as images
     dst: Path
     fps: float
     geometry: Geometry
@@ -138,8 +140,20 @@ def open_source(path: Source) -> tuple[av.container.InputContainer, av.VideoStre
     return inp, ist
 
 
+@contextlib.contextmanager
+def decoded_frames(src: Source | Pictures) -> Iterator[Iterator[av.VideoFrame]]:
+    """The source's frames in order: a video file decoded (`open_source`), or the pictures of an image camera
+    (`pipeline.video.pictures`)."""
+    if isinstance(src, Pictures):
+        yield picture_frames(src)
+        return
+    inp, ist = open_source(src)
+    with inp:
+        yield inp.decode(ist)
+
+
 def check_source_frame(frame: av.VideoFrame, n: int, first: tuple[int, int] | None,
-                       src: Source) -> tuple[int, int]:
+                       src: Source | Pictures) -> tuple[int, int]:
     """Refuse a source frame the decoder flagged corrupt (it concealed damage: the pixels are not the
     recorded ones) or whose picture size differs from the first frame's; returns the first frame's size."""
     size = (frame.width, frame.height)
@@ -160,8 +174,8 @@ def encode_pyav(job: EncodeJob) -> int:
     steps = [*job.rotate, *filter_chain(job.geometry, job.profile.pix_fmt)]
     n = 0
     try:
-        inp, ist = open_source(job.src)
-        with inp, av.open(str(job.dst), mode="w", format="mp4", options=dict(MUX_OPTIONS)) as out:
+        with decoded_frames(job.src) as frames, av.open(str(job.dst), mode="w", format="mp4",
+                                                        options=dict(MUX_OPTIONS)) as out:
             ost = out.add_stream(job.profile.encoder, rate=rate)
             assert isinstance(ost, av.VideoStream)
             w, h = job.geometry.size
@@ -171,7 +185,7 @@ def encode_pyav(job: EncodeJob) -> int:
             ost.options = dict[str, object](job.profile.options(job.crf))
             graph: av.filter.Graph | None = None
             first: tuple[int, int] | None = None
-            for frame in inp.decode(ist):
+            for frame in frames:
                 first = check_source_frame(frame, n, first, job.src)
                 if graph is None:
                     graph = _graph(frame, steps)
@@ -192,7 +206,7 @@ def encode_pyav(job: EncodeJob) -> int:
     return n
 
 
-def filter_frames(src: Source, geometry: Geometry, pix_fmt: str, hook: FrameHook,
+def filter_frames(src: Source | Pictures, geometry: Geometry, pix_fmt: str, hook: FrameHook,
                   rotate: tuple[tuple[str, dict[str, str]], ...] = ()) -> int:
     """Decode, rotate and resize exactly as `encode_pyav` does, without encoding; `hook` sees each frame."""
     import av
@@ -200,11 +214,10 @@ def filter_frames(src: Source, geometry: Geometry, pix_fmt: str, hook: FrameHook
     steps = [*rotate, *filter_chain(geometry, pix_fmt)]
     n = 0
     try:
-        inp, ist = open_source(src)
-        with inp:
+        with decoded_frames(src) as frames:
             graph: av.filter.Graph | None = None
             first: tuple[int, int] | None = None
-            for frame in inp.decode(ist):
+            for frame in frames:
                 first = check_source_frame(frame, n, first, src)
                 if graph is None:
                     graph = _graph(frame, steps)
@@ -235,6 +248,8 @@ def ffmpeg_command(job: EncodeJob, binary: str = "ffmpeg") -> list[str]:
     """The `ffmpeg` argument list for a job (also what bench/reencode.py times as the CLI baseline)."""
     import ffmpeg  # ffmpeg-python: only builds the argument list here
 
+    if isinstance(job.src, Pictures):
+        raise ValueError("a camera stored as images has no ffmpeg command line (the pyav engine encodes it)")
     rate = fps_fraction(job.fps)
     # A display matrix: the ffmpeg program's autorotate inserts the filters `job.rotate` holds (the pyav engine
     # runs them itself) and writes no matrix. Without one (or one prep does not read, outside MP4/MOV),
@@ -265,6 +280,8 @@ def encode_ffmpeg(job: EncodeJob) -> int:
     """One `ffmpeg` process per file; returns frames written (counted by a demux of the output)."""
     import av
 
+    if isinstance(job.src, Pictures):  # pictures in a parquet are no input the ffmpeg program reads
+        return encode_pyav(job)
     binary = shutil.which("ffmpeg")
     if binary is None:
         raise EpisodeError(None, job.src, "the ffmpeg engine needs the `ffmpeg` program on PATH "
