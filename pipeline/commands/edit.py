@@ -80,6 +80,21 @@ def split_part(text: str) -> tuple[str, float | None, tuple[int, ...] | None]:
     return name, None, episode_list(value)
 
 
+RESERVED_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+
+
+def rename_pair(text: str) -> tuple[str, str]:
+    """`OLD=NEW` -> (OLD, NEW): both non-empty, NEW a key LeRobot can hold (no '/': a key is a folder of the video
+    paths and a part of the v3.0 metadata's column names; no spaces around it, no control characters)."""
+    old, sep, new = text.partition("=")
+    if not sep or not old or not new:
+        raise argparse.ArgumentTypeError(f"expected OLD=NEW (a feature key and its new key), got {shown(text, 200)}")
+    if "/" in new or new.strip() != new or not new.isprintable() or new in (".", ".."):
+        raise argparse.ArgumentTypeError(f"{shown(text, 200)}: {shown(new, 200)} is not a feature key (no '/', no "
+                                         "spaces around it, no control characters)")
+    return old, new
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "edit", help=help_of("edit"),
@@ -106,6 +121,16 @@ def add_parser(sub: Any) -> None:
                    help="leave out every episode that uses one of these tasks (task text or task_index)")
     g.add_argument("--keep-tasks", nargs="+", metavar="TASK",
                    help="keep only episodes whose tasks are all among these (task text or task_index)")
+    f = p.add_argument_group("which cameras, under which keys (video files kept or left out whole, by stream copy; "
+                             "with --merge, applied to each dataset before they are compared)")
+    f.add_argument("--keep-cameras", nargs="+", metavar="KEY",
+                   help="keep only these cameras (video or image features); the others' files are not written")
+    f.add_argument("--drop-cameras", nargs="+", metavar="KEY",
+                   help="leave out these cameras: their features, files, stats and metadata columns")
+    f.add_argument("--rename", nargs="+", action="extend", type=rename_pair, metavar="OLD=NEW",
+                   help="rename features, e.g. observation.images.cam_high=observation.images.base_0_rgb: a "
+                   "camera's videos move to the new key's path byte for byte; a data column is renamed (not "
+                   f"{', '.join(RESERVED_KEYS)})")
     sp = p.add_argument_group("split: one dataset per part, in --out/NAME (the options above apply first)")
     sp.add_argument("--split", nargs="+", type=split_part, metavar="NAME=FRACTION|EPISODES",
                     help="parts, e.g. train=0.9 val=0.1, or val=0-9 train=0.8 (listed episodes first; a fraction "
@@ -117,7 +142,8 @@ def add_parser(sub: Any) -> None:
                     help="allocate the fractions within each set of episodes with the same tasks, so every part "
                     "gets its share of every task")
     p.add_argument("--merge", type=local_dataset, nargs="+", metavar="DATASET",
-                   help="merge these datasets (same format, fps, robot_type and features) into --out, in order")
+                   help="merge these datasets (same format, fps, robot_type and features, after the camera options "
+                   "and --rename) into --out, in order")
     p.add_argument("--to", choices=("v2.1", "v3.0"), help="write the other format: the edit is staged in "
                    "<out>/prep/edited and converted by stream copy (`prep convert`'s rules; not with --split)")
     p.add_argument("--reencode-partial", action="store_true",
@@ -146,6 +172,7 @@ def summary(r: EditReport) -> str:
         lines.append(f"          {ranges(eps)}: {reason}")
     if r.dropped_total > len(r.dropped):
         lines.append(f"          ... {r.dropped_total - len(r.dropped):,} more (see {report_of(r)})")
+    lines += feature_lines(r.options.get("features") or {})
     lines.append(f"files     {r.files:,}: {r.written:,} written, {r.kept:,} kept (already complete), {r.failed:,} "
                  f"failed ({r.out_bytes / 1e6:,.1f} MB) in {r.seconds:.1f} s, "
                  + (f"stream copy but {r.reencoded_total:,} re-encoded" if r.reencoded_total else "stream copy")
@@ -160,6 +187,18 @@ def summary(r: EditReport) -> str:
     lines += outcome_lines(r.failures, r.verify, report_of(r),
                            "fix the failed input, or drop its episode too, and rerun")
     return printable_lines(lines)
+
+
+def feature_lines(given: dict[str, Any]) -> list[str]:
+    """What the camera options and --rename asked for (as edit_options.json records them)."""
+    lines = []
+    if "keep_cameras" in given:
+        lines.append(f"cameras   kept: {', '.join(given['keep_cameras'])} (--keep-cameras)")
+    if "drop_cameras" in given:
+        lines.append(f"cameras   left out: {', '.join(given['drop_cameras'])} (--drop-cameras)")
+    for old, new in (given.get("rename") or {}).items():
+        lines.append(f"renamed   {old} -> {new}")
+    return lines
 
 
 def report_of(r: EditReport) -> str:
@@ -196,10 +235,19 @@ def is_url(text: str) -> bool:
     return "://" in str(text)
 
 
+def feature_options(args: argparse.Namespace) -> Any:
+    from pipeline.jobs.edit import FeatureOptions
+
+    return FeatureOptions(keep_cameras=tuple(args.keep_cameras) if args.keep_cameras is not None else None,
+                          drop_cameras=tuple(args.drop_cameras) if args.drop_cameras is not None else None,
+                          rename=tuple(args.rename or ()))
+
+
 def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.edit import EditOptions, SplitPart, edit_dataset, merge_datasets, split_dataset
     from pipeline.runner import open_engine
 
+    features = feature_options(args)
     if is_url(args.out) and (args.to is not None or args.merge or args.split):
         raise PrepError(f"--out {printable(args.out)}: an object-store output takes an edit of one DATASET; --to, "
                         "--merge and --split write local folders (edit into s3:// after them)")
@@ -210,10 +258,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.merge:
         if args.src is not None or args.split or any(getattr(args, k) is not None for k in SELECTIONS):
-            raise PrepError("--merge takes its datasets after it (prep edit --merge A B --out OUT) and no other "
-                            "selection or --split; edit the merged dataset afterwards")
+            raise PrepError("--merge takes its datasets after it (prep edit --merge A B --out OUT) and no episode "
+                            "selection or --split (the camera options and --rename apply to each dataset); edit the "
+                            "merged dataset afterwards")
         with open_engine(engine_config(args)) as engine:
-            report = merge_datasets(args.merge, Path(args.out).absolute(), engine, verify=not args.no_verify)
+            report = merge_datasets(args.merge, Path(args.out).absolute(), engine, verify=not args.no_verify,
+                                    features=features)
         print(f"merged    {', '.join(str(p.absolute()) for p in args.merge)}")
         print(summary(report))
         return 0 if report.ok else 1
@@ -229,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
             parts = [SplitPart(name, fraction, episodes) for name, fraction, episodes in args.split]
             split = split_dataset(args.src.absolute(), Path(args.out).absolute(), parts, options, engine,
                                   seed=args.seed, shuffle=not args.no_shuffle, group_by_task=args.group_by_task,
-                                  verify=not args.no_verify, reencode_partial=args.reencode_partial)
+                                  verify=not args.no_verify, reencode_partial=args.reencode_partial,
+                                  features=features)
         for name, part in split.parts.items():
             print(f"part      {name}: {plural(part.episodes, 'episode')}")
             print(summary(part))
@@ -241,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
         out = output_location(args.out)
     with open_engine(engine_config(args)) as engine:
         report = edit_dataset(args.src.absolute(), out, options, engine,
-                              verify=not args.no_verify, reencode_partial=args.reencode_partial)
+                              verify=not args.no_verify, reencode_partial=args.reencode_partial, features=features)
     print(summary(report))
     return 0 if report.ok else 1
 
@@ -267,11 +318,13 @@ def run_to(args: argparse.Namespace) -> int:
                           drop_tasks=tuple(args.drop_tasks) if args.drop_tasks else None,
                           keep_tasks=tuple(args.keep_tasks) if args.keep_tasks else None)
 
+    features = feature_options(args)
+
     def edit(staged: Path, verify: bool) -> Any:
         if args.merge:
-            return merge_datasets(args.merge, staged, engine, verify=verify)
+            return merge_datasets(args.merge, staged, engine, verify=verify, features=features)
         return edit_dataset(args.src.absolute(), staged, options, engine, verify=verify,
-                            reencode_partial=args.reencode_partial)
+                            reencode_partial=args.reencode_partial, features=features)
 
     with open_engine(engine_config(args)) as engine:
         result = edit_as(args_to, out, engine, edit, verify=not args.no_verify)

@@ -16,6 +16,7 @@ it into place; a failure is a result with a reason, never a partial file.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -28,6 +29,7 @@ import pyarrow.parquet as pq
 
 from pipeline.checks import Status
 from pipeline.errors import EpisodeError
+from pipeline.formats.hf import HF_KEY
 from pipeline.rates import fps_fraction, frames_to_seconds
 from pipeline.stages.convert import _read_parquet, data_check, source_file, video_check, video_failures
 from pipeline.stages.edit_video import (
@@ -108,12 +110,15 @@ class DataPart:
 
 @dataclass(slots=True, frozen=True)
 class DataInput:
-    """The kept episodes of one source parquet; `task_map` old -> new task_index (pairs, sorted)."""
+    """The kept episodes of one source parquet; `task_map` old -> new task_index (pairs, sorted); `columns`
+    the columns that change (source column, its new name or None when left out: an image camera dropped, a
+    feature renamed)."""
 
     src_root: str
     src_rel: str
     parts: tuple[DataPart, ...]
     task_map: tuple[tuple[int, int], ...]
+    columns: tuple[tuple[str, str | None], ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -334,6 +339,48 @@ def _renumbered(table: pa.Table, part: DataPart, task_map: dict[int, int], path:
     return table
 
 
+def _renamed_metadata(metadata: dict[bytes, bytes], change: dict[str, str | None]) -> dict[bytes, bytes]:
+    """The schema metadata of a parquet whose columns `change` (left out: None, or renamed): the features of
+    its `huggingface` block and the columns of its `pandas` block follow them; other keys are kept."""
+    out = dict(metadata)
+    for key in (HF_KEY, b"pandas"):
+        if key not in out:
+            continue
+        try:
+            doc = json.loads(out[key].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            out.pop(key)  # unreadable: it could only describe columns that are gone
+            continue
+        if key == HF_KEY and isinstance(doc, dict) and isinstance(doc.get("info"), dict) \
+                and isinstance(doc["info"].get("features"), dict):
+            feats = doc["info"]["features"]
+            doc["info"]["features"] = {change.get(k) or k: v for k, v in feats.items() if change.get(k, k) is not None}
+        elif key == b"pandas" and isinstance(doc, dict) and isinstance(doc.get("columns"), list):
+            cols = []
+            for c in doc["columns"]:
+                name = c.get("field_name", c.get("name")) if isinstance(c, dict) else None
+                if isinstance(name, str) and name in change:
+                    if change[name] is None:
+                        continue
+                    c = {**c, "field_name": change[name], **({"name": change[name]} if c.get("name") == name else {})}
+                cols.append(c)
+            doc["columns"] = cols
+        out[key] = json.dumps(doc).encode("utf-8")
+    return out
+
+
+def shaped_columns(table: pa.Table, columns: Sequence[tuple[str, str | None]]) -> pa.Table:
+    """`table` with the columns `columns` names left out (None) or renamed, and its schema metadata to match
+    (`_renamed_metadata`); the other columns, their order and values, unchanged."""
+    if not columns:
+        return table
+    change = dict(columns)
+    metadata = _renamed_metadata(table.schema.metadata or {}, change)  # before: a rename drops the metadata
+    kept = [n for n in table.column_names if change.get(n, n) is not None]
+    table = table.select(kept).rename_columns([change.get(n) or n for n in kept])
+    return table.replace_schema_metadata(metadata)
+
+
 def edit_data(unit: EditDataUnit) -> EditResult:
     def body() -> EditResult:
         dst = output_file(unit.out_root, unit.out_rel)
@@ -349,13 +396,15 @@ def edit_data(unit: EditDataUnit) -> EditResult:
                 for inp in unit.inputs:
                     first = inp.parts[0].episode
                     src = source_file(inp.src_root, inp.src_rel, first).local
-                    table = _read_parquet(src, first if len(inp.parts) == 1 else None)
+                    table = shaped_columns(_read_parquet(src, first if len(inp.parts) == 1 else None), inp.columns)
                     if "episode_index" not in table.column_names:
                         raise EpisodeError(first, src, "no 'episode_index' column")
                     if schema is None:
                         schema = table.schema
                         writer = pq.ParquetWriter(tmp, schema, compression="snappy", use_dictionary=True)
-                    elif not table.schema.remove_metadata().equals(schema.remove_metadata()):
+                    elif table.column_names != schema.names and set(table.column_names) == set(schema.names):
+                        table = table.select(schema.names)  # a merge's source with its features in another order
+                    if not table.schema.remove_metadata().equals(schema.remove_metadata()):
                         raise EpisodeError(first, src, "its columns differ from the first source file's in this "
                                                        "output file")
                     assert writer is not None

@@ -22,12 +22,14 @@ Resumable per output file (`pipeline.stages.keep`: a file is kept only when it i
 `<out>/prep/edit_options.json` records the source and the kept episodes (a rerun with another selection is
 refused); `<out>/prep/output.lock` while running.
 
-The package, one module per part: `selection` (which episodes, tasks), `plan` (v2.1 and v3.0 units, the cut
-checks), `publish` (reduce, metadata, report), `job` (edit_dataset, write_edit, edit_as), `split` and `merge`.
+The package, one module per part: `selection` (which episodes, tasks), `features` (which cameras, under which
+keys: --keep-cameras, --drop-cameras, --rename), `plan` (v2.1 and v3.0 units, the cut checks), `publish` (reduce,
+metadata, report), `job` (edit_dataset, write_edit, edit_as), `split` and `merge`.
 """
 
 from __future__ import annotations
 
+from pipeline.jobs.edit.features import FeatureMap, FeatureOptions, camera_keys, resolve
 from pipeline.jobs.edit.job import (
     DROPPED_LISTED,
     OPTIONS,
@@ -78,6 +80,8 @@ __all__ = [
     "EditReduce",
     "EditRefused",
     "EditReport",
+    "FeatureMap",
+    "FeatureOptions",
     "Placed",
     "PlanItem",
     "Selection",
@@ -86,6 +90,7 @@ __all__ = [
     "SplitReport",
     "TaskPlan",
     "_largest_remainder",
+    "camera_keys",
     "check_cuts",
     "claim_edit_output",
     "edit_as",
@@ -100,6 +105,7 @@ __all__ = [
     "plan_tasks",
     "ranges",
     "renumbered_stats",
+    "resolve",
     "select",
     "split_arrays",
     "split_dataset",

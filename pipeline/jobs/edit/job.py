@@ -20,6 +20,7 @@ from pipeline.formats import VERSIONS, read_info
 from pipeline.formats.validate import metadata_refusals
 from pipeline.formats.write import PREP_DIR
 from pipeline.jobs.convert import verify_output
+from pipeline.jobs.edit.features import FeatureOptions, resolve
 from pipeline.jobs.edit.plan import check_cuts, plan, units_of
 from pipeline.jobs.edit.publish import PUBLISH, REPORT_REL, EditReduce, EditReport, write_report
 from pipeline.jobs.edit.selection import EditOptions, Source, plan_tasks, select
@@ -52,20 +53,24 @@ def claim_edit_output(out: Path | Location) -> OutputClaim:
 
 
 def edit_dataset(src: Path, out: Path | Location, options: EditOptions, engine: Engine, *, verify: bool = True,
-                 reencode_partial: bool = False) -> EditReport:
-    """Write `src` without the episodes `options` leaves out into the dataset `out` (same format) through
-    `engine`; resumable; never writes under `src`. Raises `EditRefused` (a cut off a keyframe) and
-    `PrepError` for a bad selection, dataset or output, before anything is written. `out` may be an
-    object-store location (`s3://...`): its files are put whole after their checks, its metadata made in a
-    local temp folder and put with meta/info.json last."""
+                 reencode_partial: bool = False, features: FeatureOptions | None = None) -> EditReport:
+    """Write `src` without the episodes `options` leaves out (and without the cameras, under the keys,
+    `features` says) into the dataset `out` (same format) through `engine`; resumable; never writes under
+    `src`. Raises `EditRefused` (a cut off a keyframe) and `PrepError` for a bad selection, dataset or output,
+    before anything is written. `out` may be an object-store location (`s3://...`): its files are put whole
+    after their checks, its metadata made in a local temp folder and put with meta/info.json last."""
     src = Path(src).absolute()
+    features = features or FeatureOptions()
     where = output_location(out if isinstance(out, Location) else Path(out).absolute())
     out = Path(where.root) if where.is_local else where
     info = open_source(src, out)
-    sel, total = select(options, src, info)
+    fmap = resolve(features, [src], [info])[0]
+    sel, total = select(options, src, info, keep_all=features.given())
     claim = claim_edit_output(out)  # a local source and an object-store output cannot overlap; a local one: open_source
-    source = Source(src, info, sel, plan_tasks(src, info, sel))
-    return write_edit([source], claim, total, engine, verify=verify, reencode_partial=reencode_partial)
+    source = Source(src, info, sel, plan_tasks(src, info, sel), layout=fmap.info(info) if fmap.changes else None,
+                    features=fmap)
+    return write_edit([source], claim, total, engine, verify=verify, reencode_partial=reencode_partial,
+                      settings_extra=features.settings())
 
 
 def write_edit(sources: Sequence[Source], claim: OutputClaim, total: int, engine: Engine, *, verify: bool = True,
@@ -105,7 +110,7 @@ def write_edit(sources: Sequence[Source], claim: OutputClaim, total: int, engine
                     reduce.add(r)
         claim.remove_temps()  # temp files of workers killed mid-task (their task was retried)
         report.seconds = time.perf_counter() - t0
-        info = info_out if info_out is not None else first.info
+        info = info_out if info_out is not None else first.out_info
         if where.is_local:
             publish_files(claim.path, report, lambda: PUBLISH[fmt](sources, claim.path, info, report), write_report)
         else:  # the metadata made in a local temp folder, then put (meta/info.json last); the report put after it

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import PrepError
+from pipeline.jobs.edit.features import FeatureOptions, resolve
 from pipeline.jobs.edit.job import claim_edit_output, open_source, write_edit
 from pipeline.jobs.edit.publish import EditReport
 from pipeline.jobs.edit.selection import Selection, Source, TaskPlan, episode_tasks, plan_tasks
@@ -63,29 +64,40 @@ def merged_info(infos: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def merge_datasets(srcs: Sequence[Path], out: Path, engine: Engine, *, verify: bool = True) -> EditReport:
+LEROBOT_RULE = "LeRobot's merge_datasets expects the same fps, robot_type and features too"
+
+
+def merge_datasets(srcs: Sequence[Path], out: Path, engine: Engine, *, verify: bool = True,
+                   features: FeatureOptions | None = None) -> EditReport:
     """One dataset holding every episode of `srcs`, in order (A's, then B's, ...), renumbered, tasks merged
     by text (first appearance), stats carried and aggregated; every file copied or spliced by stream copy and
-    kept a file of its own (files with different codec parameters are never concatenated). Refuses datasets
-    of different formats, fps, robot_type or features (naming the first difference) before writing."""
+    kept a file of its own (files with different codec parameters are never concatenated). `features` (the
+    cameras kept, the keys renamed) applies to each source first, so datasets whose cameras have other names
+    merge once mapped to the same ones. Refuses datasets of different formats, fps, robot_type or features
+    (after that mapping; naming the first difference) before writing, as LeRobot's own merge does."""
     srcs = [Path(s).absolute() for s in srcs]
     out = Path(out).absolute()
+    features = features or FeatureOptions()
     if len(srcs) < 2:
         raise PrepError("--merge: give at least two datasets")
     if len({os.path.realpath(s) for s in srcs}) != len(srcs):
         raise PrepError("--merge: a dataset is given twice")
-    infos = [open_source(s, out) for s in srcs]
+    src_infos = [open_source(s, out) for s in srcs]
+    maps = resolve(features, srcs, src_infos)
+    infos = [m.info(i) for m, i in zip(maps, src_infos, strict=True)]
     for s, info in zip(srcs[1:], infos[1:], strict=True):
         diff = merge_difference(infos[0], info)
         if diff is not None:
-            raise PrepError(f"--merge: {printable(s)} cannot be merged with {printable(srcs[0])}: {diff}")
+            mapped = " (after --keep-cameras/--drop-cameras/--rename)" if features.given() else ""
+            raise PrepError(f"--merge: {printable(s)} cannot be merged with {printable(srcs[0])}{mapped}: {diff}; "
+                            f"{LEROBOT_RULE}")
     claim = claim_edit_output(out)
     layout = merged_info(infos)
     merged: list[str] = []
     at: dict[str, int] = {}
     sources: list[Source] = []
     offset = index_offset = total = 0
-    for src, info in zip(srcs, infos, strict=True):
+    for src, info, fmap in zip(srcs, src_infos, maps, strict=True):
         n_eps = n_frames = 0
         for _e, _t, n in episode_tasks(src, info):
             n_eps += 1
@@ -97,8 +109,9 @@ def merge_datasets(srcs: Sequence[Path], out: Path, engine: Engine, *, verify: b
                 at[t] = len(merged)
                 merged.append(t)
         tasks = TaskPlan(merged, {own.index_of[t]: at[t] for t in own.tasks}, own.index_of)
-        sources.append(Source(src, info, sel, tasks, index_offset, layout))
+        sources.append(Source(src, info, sel, tasks, index_offset, layout, features=fmap))
         offset += n_eps
         index_offset += n_frames
         total += n_eps
-    return write_edit(sources, claim, total, engine, verify=verify, info_out=layout)
+    return write_edit(sources, claim, total, engine, verify=verify, info_out=layout,
+                      settings_extra=features.settings())

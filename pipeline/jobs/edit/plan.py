@@ -74,7 +74,9 @@ PlanItem = Placed | EditUnit
 def plan_v21(s: Source, out: Path | str) -> Iterator[PlanItem]:
     src, info, sel, tasks = s.src, s.info, s.sel, s.tasks
     info_path = src / "meta/info.json"
-    cameras = video_keys(info, info_path)
+    video_keys(info, info_path)  # checked
+    cameras = s.features.cameras(info)
+    columns = s.features.columns()
     cs, out_cs = int(info.get("chunks_size", 1000)), int(s.out_info.get("chunks_size", 1000))
     data_tpl, video_tpl = info["data_path"], str(info.get("video_path"))
     data_out_tpl, video_out_tpl = s.out_info["data_path"], str(s.out_info.get("video_path"))
@@ -88,11 +90,11 @@ def plan_v21(s: Source, out: Path | str) -> Iterator[PlanItem]:
         data_out = format_template(data_out_tpl, info_path, {"episode_chunk", "episode_index"},
                                    episode_chunk=new // out_cs, episode_index=new)
         yield EditDataUnit(str(out), data_out, (DataInput(str(src), data_src, (DataPart(idx, new, length, before),),
-                                                          tasks.map_for(texts, src, idx)),))
-        for cam in cameras:
+                                                          tasks.map_for(texts, src, idx), columns),))
+        for cam, out_cam in cameras:
             rels = [format_template(tpl, info_path, {"episode_chunk", "episode_index", "video_key"},
-                                    episode_chunk=e // c, episode_index=e, video_key=cam)
-                    for tpl, c, e in ((video_tpl, cs, idx), (video_out_tpl, out_cs, new))]
+                                    episode_chunk=e // c, episode_index=e, video_key=key)
+                    for tpl, c, e, key in ((video_tpl, cs, idx, cam), (video_out_tpl, out_cs, new, out_cam))]
             yield CopyVideoUnit(str(src), str(out), rels[0], rels[1], idx, new, length, float(info["fps"]), cam)
         yield Placed(idx, new, length, before)
         before += length
@@ -188,17 +190,20 @@ def plan_v30(s: Source, out: Path | str, *, streams: _Streams | None = None,
     earlier sources; the caller closes them with `close_streams`)."""
     src, info, sel, tasks = s.src, s.info, s.sel, s.tasks
     info_path = src / "meta/info.json"
-    cameras = video_keys(info, info_path)
+    video_keys(info, info_path)  # checked
+    out_of = dict(s.features.cameras(info))  # the kept cameras: source key -> output key
+    cameras = tuple(out_of)
+    columns = s.features.columns()
     cs = int(s.out_info.get("chunks_size", 1000))
     own = streams is None
-    streams = streams if streams is not None else _Streams(cs, cameras)
+    streams = streams if streams is not None else _Streams(cs, list(out_of.values()))
     data_run: _Run | None = None
     video_run: dict[str, _Run] = {}
     before = s.index_offset
 
     def close_data(run: _Run) -> None:
         if run.out is not None:
-            streams.data.add(DataInput(str(src), run.rel, tuple(run.parts), tuple(sorted(run.tasks))), 0)
+            streams.data.add(DataInput(str(src), run.rel, tuple(run.parts), tuple(sorted(run.tasks)), columns), 0)
 
     def close_video(cam: str, run: _Run) -> Iterator[SpliceCheckUnit]:
         if run.out is None:
@@ -206,7 +211,7 @@ def plan_v30(s: Source, out: Path | str, *, streams: _Streams | None = None,
         if checks and not all(sp.keep for sp in run.spans):
             yield SpliceCheckUnit(str(src), run.rel, cam, tuple(run.spans))
         news = tuple(_new(sel, sp.episode) for sp in sorted(run.spans, key=lambda sp: sp.from_timestamp) if sp.keep)
-        streams.video[cam].add(VideoSegment(str(src), run.rel, tuple(run.spans), news), 0)
+        streams.video[out_of[cam]].add(VideoSegment(str(src), run.rel, tuple(run.spans), news), 0)
 
     def opened(stream: _Stream, kind: str, cam: str | None, rel: str) -> tuple[tuple[int, int], int,
                                                                                Iterator[PlanItem]]:
@@ -235,24 +240,25 @@ def plan_v30(s: Source, out: Path | str, *, streams: _Streams | None = None,
             why = s.reencode.get((v.camera, ep.index)) if new is not None else None
             run.spans.append(SpliceSpan(ep.index, v.from_timestamp, v.to_timestamp, ep.length,
                                         new is not None and why is None))
+            out_cam = out_of[v.camera]
             if new is not None and why is not None:
-                chunk, file = streams.video[v.camera].reserve()
-                places.append((v.camera, chunk, file, 0))
+                chunk, file = streams.video[out_cam].reserve()
+                places.append((out_cam, chunk, file, 0))
                 if not checks:
                     rel = format_template(str(s.out_info.get("video_path")), info_path,
                                           {"chunk_index", "file_index", "video_key"}, chunk_index=chunk,
-                                          file_index=file, video_key=v.camera)
+                                          file_index=file, video_key=out_cam)
                     feature = (info.get("features") or {}).get(v.camera) or {}
                     yield ReencodeVideoUnit(str(src), v.rel, str(out), rel, v.camera, float(info["fps"]),
                                             SpliceSpan(ep.index, v.from_timestamp, v.to_timestamp, ep.length, True),
                                             new, why, json.dumps(feature.get("info") or {}))
             elif new is not None:
                 if run.out is None:
-                    run.out, run.kept_frames, done = opened(streams.video[v.camera], "video", v.camera, v.rel)
+                    run.out, run.kept_frames, done = opened(streams.video[out_cam], "video", out_cam, v.rel)
                     yield from done
-                places.append((v.camera, run.out[0], run.out[1], run.kept_frames))
+                places.append((out_cam, run.out[0], run.out[1], run.kept_frames))
                 run.kept_frames += ep.length
-                streams.video[v.camera].frames += ep.length
+                streams.video[out_cam].frames += ep.length
         if new is None:
             continue
         if data_run.out is None:
@@ -307,7 +313,8 @@ def plan(sources: Sequence[Source], out: Path | str) -> Iterator[PlanItem]:
     layout = sources[0].out_info
     pack = (float(layout.get("data_files_size_in_mb", 100)), float(layout.get("video_files_size_in_mb", 200))) \
         if len(sources) > 1 else None
-    streams = _Streams(int(layout.get("chunks_size", 1000)), video_keys(first, sources[0].src / "meta/info.json"),
+    video_keys(first, sources[0].src / "meta/info.json")  # checked
+    streams = _Streams(int(layout.get("chunks_size", 1000)), [c for _k, c in sources[0].features.cameras(first)],
                        pack)
     for s in sources:
         yield from (i for i in plan_v30(s, out, streams=streams) if not isinstance(i, SpliceCheckUnit))
@@ -368,7 +375,8 @@ def overlap_refusals(s: Source) -> list[Overlap]:
     episode: an edit would copy (or re-encode) one episode's frames as another's. One pass over the episode
     metadata; each file's spans are held while its episodes are read (they are consecutive)."""
     src, info = s.src, s.info
-    cameras = video_keys(info, src / "meta/info.json")
+    video_keys(info, src / "meta/info.json")  # checked
+    cameras = tuple(k for k, _new in s.features.cameras(info))  # a camera left out is not copied: not checked
     fps = float(info["fps"])
     runs: dict[str, tuple[str, list[tuple[int, int, int]]]] = {}
     found: list[Overlap] = []

@@ -29,6 +29,7 @@ from pipeline.formats.v21 import (
 from pipeline.formats.v30 import V30EpisodesWriter, iter_v30_episodes, stats_of_row, write_tasks_v30
 from pipeline.formats.write import PREP_DIR
 from pipeline.jobs.convert import copy_root_files
+from pipeline.jobs.edit.features import FeatureMap
 from pipeline.jobs.edit.plan import Placed, plan
 from pipeline.jobs.edit.selection import Source, TaskPlan
 from pipeline.jobs.output import FAILURES_LISTED, count_file
@@ -160,32 +161,41 @@ def _info(info: dict[str, Any], *, episodes: int, frames: int, tasks: int, camer
     return doc
 
 
-def _global_stats(agg: StatsAggregator, src: Path) -> dict[str, Any]:
-    """The aggregate of the kept episodes' stats, each value in the shape the source's meta/stats.json gives
-    it (image stats (3, 1, 1) even where the per-episode rows store them flat)."""
+def _source_stats(src: Path) -> dict[str, Any]:
     try:
         reference = json.loads((src / "meta/stats.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         reference = {}
-    return shaped_like(agg.result(), reference if isinstance(reference, dict) else {})
+    return reference if isinstance(reference, dict) else {}
 
 
-def _copy_global_stats(src: Path, out: Path) -> None:
+def _global_stats(agg: StatsAggregator, src: Path, features: FeatureMap) -> dict[str, Any]:
+    """The aggregate of the kept episodes' stats, each value in the shape the source's meta/stats.json gives
+    it (image stats (3, 1, 1) even where the per-episode rows store them flat), in the output's keys."""
+    return shaped_like(agg.result(), features.stats(_source_stats(src)))
+
+
+def _copy_global_stats(src: Path, out: Path, features: FeatureMap) -> None:
     """No per-episode stats to aggregate (an older dataset): the source's meta/stats.json, as `prep convert`
-    carries it (the readers need the file; its values are the whole source's)."""
-    if (src / "meta/stats.json").is_file():
-        with atomic.atomic_path(out / "meta/stats.json", out) as tmp:
-            shutil.copyfile(src / "meta/stats.json", tmp)
+    carries it (the readers need the file; its values are the whole source's), without the features left out
+    and in the output's keys."""
+    if not (src / "meta/stats.json").is_file():
+        return
+    if features.changes:
+        atomic.write_lerobot_json(out / "meta/stats.json", features.stats(_source_stats(src)), root=out)
+        return
+    with atomic.atomic_path(out / "meta/stats.json", out) as tmp:
+        shutil.copyfile(src / "meta/stats.json", tmp)
 
 
 def _finish(src: Path, out: Path, info_out: dict[str, Any], report: EditReport, agg: StatsAggregator | None,
-            episodes: int, frames: int, cameras: int) -> None:
+            episodes: int, frames: int, cameras: int, features: FeatureMap) -> None:
     """Either format's last files: the global stats (the kept episodes' aggregate, else the source's), the
     source's top-level files, then meta/info.json with the output's totals."""
     if agg is not None:
-        atomic.write_lerobot_json(out / "meta/stats.json", _global_stats(agg, src), root=out)
+        atomic.write_lerobot_json(out / "meta/stats.json", _global_stats(agg, src, features), root=out)
     else:
-        _copy_global_stats(src, out)
+        _copy_global_stats(src, out, features)
     copy_root_files(src, out)
     report.episodes, report.frames = episodes, frames
     atomic.write_lerobot_json(out / "meta/info.json", _info(info_out, episodes=episodes, frames=frames,
@@ -215,9 +225,9 @@ def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
                 if new is not None:
                     writer.add({**obj, "episode_index": new})
                     if with_stats and pending is not None and pending[0] == idx:
-                        fixed = renumbered_stats(pending[1], episode_delta=new - idx,
-                                                 index_delta=new_from - old_from,
-                                                 task_map=_old_tasks(obj.get("tasks") or [], s.tasks))
+                        fixed = s.features.stats(renumbered_stats(pending[1], episode_delta=new - idx,
+                                                                  index_delta=new_from - old_from,
+                                                                  task_map=_old_tasks(obj.get("tasks") or [], s.tasks)))
                         agg.add(fixed, episode=idx)
                         writer.add_stats(new, fixed)
                     new_from += length
@@ -225,7 +235,8 @@ def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
                     frames += length
                 old_from += length
     cameras = len(video_keys(info_out, sources[0].src / "meta/info.json"))
-    _finish(sources[0].src, out, info_out, report, agg if with_stats else None, episodes, frames, cameras)
+    _finish(sources[0].src, out, info_out, report, agg if with_stats else None, episodes, frames, cameras,
+            sources[0].features)
 
 
 def publish_v30(sources: Sequence[Source], out: Path, info_out: dict[str, Any], report: EditReport) -> None:
@@ -237,15 +248,16 @@ def publish_v30(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
                                int(info_out.get("chunks_size", 1000)))
     episodes = frames = 0
     has_stats = False
+    order: list[str] | None = None  # the first row's columns: a merge's later sources' rows in that order
     try:
         for s in sources:
-            cameras = video_keys(s.info, s.src / "meta/info.json")
+            cameras = tuple(k for k, _new in s.features.cameras(s.info))
             for ep, row in iter_v30_episodes(s.src, s.info, cameras):
                 if not s.sel.is_kept(ep.index):
                     continue
                 p = next(placed)
                 assert p.episode == ep.index
-                new_row = dict(row)
+                new_row = s.features.row(row)  # a camera left out: its columns too; renamed keys
                 new_row.update({
                     "episode_index": p.new_episode,
                     "data/chunk_index": p.data_file[0],
@@ -262,13 +274,17 @@ def publish_v30(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
                 stats = stats_of_row(row)
                 if stats:
                     has_stats = True
-                    fixed = renumbered_stats(stats, episode_delta=p.new_episode - ep.index,
-                                             index_delta=p.new_from_index - ep.dataset_from_index,
-                                             task_map=_old_tasks(ep.tasks, s.tasks))
+                    fixed = s.features.stats(renumbered_stats(stats, episode_delta=p.new_episode - ep.index,
+                                                              index_delta=p.new_from_index - ep.dataset_from_index,
+                                                              task_map=_old_tasks(ep.tasks, s.tasks)))
                     agg.add(fixed, episode=ep.index)
                     for feat, st in fixed.items():
                         for name, value in st.items():
                             new_row[f"stats/{feat}/{name}"] = value
+                if order is None:
+                    order = list(new_row)
+                elif list(new_row) != order and set(new_row) == set(order):
+                    new_row = {k: new_row[k] for k in order}
                 writer.add(new_row)
                 episodes += 1
                 frames += p.length
@@ -276,7 +292,8 @@ def publish_v30(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
     except BaseException:
         writer.abort()
         raise
-    _finish(sources[0].src, out, info_out, report, agg if has_stats else None, episodes, frames, 0)
+    _finish(sources[0].src, out, info_out, report, agg if has_stats else None, episodes, frames, 0,
+            sources[0].features)
 
 
 PUBLISH = {"v2.1": publish_v21, "v3.0": publish_v30}

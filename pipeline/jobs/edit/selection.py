@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline.errors import DatasetError, PrepError
 from pipeline.formats import format_of
+from pipeline.jobs.edit.features import FeatureMap
 from pipeline.text import printable
 from pipeline.text import shown as shown_value
 
@@ -162,7 +163,8 @@ class Selection:
 
 @dataclass(slots=True)
 class Source:
-    """One source of the output: its root, info.json, kept episodes, task numbering and the rows before it."""
+    """One source of the output: its root, info.json, kept episodes, task numbering, the rows before it and
+    what becomes of its features."""
 
     src: Path
     info: dict[str, Any]
@@ -172,6 +174,7 @@ class Source:
     layout: dict[str, Any] | None = None  # the output's info.json (paths, chunks_size); None: the source's
     # --reencode-partial: (camera, source episode) -> why its cut needs a re-encode (each in a file of its own)
     reencode: dict[tuple[str, int], str] = field(default_factory=dict)
+    features: FeatureMap = field(default_factory=FeatureMap)  # the cameras left out, the keys renamed
 
     @property
     def out_info(self) -> dict[str, Any]:
@@ -294,12 +297,15 @@ class Members:
         return len(v) - (bisect_right(v, total - 1) - bisect_right(v, -1))
 
 
-def select(options: EditOptions, src: Path, info: dict[str, Any]) -> tuple[Selection, int]:
+def select(options: EditOptions, src: Path, info: dict[str, Any], *,
+           keep_all: bool = False) -> tuple[Selection, int]:
     """The kept episodes and the source's episode count, in one pass over the episode metadata (memory: the
-    selection's runs, not the corpus); refuses an index outside it and an empty result."""
-    if not options.given():
+    selection's runs, not the corpus); refuses an index outside it and an empty result. No option given:
+    every episode when `keep_all` (an edit of the features alone), else refused."""
+    if not options.given() and not keep_all:
         raise PrepError("say which episodes to leave out: --drop EPISODES, --keep EPISODES, --drop-failed REPORT, "
-                        "--drop-tasks TASK ... or --keep-tasks TASK ...")
+                        "--drop-tasks TASK ... or --keep-tasks TASK ...; or which cameras and keys to change: "
+                        "--keep-cameras, --drop-cameras KEY ..., --rename OLD=NEW ...")
     failed = failed_in_report(options.drop_failed, src) if options.drop_failed is not None else {}
     task_list = source_tasks(src, info["codebase_version"]) if options.drop_tasks or options.keep_tasks else []
     drop_t = _resolve_tasks(options.drop_tasks or (), task_list, "--drop-tasks")

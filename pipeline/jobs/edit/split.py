@@ -12,6 +12,7 @@ from typing import Any
 
 from pipeline.errors import PrepError
 from pipeline.formats.write import PREP_DIR
+from pipeline.jobs.edit.features import FeatureOptions, resolve
 from pipeline.jobs.edit.job import claim_edit_output, open_source, write_edit
 from pipeline.jobs.edit.plan import check_cuts
 from pipeline.jobs.edit.publish import EditReport
@@ -138,16 +139,19 @@ class SplitReport:
 
 def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: EditOptions, engine: Engine, *,
                   seed: int = 0, shuffle: bool = True, group_by_task: bool = False,
-                  verify: bool = True, reencode_partial: bool = False) -> SplitReport:
+                  verify: bool = True, reencode_partial: bool = False,
+                  features: FeatureOptions | None = None) -> SplitReport:
     """One dataset per part under `out/<name>` (each an edit of `src`, the same rules and checks); `options`
-    (if any) first leaves episodes out of every part. Every part's selection and output are checked before
-    the first is written."""
+    (if any) first leaves episodes out of every part, `features` the same cameras and keys of every part. Every
+    part's selection and output are checked before the first is written."""
     src, out = Path(src).absolute(), Path(out).absolute()
     if not parts:
         raise PrepError("--split: no part given (NAME=FRACTION or NAME=EPISODES)")
     for p in parts:
         check_part_name(p.name)
     info = open_source(src, out)
+    features = features or FeatureOptions()
+    fmap = resolve(features, [src], [info])[0]
     import numpy as np
 
     # one pass: the episode count and (--group-by-task) each episode's group, as int32 codes
@@ -176,7 +180,9 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
         selections[name] = Selection.of((e, None if e in members else base_sel.reason_of(e) or other)
                                         for e in range(total))
         claims[name] = claim_edit_output(out / name)
-    sources = {name: Source(src, info, sel, plan_tasks(src, info, sel)) for name, sel in selections.items()}
+    layout = fmap.info(info) if fmap.changes else None
+    sources = {name: Source(src, info, sel, plan_tasks(src, info, sel), layout=layout, features=fmap)
+               for name, sel in selections.items()}
     engine.prepare(max(sel.kept_count for sel in selections.values()))
     for name, source in sources.items():
         check_cuts([source], out / name, engine, reencode_partial=reencode_partial)
@@ -186,7 +192,8 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
             raise PrepError(f"output {printable(out)} holds {', '.join(printable(o) for o in others[:3])}, "
                             "which is not a part of this split; choose another --out")
     split_settings = {"split": {p.name: (p.fraction if p.fraction is not None else ranges(list(p.episodes or ())))
-                                for p in parts}, "seed": seed, "shuffle": shuffle, "group_by_task": group_by_task}
+                                for p in parts}, "seed": seed, "shuffle": shuffle, "group_by_task": group_by_task,
+                      **features.settings()}
     reports = {}
     for name, source in sources.items():
         reports[name] = write_edit([source], claims[name], total, engine, verify=verify,
