@@ -397,6 +397,32 @@ DECLARED: tuple[Check, ...] = (
           "(`AV_FRAME_FLAG_CORRUPT`); neither backend checks it: training gets a damaged frame", note=_DECODE),
     Check("decoded_size", Scope.EPISODE, every(E), "torchcodec raises at the first frame of another size; pyav "
           "returns it silently at that size", note=_DECODE),
+    # ---- cameras stored as images (`dtype: "image"`, a `{bytes, path}` struct column of the data parquet) ----
+    # Every reader decodes them alike: datasets' `Image.decode_example` (PIL) on the row's value, then
+    # `hf_transform_to_torch` (0.3.x/0.4.x datasets/utils.py, 0.6.x datasets/io_utils.py) makes a CHW tensor of
+    # the picture as it is; none compares it with info.json's shape. Seen with lerobot 0.3.3, 0.4.4 and 0.6.1 on
+    # datasets written by their own `LeRobotDataset.create(use_videos=False)` (tests/compat/parity_cases).
+    Check("image_column", Scope.FILE, every(E),
+          "the data file has no `{bytes, path}` column named by the image key: 0.3.x `load_dataset('parquet')` "
+          "refuses at open when another data file has it (`DatasetGenerationError`, column names differ) and "
+          "hands samples without the key when none has; 0.4.x/0.6.x `load_nested_dataset(features=...)` fills "
+          "the column with None: every sample's picture is None, which the policy or the DataLoader's collate "
+          "raises at", note="image cameras"),
+    Check("pictures_from_footer", Scope.EPISODE, every(E),
+          "a row without a picture (the `bytes` child null; counted from the parquet footer, the rows named from "
+          "the column): `Image.decode_example` raises `ValueError` at that sample when `path` is null too, opens "
+          "`path` relative to the process's working folder when set (`FileNotFoundError` there), and a null "
+          "struct is handed as None, which the policy or the DataLoader's collate raises at",
+          note="image cameras: one picture per row"),
+    Check("picture_readable", Scope.EPISODE, every(E),
+          "a picture PIL cannot open or decode (not a picture, truncated): `Image.decode_example` / "
+          "`hf_transform_to_torch` raise at that sample (`UnidentifiedImageError`, `OSError: image file is "
+          "truncated`)", note="image cameras: the first picture's header; every picture with `--decode`"),
+    Check("picture_shape", Scope.EPISODE, every(W),
+          "a picture of another size or channel count than info.json's shape: every reader loads it and hands a "
+          "CHW tensor of the picture's own shape (a gray picture 1 channel, RGBA 4), so the policy, configured "
+          "from info.json, gets another shape, and a batch mixing shapes fails in the DataLoader's collate",
+          note="image cameras: the first picture's header; every picture with `--decode`"),
     Check("stage", Scope.EPISODE, every(E), "not a finding about the data: the checks of the unit stopped at an "
           "exception (a bug in prep, named in `found`); the episodes are failed rather than passed unchecked",
           note="the checks could not run"),

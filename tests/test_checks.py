@@ -135,7 +135,7 @@ def test_every_metadata_rule_the_validator_sets_is_declared() -> None:
 def test_file_scope_is_the_old_file_checks() -> None:
     assert {n for n in CHECKS if is_file_check(n)} == {
         "readable", "frames_from_header", "fps", "size", "declared_size", "declared_codec", "parquet_columns",
-        "parquet_readable", "depth_copy", "display_rotation"}
+        "parquet_readable", "depth_copy", "display_rotation", "image_column"}
 
 
 def test_repairs_are_the_old_table() -> None:

@@ -61,12 +61,15 @@ def summary(report: VerifyReport) -> str:
     lines = []
     if report.failures:
         lines += [*failures_table(report.failures, total=report.failures_total).splitlines(), ""]  # cells escaped
+    n_cams = len(ds.cameras) + len(ds.image_cameras)
+    stored = f", {len(ds.image_cameras)} stored as images" if ds.image_cameras else ""
     lines += [
-        f"dataset   {ds.root}  (LeRobot {ds.codebase_version}, {ds.fps:g} fps, {plural(len(ds.cameras), 'camera')})",
+        f"dataset   {ds.root}  (LeRobot {ds.codebase_version}, {ds.fps:g} fps, {plural(n_cams, 'camera')}{stored})",
         f"episodes  {t['episodes']:,}: {t['episodes_passed']:,} passed, {t['episodes_failed']:,} failed"
         + (f" ({t['episodes_rejected_by_metadata']} rejected by metadata)" if report.rejected else ""),
         f"timesteps {t['frames_expected']:,} expected (metadata lengths; "
-        f"{plural(t['frames_expected'] * len(ds.cameras), 'camera frame')})",
+        f"{plural(t['frames_expected'] * n_cams, 'camera frame')}"
+        + (f", {t['frames_expected'] * len(ds.image_cameras):,} of them pictures)" if ds.image_cameras else ")"),
         f"checks    {', '.join(f'{k}: {v}' for k, v in sorted(t['failures_by_check'].items())) or 'all passed'}",
         *_depth_line(report),
         *_predictions(report),

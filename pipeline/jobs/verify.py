@@ -71,9 +71,9 @@ FAILURES_KEPT = 10_000  # failures held in memory (VerifyReport.failures); the t
 SEEN_KEYS = 65_536  # whole-file failures remembered to list each once (a file's units are adjacent in the plan)
 VALIDATED_ITEMS = 1_000  # failures and episodes of a streamed report checked against the schema
 COST_S = 0.006
-RECORD_VERSION = 3  # 2: findings carry a severity; 3: the severity for the targeted readers
+RECORD_VERSION = 4  # 2: findings carry a severity; 3: the severity for the targeted readers; 4: image cameras
 CAMERA_FIELDS = ("frames_from_header", "frames_from_packets", "frames_decoded", "keyframes", "codec", "width",
-                 "height")
+                 "height", "stored", "pictures_from_footer", "pictures_in_parquet", "pictures_decoded")
 FAILURE_FIELDS = ("check", "expected", "found", "episode", "camera", "path", "severity")
 
 TABLE_SCHEMA = pa.schema([
@@ -82,7 +82,9 @@ TABLE_SCHEMA = pa.schema([
     ("cameras", pa.list_(pa.struct([("camera", pa.string()), ("frames_from_header", pa.int64()),
                                     ("frames_from_packets", pa.int64()), ("frames_decoded", pa.int64()),
                                     ("keyframes", pa.int64()), ("codec", pa.string()), ("width", pa.int64()),
-                                    ("height", pa.int64())]))),
+                                    ("height", pa.int64()), ("stored", pa.string()),
+                                    ("pictures_from_footer", pa.int64()), ("pictures_in_parquet", pa.int64()),
+                                    ("pictures_decoded", pa.int64())]))),
     ("failures", pa.list_(pa.struct([("check", pa.string()), ("expected", pa.string()), ("found", pa.string()),
                                      ("episode", pa.int64()), ("camera", pa.string()), ("path", pa.string()),
                                      ("severity", pa.string()), ("listed", pa.bool_())]))),
@@ -341,7 +343,8 @@ class VerifyReport:
                 "root": str(ds.root),
                 "codebase_version": ds.codebase_version,
                 "fps": ds.fps,
-                "cameras": list(ds.camera_keys),
+                "cameras": [*ds.camera_keys, *ds.image_camera_keys],
+                "image_cameras": list(ds.image_camera_keys),  # of cameras: those stored as images
                 "declared_total_episodes": _int_or_none(ds.info.get("total_episodes")),
                 "declared_total_frames": _int_or_none(ds.info.get("total_frames")),
                 "metadata_digest": ds.metadata_digest,  # of the episode metadata as read (plans key on it)

@@ -3,25 +3,30 @@ frame count by origin and every check that LeRobot's loader would trip over late
 
 Plain functions, no Dask: `verify_unit(unit) -> list[EpisodeVerify]`. The per-file video checks
 are `pipeline.video.checks` (shared with `prep reencode`); this module adds the parquet checks,
-the v3.0 span coverage and the comparison with the metadata.
+the v3.0 span coverage, the comparison with the metadata, and the cameras stored as images (`dtype:
+"image"`, a `{bytes, path}` column of the data parquet): the column, one picture per row (the footer's null
+count), the first picture's header against the declared shape, and with --decode every picture decoded,
+streamed a few rows at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import io
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.checks import Severity, found_severity, is_file_check, target_severity
+from pipeline.checks import Severity, found_severity, is_file_check, reader_lines, target_severity
 from pipeline.dataset.features import is_high_bit_gray
-from pipeline.dataset.model import CameraInfo, Dataset, Episode
+from pipeline.dataset.model import CameraInfo, Dataset, Episode, ImageCamera
 from pipeline.errors import EpisodeError, WorkerLost
 from pipeline.formats import format_of
 from pipeline.stages.result import reason_of
 from pipeline.storage import STREAM_BLOCK, Location, OutsideRoot, StorePath
+from pipeline.text import printable
 from pipeline.video.checks import (
     TIMESTAMP_TOLERANCE_S,
     CheckFailure,
@@ -57,9 +62,13 @@ class CameraCounts:
     frames_from_packets: int | None = None
     frames_decoded: int | None = None
     keyframes: int | None = None
-    codec: str | None = None
+    codec: str | None = None  # a camera stored as images: the first picture's format (png, jpeg, ...)
     width: int | None = None
     height: int | None = None
+    stored: str = "video"  # "image": one picture per row of the data parquet (the frames_* counts are None)
+    pictures_from_footer: int | None = None  # rows holding a picture, from the parquet footer's null count
+    pictures_in_parquet: int | None = None  # the same, read from the column (--decode, or the footer has nulls)
+    pictures_decoded: int | None = None  # with --decode: pictures PIL decoded
 
 
 @dataclass(slots=True)
@@ -93,6 +102,7 @@ class VerifyUnit:
     index_from: tuple[int | None, ...]
     file_spans: tuple[tuple[str, tuple[Span, ...]], ...] = ()
     float_columns: tuple[str, ...] = ()  # float features of the data parquet (checked for NaN/inf)
+    image_cameras: tuple[ImageCamera, ...] = ()  # cameras stored as images in the data parquet
 
 
 def verify_units(ds: Dataset, options: VerifyOptions, *, contiguous_index: bool = True) -> Iterator[VerifyUnit]:
@@ -128,7 +138,7 @@ def verify_units(ds: Dataset, options: VerifyOptions, *, contiguous_index: bool 
         yield VerifyUnit(
             location=ds.location, codebase_version=ds.codebase_version, fps=ds.fps, cameras=ds.cameras, episodes=eps,
             options=options, index_from=tuple(None if starts is None else int(starts[p]) for p in positions),
-            file_spans=shared, float_columns=floats,
+            file_spans=shared, float_columns=floats, image_cameras=ds.image_cameras,
         )
 
 
@@ -176,8 +186,10 @@ def verify_unit(unit: VerifyUnit) -> list[EpisodeVerify]:
             results[ep.index].failures.append(
                 CheckFailure("frames_expected", f"{n} (--expect-frames)", str(ep.frames_expected), ep.index,
                              None, None))
-    _parquet(unit, results, file_failures)
+    rows = _parquet(unit, results, file_failures)
     _videos(unit, results, file_failures)
+    if rows is not None:  # else the data file failed already (unreadable, or without its columns)
+        _images(unit, rows, results, file_failures)
     # A whole-file failure fails every episode of the unit that lives in that file; it is listed
     # once (under the episode it names) and the others are marked failed by reference.
     for failure, episodes in file_failures:
@@ -204,8 +216,17 @@ def _by_reference(failure: CheckFailure, episode: int) -> CheckFailure:
                         failure.severity)
 
 
+@dataclass(slots=True, frozen=True)
+class FileRows:
+    """Where each episode of a unit lies in its data file: its row positions, and every row's frame_index."""
+
+    of: dict[int, np.ndarray]  # episode -> its rows' positions in the file
+    frame_index: np.ndarray
+    total: int
+
+
 def _parquet(unit: VerifyUnit, results: dict[int, EpisodeVerify],
-             file_failures: list[tuple[CheckFailure, set[int]]]) -> None:
+             file_failures: list[tuple[CheckFailure, set[int]]]) -> FileRows | None:
     first = unit.episodes[0]
     everyone = {ep.index for ep in unit.episodes}
     path = StorePath(unit.location, "") / first.data.rel
@@ -219,7 +240,7 @@ def _parquet(unit: VerifyUnit, results: dict[int, EpisodeVerify],
                     file_failures.append((CheckFailure("parquet_columns", ", ".join(PARQUET_COLUMNS),
                                                        f"missing {', '.join(missing)}", first.index, None,
                                                        str(path)), everyone))
-                    return
+                    return None
                 floats = [c for c in unit.float_columns if c in schema.names]
                 if not isinstance(source, str):
                     source.seek(0)
@@ -230,8 +251,9 @@ def _parquet(unit: VerifyUnit, results: dict[int, EpisodeVerify],
     except EpisodeError as exc:
         file_failures.append((CheckFailure("parquet_readable", "a readable parquet file", exc.message,
                                            first.index, None, exc.path), everyone))
-        return
+        return None
     cols = {c: table[c].to_numpy(zero_copy_only=False) for c in PARQUET_COLUMNS}
+    where = FileRows({}, np.asarray(cols["frame_index"]), len(cols["index"]))
     for ep, start in zip(unit.episodes, unit.index_from, strict=True):
         r = results[ep.index]
         if first.data.from_index is None:  # v2.1: the file is the episode
@@ -242,6 +264,8 @@ def _parquet(unit: VerifyUnit, results: dict[int, EpisodeVerify],
                                            str(path)))
         r.failures.extend(_non_finite(ep.index, rows, cols["frame_index"], bad_rows, str(path)))
         r.frames_in_parquet = len(rows)
+        where.of[ep.index] = rows
+    return where
 
 
 def non_finite_rows(column: pa.ChunkedArray) -> np.ndarray | None:
@@ -435,3 +459,214 @@ def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
                 width=probe.width,
                 height=probe.height,
             )
+
+
+# ---- cameras stored as images ------------------------------------------------------------------------
+
+PICTURE_BATCH = 16  # rows of one image column held at once: memory bounded whatever the file's size
+
+
+def image_column_problem(schema: pa.Schema, key: str) -> str | None:
+    """Why the data file's schema holds no picture column for `key` (a struct with a binary `bytes`, as
+    datasets' `Image` feature stores it), or None."""
+    if key not in schema.names:
+        return "no such column"
+    typ = schema.field(key).type
+    if not pa.types.is_struct(typ):
+        return f"a column of type {typ}"
+    child = next((typ.field(i) for i in range(typ.num_fields) if typ.field(i).name == "bytes"), None)
+    if child is None or not (pa.types.is_binary(child.type) or pa.types.is_large_binary(child.type)):
+        return f"a column of type {typ}"
+    return None
+
+
+def footer_nulls(pf: pq.ParquetFile, key: str) -> int | None:
+    """Rows of the file whose picture bytes are null, from the footer's statistics (a null struct counts: its
+    leaf is undefined); None when a row group keeps no null count."""
+    md = pf.metadata
+    leaf = next((i for i in range(md.num_columns) if md.schema.column(i).path == f"{key}.bytes"), None)
+    if leaf is None:
+        return None
+    total = 0
+    for g in range(md.num_row_groups):
+        st = md.row_group(g).column(leaf).statistics
+        if st is None or not st.has_null_count:
+            return None
+        total += st.null_count
+    return total
+
+
+def open_picture(data: bytes, decode: bool) -> tuple[str | None, int, int, int]:
+    """(format, width, height, channels) of an encoded picture: from its header, or with `decode` from every
+    pixel (PIL, as datasets' `Image` feature decodes it). Raises ValueError naming why it cannot."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            if decode:
+                im.load()
+            return (im.format.lower() if im.format else None), im.width, im.height, len(im.getbands())
+    except UnidentifiedImageError:
+        raise ValueError("not a picture PIL identifies") from None
+    except Exception as exc:  # foreign bytes: whatever PIL raises here, the reader raises at that sample too
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+
+
+def stream_pictures(pf: pq.ParquetFile, key: str, wanted: np.ndarray | None,
+                    visit: Callable[[int, dict[str, object] | None], None]) -> None:
+    """Call `visit(row, value)` for every row of the image column (`wanted` None) or the sorted `wanted` rows,
+    reading PICTURE_BATCH rows at a time through the row groups that hold them (value: the row's
+    `{bytes, path}`, None for a null struct)."""
+    md = pf.metadata
+    start = 0
+    for g in range(md.num_row_groups):
+        n = md.row_group(g).num_rows
+        lo, hi = start, start + n
+        start = hi
+        if wanted is not None:
+            inside = wanted[(wanted >= lo) & (wanted < hi)]
+            if not inside.size:
+                continue
+            mine: set[int] | None = {int(x) for x in inside}
+            last = int(inside[-1])
+        else:
+            mine, last = None, hi - 1
+        row = lo
+        for batch in pf.iter_batches(batch_size=PICTURE_BATCH, row_groups=[g], columns=[key]):
+            col = batch.column(0)
+            for k in range(batch.num_rows):
+                if mine is None or (row + k) in mine:
+                    visit(row + k, col[k].as_py())
+            row += batch.num_rows
+            if row > last:
+                break
+
+
+def _footer_pictures(nulls: int | None, rows: int, whole_file: bool) -> int | None:
+    """An episode's pictures as the footer says: its rows less the file's nulls when the file is the episode
+    (v2.1), its rows when the file has no null; None when the footer cannot tell (no null count, or nulls in a
+    file of several episodes: the rows are then named from the column)."""
+    if nulls is None:
+        return None
+    if whole_file:
+        return rows - nulls
+    return rows if nulls == 0 else None
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What one episode's pictures of one camera showed: counts, and the first row of each kind of finding."""
+
+    pictures: int = 0
+    decoded: int = 0
+    nulls: int = 0
+    first_null: tuple[int, str] | None = None
+    unreadable: int = 0
+    first_unreadable: tuple[int, str] | None = None
+    wrong: int = 0
+    first_wrong: tuple[int, str] | None = None
+    first: tuple[str | None, int, int] | None = None  # the first picture's format, width, height
+
+
+def _null_text(value: dict[str, object] | None) -> str:
+    if value is None:
+        return "a null value (the reader hands None)"
+    path = value.get("path")
+    if path is None:
+        return "bytes and path null (the reader raises ValueError)"
+    return f"bytes null, path {printable(repr(path))} (the reader opens that file from its working folder)"
+
+
+def _images(unit: VerifyUnit, rows: FileRows, results: dict[int, EpisodeVerify],
+            file_failures: list[tuple[CheckFailure, set[int]]]) -> None:
+    """Each image camera of the unit's data file: the column, a picture per row, the first picture's header
+    against the declared shape; with --decode every picture decoded (size, channels)."""
+    if not unit.image_cameras:
+        return
+    first = unit.episodes[0]
+    everyone = {ep.index for ep in unit.episodes}
+    path = StorePath(unit.location, "") / first.data.rel
+    try:
+        with path.media(block_size=STREAM_BLOCK, what="parquet file") as source:
+            pf = pq.ParquetFile(source)
+            for cam in unit.image_cameras:
+                problem = image_column_problem(pf.schema_arrow, cam.key)
+                if problem is not None:
+                    file_failures.append((CheckFailure(
+                        "image_column", f"a {{bytes, path}} picture column {printable(repr(cam.key))} (dtype image "
+                        "in info.json)", problem, first.index, cam.key, str(path)), everyone))
+                    continue
+                _image_camera(pf, cam, unit, rows, results, str(path))
+    except (pa.ArrowException, OSError) as exc:
+        file_failures.append((CheckFailure("parquet_readable", "a readable parquet file",
+                                           f"unreadable parquet ({printable(exc)})", first.index, None, str(path)),
+                              everyone))
+
+
+def _image_camera(pf: pq.ParquetFile, cam: ImageCamera, unit: VerifyUnit, rows: FileRows,
+                  results: dict[int, EpisodeVerify], path: str) -> None:
+    decode = unit.options.decode
+    nulls = footer_nulls(pf, cam.key)
+    owner = np.full(rows.total, -1, dtype=np.int64)
+    for ep, at in rows.of.items():
+        owner[at] = ep
+    tallies = {ep: _Tally() for ep in rows.of}
+    whole = decode or nulls != 0  # every row read: to decode, or to find the rows without a picture
+    starts = np.array(sorted(int(at[0]) for at in rows.of.values() if at.size), dtype=np.int64)
+
+    def visit(row: int, value: dict[str, object] | None) -> None:
+        ep = int(owner[row])
+        if ep < 0:
+            return
+        t = tallies[ep]
+        fi = int(rows.frame_index[row])
+        data = value.get("bytes") if value is not None else None
+        if not isinstance(data, bytes):
+            t.nulls += 1
+            t.first_null = t.first_null or (fi, _null_text(value))
+            return
+        t.pictures += 1
+        if not decode and t.first is not None:
+            return  # without --decode only the first picture of the episode is opened (its header)
+        try:
+            fmt, w, h, c = open_picture(data, decode)
+        except ValueError as exc:
+            t.unreadable += 1
+            t.first_unreadable = t.first_unreadable or (fi, printable(exc))
+            return
+        t.decoded += decode
+        if t.first is None:
+            t.first = (fmt, w, h)
+        off = [(got, want) for got, want in ((h, cam.height), (w, cam.width), (c, cam.channels)) if want is not None]
+        if any(got != want for got, want in off):
+            t.wrong += 1
+            t.first_wrong = t.first_wrong or (fi, f"{h}x{w}x{c}")
+
+    stream_pictures(pf, cam.key, None if whole else starts, visit)
+    readers = " and ".join(r.label for r in reader_lines(unit.codebase_version)) or "the readers"
+    declared = "x".join("?" if v is None else str(v) for v in (cam.height, cam.width, cam.channels))
+    for ep, t in tallies.items():
+        r = results[ep]
+        n = int(rows.of[ep].size)
+        footer = _footer_pictures(nulls, n, whole_file=unit.episodes[0].data.from_index is None)
+        fmt, w, h = t.first or (None, None, None)
+        r.cameras[cam.key] = CameraCounts(codec=fmt, width=w, height=h, stored="image", pictures_from_footer=footer,
+                                          pictures_in_parquet=t.pictures + t.unreadable if whole else None,
+                                          pictures_decoded=t.decoded if decode else None)
+        have = footer if footer is not None else t.pictures + t.unreadable
+        if t.nulls or have != n:
+            where = f", first at frame_index {t.first_null[0]}: {t.first_null[1]}" if t.first_null else ""
+            r.failures.append(CheckFailure("pictures_from_footer", f"{n} (one picture per row)",
+                                           f"{have} pictures, {n - have} rows without one{where}", ep, cam.key, path))
+        if t.first_unreadable is not None:
+            what = "decodes" if decode else "opens"
+            r.failures.append(CheckFailure("picture_readable", f"a picture PIL {what} in every row",
+                                           f"frame_index {t.first_unreadable[0]}: {t.first_unreadable[1]}"
+                                           + (f" ({t.unreadable} pictures)" if t.unreadable > 1 else ""),
+                                           ep, cam.key, path))
+        if t.first_wrong is not None:
+            some = f"{t.wrong} pictures" if decode else "the first picture"
+            r.failures.append(CheckFailure(
+                "picture_shape", f"{declared} (info.json shape, height x width x channels)",
+                f"{t.first_wrong[1]} at frame_index {t.first_wrong[0]} ({some}): {readers} load it at that shape, "
+                "the policy is configured for the declared one", ep, cam.key, path, Severity.WARNING))

@@ -151,3 +151,30 @@ def test_prediction_reads_both_report_shapes(request: pytest.FixtureRequest, fmt
     assert lerobot_prediction(new, "v3.0", "0.6") is False
     assert lerobot_prediction({"lerobot_loads": {"0.3": {"loads": None}}}, "v2.1", "0.3") is None
     assert lerobot_prediction({"lerobot_loads": True}, "v2.1", "0.3") is True
+
+
+IMAGE_CASES = ("images-clean", "images-undecodable", "images-wrong-size", "images-null", "images-path-only",
+               "images-missing-column", "lerobot-written-images")
+
+
+@pytest.mark.readers
+@pytest.mark.parametrize("fmt", params())
+@pytest.mark.parametrize("name", IMAGE_CASES)
+def test_image_case_row_agrees(request: pytest.FixtureRequest, fmt: str, name: str, tmp_path: Path) -> None:
+    """Cameras stored as images: the real reader of this venv does what the case says (reads every sample,
+    raises at the faulty one, or refuses at open), and `prep verify`'s verdict for this reader agrees with it
+    (bench/parity.py's row, built and read here: the reader, verify without and with --decode)."""
+    import sys
+
+    from parity_cases.harness import run_case
+
+    skip_other_venvs(request)
+    reader = this_reader()
+    row = run_case(name, reader, tmp_path, sys.executable)
+    assert not row.get("error"), row.get("traceback") or row["error"]
+    assert row["reader"]["outcome"] == CASES[name].expect_for(reader).outcome, row["reader"]
+    v = verdict(row)
+    assert v["agree"], (v, row["verify"]["errors"], row["verify_decode"]["errors"])
+    # the verdict names its reader: every reader of the format line gets its own prediction
+    decoded = row["verify_decode"]["lerobot_loads"]
+    assert decoded is (row["reader"]["outcome"] == LOADS), row["verify_decode"]

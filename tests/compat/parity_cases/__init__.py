@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from . import lerobot_cases, synth_cases  # noqa: F401  (register the cases)
+from . import image_cases, lerobot_cases, synth_cases  # noqa: F401  (register the cases)
 from .model import CASES, FORMATS, Built, Case, Expect, Truth
 
 # Table order: the pipeline.synth cases (controls first), then the LeRobot-written ones.

@@ -71,6 +71,11 @@ def video_keys(info: dict[str, Any]) -> list[str]:
     return [k for k, ft in info["features"].items() if ft["dtype"] == "video"]
 
 
+def image_keys(info: dict[str, Any]) -> list[str]:
+    """The cameras stored as images (one picture per row of the data parquet)."""
+    return [k for k, ft in info["features"].items() if ft["dtype"] == "image"]
+
+
 def layout(root: Path) -> list[tuple[str, int, str, float, int]]:
     """(camera, episode_index, video rel path, start time in the file, length) from clean metadata."""
     info = read_json(root / "meta/info.json")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from .meta import read_json, video_keys
+from .meta import image_keys, read_json, video_keys
 from .model import LOADS, RAISES, REFUSES, SILENTLY_WRONG, Built, Truth
 from .mp4 import decode_all
 
@@ -172,6 +172,60 @@ def judge(frame: np.ndarray, cands: np.ndarray, expected: int | None, exact: boo
     return None
 
 
+class StoredPictures:
+    """The pictures a dataset stores for its image cameras, decoded by PIL from the data parquet (independently
+    of datasets and LeRobot): what each sample of such a camera must show, at its own size and channels."""
+
+    def __init__(self, root: Path, cameras: list[str]) -> None:
+        self.root, self.cameras = root, cameras
+        self._bytes: dict[tuple[str, int, int], bytes | None] | None = None
+
+    def _load(self) -> dict[tuple[str, int, int], bytes | None]:
+        import pyarrow.parquet as pq
+
+        out: dict[tuple[str, int, int], bytes | None] = {}
+        for p in sorted((self.root / "data").glob("*/*.parquet")):
+            t = pq.read_table(p)
+            for cam in self.cameras:
+                if cam not in t.column_names:
+                    continue
+                for ep, fi, v in zip(t["episode_index"].to_pylist(), t["frame_index"].to_pylist(),
+                                     t[cam].to_pylist(), strict=True):
+                    out[(cam, int(ep), int(fi))] = (v or {}).get("bytes")
+        return out
+
+    def get(self, camera: str, episode: int, frame_index: int) -> np.ndarray | None:
+        """(h, w, c) uint8, or None when the row stores no picture bytes."""
+        import io
+
+        if self._bytes is None:
+            self._bytes = self._load()
+        data = self._bytes.get((camera, episode, frame_index))
+        if data is None:
+            return None
+        with Image.open(io.BytesIO(data)) as im:
+            arr = np.asarray(im)
+        return arr[:, :, None] if arr.ndim == 2 else arr
+
+
+def judge_picture(item: Any, cam: str, stored: StoredPictures, ep: int, fi: int) -> str | None:
+    """Why a sample's picture of an image camera is not the row's stored picture, or None. A sample without
+    the picture (None, or no key) raises: a policy or the DataLoader's collate stops there."""
+    value = item.get(cam) if hasattr(item, "get") else None
+    if value is None:
+        raise ValueError(f"the reader hands no picture for {cam} (None or no key) at episode {ep} frame_index {fi}: "
+                         "a policy or the DataLoader's default collate raises here")
+    frame = to_uint8(value)
+    want = stored.get(cam, ep, fi)
+    if want is None:
+        return "the row stores no picture bytes, the reader hands one"
+    if frame.shape != want.shape:
+        return f"picture {frame.shape}, the stored picture is {want.shape}"
+    if not np.array_equal(frame, want):
+        return f"differs from the stored picture (mean |diff| {np.abs(frame.astype(int) - want).mean():.2f})"
+    return None
+
+
 def to_uint8(img: Any) -> np.ndarray:
     arr = img.numpy().transpose(1, 2, 0) * 255.0
     return np.clip(np.rint(arr), 0, 255).astype(np.uint8)
@@ -225,6 +279,8 @@ def read_backend(root: Path, built: Built, backend: str, size: tuple[int, int] |
         out["expects_rotation"] = rotation
     info = read_json(root / "meta/info.json")
     cams = video_keys(info)
+    pictures = image_keys(info)
+    stored = StoredPictures(root, pictures)
     truth = TruthFrames(built)
     try:
         with time_limit(timeout_s):
@@ -245,6 +301,14 @@ def read_backend(root: Path, built: Built, backend: str, size: tuple[int, int] |
                 reached = i
                 item = ds[i]
                 ep, fi = int(item["episode_index"]), int(item["frame_index"])
+                for cam in pictures:
+                    why_picture = judge_picture(item, cam, stored, ep, fi)
+                    if why_picture:
+                        out["wrong"] += 1
+                        if first_wrong is None:
+                            first_wrong = {"sample": i, "camera": cam, "episode": ep, "frame_index": fi,
+                                           "why": why_picture}
+                        break
                 for cam in cams:
                     frame = to_uint8(item[cam])
                     if (cam, ep) not in built.truth:

@@ -1,0 +1,147 @@
+"""Parity cases of cameras stored as images (`dtype: "image"`: a `{bytes, path}` struct column of the data
+parquet, one PNG per row, as datasets' `Image` feature stores it and LeRobot writes with `use_videos=False`).
+
+Every reader decodes such a camera alike: datasets' `features/image.py Image.decode_example` (PIL) on the row's
+value, then `hf_transform_to_torch` (0.3.3 / 0.4.4 `datasets/utils.py`, 0.6.1 `datasets/io_utils.py`) turns the
+PIL picture into a CHW tensor of its own shape; nothing compares it with info.json. The harness judges each
+sample's picture against an independent PIL decode of the stored row (`reader.StoredPictures`).
+
+The faulty cases are `pipeline.synth` datasets with one edit (built without LeRobot, so the fast tier builds them
+too: tests/test_verify_images.py); `lerobot-written-images` is written by the venv's own LeRobot.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.synth import SynthSpec, camera_frames, write_synthetic
+
+from .meta import data_files, rewrite_parquet
+from .model import LOADS, RAISES, REFUSES, Built, Expect, case
+
+IMG = "observation.images.top"
+BOTH = ("v2.1", "v3.0")
+H, W, N = 48, 64, 8
+ROW = 3  # the row of episode 0 (the first rows of the first data file) a fault is put in
+DECODE = ("datasets/features/image.py:Image.decode_example (PIL.Image.open on the row's bytes) from "
+          "hf_dataset[idx]; lerobot_dataset.py:__getitem__")
+TO_TORCH = ("datasets/utils.py:hf_transform_to_torch (0.3.3, 0.4.4) / datasets/io_utils.py (0.6.1): a CHW tensor of "
+            "the picture as it is; no reader compares it with info.json's shape")
+NO_NONE = ("hf_transform_to_torch passes None through: __getitem__ hands None for the camera, which a policy or "
+           "the DataLoader's default collate raises at (the harness counts it as a raise at that sample)")
+
+
+def spec(fmt: str) -> SynthSpec:
+    return SynthSpec(version=fmt, episodes=2, frames=N, height=H, width=W, cameras=(IMG,), image_cameras=(IMG,),
+                     state_dim=6, seed=7)
+
+
+def png(frame: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def set_picture(root: Path, value: dict[str, Any] | None, row: int = ROW, camera: str = IMG) -> None:
+    """Put `value` (`{bytes, path}`, or None: a null struct) in `row` of the first data file's image column."""
+    def edit(t: pa.Table) -> pa.Table:
+        i = t.schema.get_field_index(camera)
+        values = t[camera].to_pylist()
+        values[row] = value
+        return t.set_column(i, t.schema.field(i), pa.array(values, type=t.schema.field(i).type))
+
+    rewrite_parquet(data_files(root)[0], edit)
+
+
+def drop_column(root: Path, camera: str = IMG) -> None:
+    """The first data file without the image column (v2.1: episode 0's file; v3.0: the file of both)."""
+    rewrite_parquet(data_files(root)[0], lambda t: t.drop_columns([camera]))
+
+
+def faulty(fault: Callable[[Path], None]) -> Callable[[Path, str], Built]:
+    def build(d: Path, fmt: str) -> Built:
+        root = write_synthetic(d / "ds", spec(fmt))
+        fault(root)
+        return Built(root, {}, notes=[f"camera {IMG} stored as PNG pictures"])
+
+    return build
+
+
+FAULTS: dict[str, Callable[[Path], None]] = {
+    "images-clean": lambda root: None,
+    "images-undecodable": lambda root: set_picture(root, {"bytes": b"\x89PNG\r\n\x1a\nnot a picture", "path": None}),
+    "images-wrong-size": lambda root: set_picture(root, {"bytes": png(np.zeros((2 * H, W, 3), np.uint8)),
+                                                         "path": None}),
+    "images-null": lambda root: set_picture(root, None),
+    "images-path-only": lambda root: set_picture(root, {"bytes": None, "path": "frame_000003.png"}),
+    "images-missing-column": drop_column,
+}
+
+
+def both(outcome: str, where: str, why: str, **per: Expect) -> dict[str, Expect]:
+    return {"v2.1": Expect(outcome, where, why), "v3.0": Expect(outcome, where, why), **per}
+
+
+case("images-clean", BOTH, f"pipeline.synth: 2 episodes x {N} rows, camera {IMG} stored as {W}x{H} PNG pictures",
+     None, both(LOADS, DECODE, "every row's picture decodes"), reencode_variants=())(faulty(FAULTS["images-clean"]))
+case("images-undecodable", BOTH, f"row {ROW} of episode 0 holds bytes PIL cannot identify (a PNG signature, then "
+     "garbage)", "images-clean",
+     both(RAISES, DECODE, "PIL raises UnidentifiedImageError at that sample"),
+     reencode_variants=())(faulty(FAULTS["images-undecodable"]))
+case("images-wrong-size", BOTH, f"row {ROW} of episode 0 holds a {W}x{2 * H} picture (declared {W}x{H})",
+     "images-clean", both(LOADS, TO_TORCH, "the sample loads at the picture's own size: the model gets another "
+                          "shape (verify: a picture_shape warning)"),
+     reencode_variants=())(faulty(FAULTS["images-wrong-size"]))
+case("images-null", BOTH, f"row {ROW} of episode 0 holds a null picture (the struct null)", "images-clean",
+     both(RAISES, TO_TORCH, NO_NONE), reencode_variants=())(faulty(FAULTS["images-null"]))
+case("images-path-only", BOTH, f"row {ROW} of episode 0 has null bytes and a relative path (a file that is not "
+     "there)", "images-clean",
+     both(RAISES, DECODE, "with bytes null, decode_example opens `path` from the working folder: FileNotFoundError"),
+     reencode_variants=())(faulty(FAULTS["images-path-only"]))
+case("images-missing-column", BOTH, "the first data file has no image column (v2.1: episode 0's file, the other "
+     "file has it; v3.0: the one file)", "images-clean",
+     {"v2.1": Expect(REFUSES, "lerobot_dataset.py:load_hf_dataset -> datasets load_dataset('parquet') (builder.py)",
+                     "the data files' columns differ: DatasetGenerationError (CastError) at open"),
+      "v3.0": Expect(RAISES, "datasets/utils.py:load_nested_dataset (0.4.4) / io_utils.py (0.6.1): "
+                     "Dataset.from_parquet(features=...) fills the missing column with None; " + NO_NONE,
+                     "every sample's picture is None")},
+     reencode_variants=())(faulty(FAULTS["images-missing-column"]))
+
+
+@case("lerobot-written-images", BOTH, "written by LeRobot itself (0.3.3 / 0.4.4 / 0.6.1) with use_videos=False: "
+      f"create/add_frame/save_episode, camera {IMG} stored as PNG pictures in the data parquet", None,
+      both(LOADS, DECODE, "LeRobot reads what it wrote"), reencode_variants=(), needs_lerobot=True)
+def lerobot_written_images(d: Path, fmt: str) -> Built:
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    names = [f"joint_{i}" for i in range(6)]
+    features: dict[str, Any] = {
+        "observation.state": {"dtype": "float32", "shape": (6,), "names": names},
+        "action": {"dtype": "float32", "shape": (6,), "names": names},
+        IMG: {"dtype": "image", "shape": (H, W, 3), "names": ["height", "width", "channels"]},
+    }
+    root = d / "ds"
+    ds = LeRobotDataset.create(f"parity/{root.name}", fps=30, features=features, root=root, robot_type="synthetic",
+                               use_videos=False)
+    v21 = fmt == "v2.1"
+    for e in range(2):
+        pictures = camera_frames(spec(fmt), 0, e)
+        for i in range(N):
+            frame: dict[str, Any] = {"observation.state": np.full(6, i, np.float32),
+                                     "action": np.full(6, i + 1, np.float32), IMG: pictures[i]}
+            if v21:
+                ds.add_frame(frame, task="pick up the cup")  # 0.3.3: the task is an argument
+            else:
+                ds.add_frame({**frame, "task": "pick up the cup"})
+        ds.save_episode()
+    if not v21:
+        ds.finalize()
+    return Built(root, {}, notes=["written by LeRobot with use_videos=False"])
