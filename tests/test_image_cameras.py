@@ -174,3 +174,49 @@ def test_reencode_refuses_pictures_of_another_size(tmp_path: Path) -> None:
     assert res.returncode != 0
     assert f"pictures are {W}x{H} but meta/info.json declares {2 * W}x{2 * H}" in res.stdout + res.stderr
     assert not (tmp_path / "out/meta/info.json").exists()
+
+
+def test_keep_images_resizes_pictures_in_place(mixed: Path, tmp_path: Path) -> None:
+    """--keep-images: the image cameras stay pictures in the data parquet, resized exactly as the video frames are
+    (pad, 224x224, PNG), their shape and image stats updated; a rerun writes the same bytes."""
+    out = tmp_path / "out"
+    res = prep("reencode", mixed, "--dst", "224", "--keep-images", "--out", out, "--backend", "inline",
+               progress=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    info = json.loads((out / "meta/info.json").read_text())
+    for key in IMAGES:
+        assert info["features"][key] == {"dtype": "image", "shape": [224, 224, 3],
+                                         "names": ["height", "width", "channels"]}
+    assert info["features"][VIDEO]["dtype"] == "video"
+    ds, _ = open_dataset(out)
+    assert ds.image_camera_keys == IMAGES
+    from PIL import Image
+
+    means = []
+    for f in sorted((out / "data").rglob("*.parquet")):
+        t = pq.read_table(f)
+        for value in t[IMAGES[0]].to_pylist():
+            with Image.open(io.BytesIO(value["bytes"])) as im:
+                assert (im.format, im.size, im.mode) == ("PNG", (224, 224), "RGB")
+                a = np.asarray(im)
+            assert a[:20].max() < 3 and a[-20:].max() < 3  # the pad bars: 64x48 -> 224x168 inside 224x224
+            means.append(a[28:196].reshape(-1, 3).mean(axis=0))
+    assert len(means) == EPISODES * FRAMES
+    m = load_manifest(out / "prep/manifest.json")
+    cams = {c["key"]: c for c in m["dataset"]["cameras"]}
+    assert cams[IMAGES[0]]["stored"] == "image" and cams[IMAGES[0]]["pictures"] == EPISODES * FRAMES
+    check = prep("verify", out, "--decode", progress=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    # the dataset stats are the resized pictures' (pad bars included), not the source's
+    stats = json.loads((out / "meta/stats.json").read_text()) if (out / "meta/stats.json").exists() else None
+    if stats is not None:
+        src_stats = json.loads((mixed / "meta/stats.json").read_text())
+        assert stats[IMAGES[0]]["mean"] != src_stats[IMAGES[0]]["mean"]
+        assert float(np.asarray(stats[IMAGES[0]]["min"]).min()) == 0.0  # the black bars
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and "prep" not in p.parts}
+    (out / "meta/info.json").unlink()
+    again = prep("reencode", mixed, "--dst", "224", "--keep-images", "--out", out, "--backend", "inline",
+                 progress=False)
+    assert again.returncode == 0, again.stdout + again.stderr
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and "prep" not in p.parts}
+    assert after == before

@@ -96,6 +96,10 @@ def add_parser(sub: Any) -> None:
                    "restore of the same bytes redoes it; content = a BLAKE2b of every byte (recorded at the first "
                    "encode), re-read for every kept file at resume: any change of bytes is caught, metadata-only "
                    "changes are not redone")
+    p.add_argument("--keep-images", action="store_true",
+                   help="cameras stored as images (dtype image: pictures in the data parquet) stay images, resized "
+                   "to --dst as a video camera's frames are (same --resize) and stored as PNG; by default they "
+                   "become all-intra video features like every other camera")
     p.add_argument("--accept-invalid-source", action="store_true",
                    help="re-encode a source that verify finds errors in (LeRobot's reader would refuse it or trip "
                    "over it); the output is marked so in <out>/prep/source_check.json and never called drop-in")
@@ -339,7 +343,7 @@ def reencode_options(args: argparse.Namespace, size: tuple[int, int]) -> Any:
 
     return ReencodeOptions(size=size, resize=args.resize, profile=args.profile or DEFAULT_PROFILE, crf=args.crf,
                            engine=args.engine or DEFAULT_ENGINE, repairs=tuple(sorted(set(args.repair))),
-                           fingerprint=args.fingerprint)
+                           fingerprint=args.fingerprint, keep_images=args.keep_images)
 
 
 def corpus_of_reencode(args: argparse.Namespace) -> Any:

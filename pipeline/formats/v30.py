@@ -769,7 +769,8 @@ def _write_v30_episodes(ds: Dataset, out: Path, videos: EpisodeVideos, cameras: 
         index = table["episode_index"].to_pylist()
         for cam in cameras:
             by_ep = {e: ev for e in index if isinstance(e, int) and (ev := videos.get(e, cam)) is not None}
-            if f"videos/{cam}/from_timestamp" not in table.column_names:
+            if f"videos/{cam}/from_timestamp" not in table.column_names and \
+                    any(ev.to_timestamp is not None for ev in by_ep.values()):  # now videos (not kept pictures)
                 table = _with_new_video_columns(table, cam, index, by_ep)
             for col, attr in ((f"videos/{cam}/from_timestamp", "from_timestamp"),
                               (f"videos/{cam}/to_timestamp", "to_timestamp")):

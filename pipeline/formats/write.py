@@ -48,6 +48,7 @@ class VideoFeatureUpdate:
     # (`dtype: "video"` and the `info` block LeRobot's writer gives one), `video_path` is set where the source
     # had none (LeRobot's writer leaves it null without videos) and `total_videos` (v2.1) counts its `files`
     from_images: bool = False
+    kept_images: bool = False  # `--keep-images`: still pictures in the data parquet, only resized (the shape)
     fps: float | None = None
     files: int = 0
     video_path: str | None = None
@@ -154,6 +155,9 @@ def updated_info(info: dict[str, Any], updates: dict[str, VideoFeatureUpdate]) -
     out = json.loads(json.dumps(info))
     for key, up in updates.items():
         feat = out["features"][key]
+        if up.kept_images:  # still pictures: only their size changes
+            feat["shape"] = updated_shape(feat["shape"], feat.get("names"), up.width, up.height)
+            continue
         if up.from_images:  # as LeRobot's writer declares a video feature
             feat["dtype"] = "video"
             rest = [n for n in updated_shape(feat["shape"], feat.get("names"), 0, 0) if n]  # the channels

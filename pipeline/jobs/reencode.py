@@ -33,7 +33,7 @@ import numpy as np
 
 from pipeline import __version__, atomic
 from pipeline.dataset import Dataset
-from pipeline.dataset.info import cameras_from_info, format_template
+from pipeline.dataset.info import cameras_from_info, format_template, image_cameras_from_info
 from pipeline.errors import PrepError
 from pipeline.formats import format_of
 from pipeline.formats.base import EpisodeVideo
@@ -59,7 +59,15 @@ from pipeline.jobs.output import OptionsFile, claim_output
 from pipeline.jobs.preverify import SOURCE_CHECK_REL, SourceCheck, check_repairs, check_source
 from pipeline.runner import Engine
 from pipeline.schemas import validate
-from pipeline.stages.copy import DataCopied, DataUnit, copy_data, copy_failed, data_stats_sidecar
+from pipeline.stages.copy import (
+    DataCopied,
+    DataUnit,
+    KeepImages,
+    copy_data,
+    copy_failed,
+    data_stats_sidecar,
+    images_stats_sidecar,
+)
 from pipeline.stages.keep import FINGERPRINTS
 from pipeline.stages.reencode import (
     ReencodeOptions,
@@ -70,7 +78,7 @@ from pipeline.stages.reencode import (
     reencode_units,
     stats_sidecar,
 )
-from pipeline.stages.scan import CameraScan, EpisodeScan
+from pipeline.stages.scan import CameraScan, EpisodeScan, ImageScan
 from pipeline.storage import Location, local_location, output_file, output_location, publish_tree, read_output_text
 from pipeline.tables import RowGroupWriter
 from pipeline.video.encode import ENGINES, PROFILES
@@ -217,9 +225,11 @@ def plan_data(ds: Dataset, out: Path | str, options: ReencodeOptions | None = No
     fps = ds.fps if "timestamps" in repairs else None
     feats = stats_features(ds) if "stats" in repairs and stats_file_of(ds) else ()
     drop = pictures_cameras(ds)
+    keep = KeepImages(ds.image_camera_keys, options.size, options.resize) \
+        if options is not None and options.keep_images and ds.image_cameras else None
     for rel, eps in ds.iter_data_files():
         yield DataUnit(ds.location, str(out), rel, tuple(e.index for e in eps), shared or len(eps) > 1, fps,
-                       feats, drop)
+                       feats, drop, keep)
 
 
 # ---- reduce --------------------------------------------------------------------------------------
@@ -249,6 +259,7 @@ class ReencodeReduce:
         self.repaired_timestamps = array("q")  # episodes whose parquet timestamps were rewritten
         self.quality: dict[str, QualityTally] = {}  # camera -> its sampled frames' PSNR/SSIM, combined
         self.pictures = frozenset(pictures_cameras(ds))  # cameras encoded from pictures
+        self.kept_pictures: dict[str, list[int]] = {}  # --keep-images: camera -> [pictures, stored bytes]
 
     def fail(self, entry: dict[str, Any]) -> None:
         if len(self.report.failures) < FAILURES_LISTED:
@@ -302,6 +313,13 @@ class ReencodeReduce:
             return
         self.bytes.add(d.rel, d.bytes)
         self.repaired_timestamps.extend(d.repaired)
+        for per_camera in d.image_stats.values():  # --keep-images: the resized pictures' stats
+            for cam, st in per_camera.items():
+                self.stats.add(cam, st)
+        for cam, (n, stored) in d.pictures.items():
+            tally = self.kept_pictures.setdefault(cam, [0, 0])
+            tally[0] += n
+            tally[1] += stored
         for e, rows in zip(d.episodes, d.rows, strict=True):
             pos = self.ds.episodes.position(e)
             if pos is None:
@@ -332,6 +350,9 @@ class ReencodeReduce:
                                    files=len(self.ds.file_groups(cam)),
                                    video_path=template if isinstance(template, str)
                                    else format_of(self.ds).video_path)
+        for cam in self.kept_pictures:  # --keep-images: still pictures, resized
+            out[cam] = VideoFeatureUpdate(self.options.size[0], self.options.size[1], "png", "rgb24",
+                                          {"resize": self.options.resize, "kept_images": True}, {}, kept_images=True)
         return out
 
 
@@ -413,9 +434,23 @@ class SidecarVideos:
                 self._cache.popitem(last=False)
         return self._cache[rel]
 
+    def _image_stats(self, rel: str) -> dict[int, dict[str, Any]]:
+        key = "images:" + rel
+        if key not in self._cache:
+            doc = json.loads(read_output_text(images_stats_sidecar(self.out, rel)))
+            self._cache[key] = {int(e): st for e, st in doc.items()}
+            if len(self._cache) > 16:
+                self._cache.popitem(last=False)
+        return self._cache[key]
+
     def get(self, episode: int, camera: str) -> EpisodeVideo | None:
         r = self.reduce
         pos = r.ds.episodes.position(episode)
+        if camera in r.kept_pictures:  # --keep-images: the stats the data stage saved beside the data file
+            if pos is None:
+                return None
+            stats = self._image_stats(r.ds.episodes[pos].data.rel).get(episode, {}).get(camera)
+            return None if stats is None else EpisodeVideo(episode, 0.0, None, stats)
         c = r.cam_no.get(camera)
         if pos is None or c is None or not r.done[pos, c]:
             return None
@@ -458,9 +493,13 @@ def output_manifest(ds: Dataset, out: Path, reduce: ReencodeReduce, info: dict[s
                                         probe.width, probe.height, probe.pix_fmt, probe.fps)  # written: demuxed
         totals.add(s)
         table.add(episode_row(s, cams))
+    for cam, (n, stored) in reduce.kept_pictures.items():  # --keep-images: what the data stage wrote
+        w, h = reduce.options.size
+        totals.images[cam] = ImageScan(n, stored, "png", w, h, "rgb24")
     out_ds = Dataset(location=where or local_location(out), codebase_version=ds.codebase_version, fps=ds.fps, info=info,
                      cameras=cameras_from_info(info, out / "meta/info.json"), episodes=ds.episodes,
-                     layout=ds.layout, file_keys=ds.file_keys)
+                     layout=ds.layout, file_keys=ds.file_keys,
+                     image_cameras=image_cameras_from_info(info, out / "meta/info.json"))
     return build_manifest(out_ds, totals, [], reduce.bytes.result())
 
 
@@ -516,7 +555,8 @@ def reencode_dataset(src: Path | Location, out: Path | Location, options: Reenco
     claim = claim_output(where if not where.is_local else Path(where.root), "reencode", OPTIONS, sources=[src],
                          folders=None)
     ds, rejected = open_validated(src, "reencode", reader)  # metadata checked before any unit
-    ds = as_output_cameras(ds)  # cameras stored as images: encoded into videos like every other camera
+    if not options.keep_images:  # cameras stored as images: encoded into videos like every other camera
+        ds = as_output_cameras(ds)
     check_repairs(options.repairs, ds.codebase_version)
     files = sum(len(ds.file_groups(cam)) for cam in ds.camera_keys)
     engine.prepare(files)  # scheduler reached, cluster started unless the encode is small: before anything is written

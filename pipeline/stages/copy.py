@@ -40,6 +40,16 @@ from pipeline.storage import (
 
 
 @dataclass(slots=True, frozen=True)
+class KeepImages:
+    """`reencode --keep-images`: cameras stored as images stay images, resized to `size` as a video camera's
+    frames are (`resize`: the same geometry and filter graph), stored as PNG."""
+
+    cameras: tuple[str, ...]
+    size: tuple[int, int]
+    resize: str
+
+
+@dataclass(slots=True, frozen=True)
 class DataUnit:
     src_root: Location  # the source dataset: its file `rel` is read through its store
     out_root: str
@@ -49,6 +59,7 @@ class DataUnit:
     repair_fps: float | None = None  # `--repair timestamps`: rewrite timestamp = frame_index / fps
     stats_features: tuple[str, ...] = ()  # `--repair stats`: per-episode stats of these columns, to a sidecar
     drop_columns: tuple[str, ...] = ()  # cameras stored as images that the output holds as videos: columns left out
+    keep_images: KeepImages | None = None  # cameras stored as images kept as images, resized
 
 
 @dataclass(slots=True)
@@ -64,6 +75,10 @@ class DataCopied(StageResult):
     total_rows: int = 0  # rows of the whole file (every episode in it)
     rows_error: str | None = None
     repaired: list[int] = field(default_factory=list)  # episodes whose timestamp column was rewritten
+    # `--keep-images`: per episode and camera the resized pictures' image stats (as LeRobot computes them; also
+    # in the sidecar `images_stats_sidecar`), and per camera the pictures written and their stored bytes
+    image_stats: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    pictures: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def copy_data(unit: DataUnit) -> DataCopied:
@@ -77,8 +92,8 @@ def copy_data(unit: DataUnit) -> DataCopied:
     dst = output_file(unit.out_root, unit.rel)
     root = None if isinstance(dst, StorePath) else Path(unit.out_root)
     try:
-        if unit.repair_fps is not None or unit.drop_columns:
-            out.repaired = rewrite_data(src, dst, unit.repair_fps, unit.drop_columns, root)
+        if unit.repair_fps is not None or unit.drop_columns or unit.keep_images:
+            out.repaired = rewrite_data(src, dst, unit.repair_fps, unit.drop_columns, root, unit.keep_images, out)
             out.bytes = output_size(dst)
         else:
             out.bytes = size
@@ -89,7 +104,10 @@ def copy_data(unit: DataUnit) -> DataCopied:
         out.status, out.write_error = Status.FAILED, str(exc)
         return out
     except (pa.ArrowException, KeyError) as exc:
-        out.fail(f"cannot repair timestamps ({exc})", str(src))
+        out.fail(f"cannot {'repair timestamps' if unit.repair_fps is not None else 'rewrite'} ({exc})", str(src))
+        return out
+    except EpisodeError as exc:  # a picture that does not decode (--keep-images)
+        out.fail(exc.message, exc.path)
         return out
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
@@ -112,6 +130,12 @@ def copy_data(unit: DataUnit) -> DataCopied:
     except EpisodeError as exc:
         out.rows, out.rows_error = [None] * len(unit.episodes), f"unreadable parquet ({exc.message})"
         return out
+    if unit.keep_images is not None and out.status != Status.FAILED:
+        try:
+            doc = {str(e): st for e, st in out.image_stats.items()}
+            write_output_bytes(images_stats_sidecar(unit.out_root, unit.rel), json.dumps(doc).encode("utf-8"), root)
+        except OSError as exc:
+            out.status, out.write_error = Status.FAILED, f"{exc.strerror or exc}"
     if unit.stats_features:
         try:
             doc = {str(e): st for e, st in episode_stats(dst, unit.stats_features).items()}
@@ -172,14 +196,17 @@ def without_columns(table: pa.Table, drop: tuple[str, ...]) -> pa.Table:
     return table.replace_schema_metadata(meta)
 
 
-def rewrite_data(src: Source, dst: Output, fps: float | None, drop: tuple[str, ...],
-                 root: Path | None = None) -> list[int]:
-    """Write `src` to `dst` without the columns `drop` (cameras the output stores as videos) and, with `fps`,
-    with its timestamps repaired (`repair_timestamps`); returns the episodes whose timestamps changed."""
+def rewrite_data(src: Source, dst: Output, fps: float | None, drop: tuple[str, ...], root: Path | None = None,
+                 keep: KeepImages | None = None, result: DataCopied | None = None) -> list[int]:
+    """Write `src` to `dst` without the columns `drop` (cameras the output stores as videos), with the pictures
+    of `keep` resized (their stats into `result`) and, with `fps`, with its timestamps repaired
+    (`repair_timestamps`); returns the episodes whose timestamps changed."""
     if fps is not None:
-        return repair_timestamps(src, dst, fps, root, drop)
+        return repair_timestamps(src, dst, fps, root, drop, keep, result)
     with as_file(src).media(block_size=STREAM_BLOCK, what="parquet file") as source:
         table = without_columns(pq.read_table(source), drop)
+    if keep is not None:
+        table = resized_pictures(table, keep, src, result)
     episodes = table["episode_index"].to_numpy(zero_copy_only=False) if "episode_index" in table.column_names else \
         np.zeros(table.num_rows, dtype=np.int64)
     _write_table(table, episodes, dst, root)
@@ -196,7 +223,8 @@ def _write_table(table: pa.Table, episodes: np.ndarray, dst: Output, root: Path 
 
 
 def repair_timestamps(src: Source, dst: Output, fps: float, root: Path | None = None,
-                      drop: tuple[str, ...] = ()) -> list[int]:
+                      drop: tuple[str, ...] = (), keep: KeepImages | None = None,
+                      result: DataCopied | None = None) -> list[int]:
     """Write `src` to `dst` with `timestamp = frame_index / fps` (in the column's own type), where the video
     frames are on the 1/fps grid but the parquet timestamps are not (wall-clock stamps, float drift): what
     LeRobot computes from the timestamps then finds each row's frame. Every other column is unchanged (but the
@@ -204,6 +232,8 @@ def repair_timestamps(src: Source, dst: Output, fps: float, root: Path | None = 
     changed."""
     with as_file(src).media(block_size=STREAM_BLOCK, what="parquet file") as source:
         table = without_columns(pq.read_table(source), drop)
+    if keep is not None:
+        table = resized_pictures(table, keep, src, result)
     if "frame_index" not in table.column_names:
         raise KeyError("no frame_index column to derive timestamps from")
     frame_index = table["frame_index"].to_numpy(zero_copy_only=False).astype(np.float64)
@@ -222,6 +252,55 @@ def repair_timestamps(src: Source, dst: Output, fps: float, root: Path | None = 
         np.zeros(len(exact), dtype=np.int64)
     _write_table(table, episodes, dst, root)
     return sorted({int(e) for e in np.unique(episodes[changed])})
+
+
+def resized_pictures(table: pa.Table, keep: KeepImages, src: Source, result: DataCopied | None) -> pa.Table:
+    """`table` with the pictures of `keep.cameras` resized and stored as PNG (path None, as LeRobot embeds them);
+    each episode's image stats of the new pictures (LeRobot's sampling) and each camera's pictures and bytes go to
+    `result`. An undecodable or null picture fails the file, naming its episode and frame."""
+    import av
+
+    from pipeline.video.encode import PictureResizer
+    from pipeline.video.imagestats import SpanImageStats
+    from pipeline.video.pictures import picture_array, png_bytes
+
+    episodes = table["episode_index"].to_numpy(zero_copy_only=False) if "episode_index" in table.column_names \
+        else np.zeros(table.num_rows, dtype=np.int64)
+    cuts = [0, *(np.flatnonzero(np.diff(episodes) != 0) + 1).tolist(), len(episodes)]
+    runs = [(int(episodes[lo]), lo, hi - lo) for lo, hi in itertools.pairwise(cuts) if hi > lo]
+    resize = PictureResizer(keep.size, keep.resize)
+    for cam in keep.cameras:
+        if cam not in table.column_names:
+            raise EpisodeError(runs[0][0] if runs else None, src, f"no image column {cam!r} in the data file")
+        stats = SpanImageStats([(lo, n) for _e, lo, n in runs])
+        column = table[cam].combine_chunks().field("bytes").to_pylist()
+        new: list[dict[str, Any]] = []
+        stored = 0
+        for ep, lo, n in runs:
+            for i in range(lo, lo + n):
+                data = column[i]
+                if not data:
+                    raise EpisodeError(ep, src, f"{cam}: the picture of frame {i - lo} is null (no bytes)")
+                try:
+                    frame = resize(av.VideoFrame.from_ndarray(picture_array(data), format="rgb24"))
+                except ValueError as exc:
+                    raise EpisodeError(ep, src, f"{cam}: frame {i - lo}: {exc}") from None
+                stats.add(i, frame)
+                png = png_bytes(frame.to_ndarray(format="rgb24"))
+                stored += len(png)
+                new.append({"bytes": png, "path": None})
+        typ = table.schema.field(cam).type
+        table = table.set_column(table.column_names.index(cam), table.schema.field(cam), pa.array(new, type=typ))
+        if result is not None:
+            for (ep, _lo, _n), st in zip(runs, stats.result(), strict=True):
+                result.image_stats.setdefault(ep, {})[cam] = st
+            result.pictures[cam] = (len(new), stored)
+    return table
+
+
+def images_stats_sidecar(out_root: str | Path, rel: str) -> Output:
+    """`--keep-images`: the resized pictures' stats of each episode of a data file, per camera."""
+    return output_file(out_root, f"prep/stats/images/{rel}.json")
 
 
 def write_by_episode(table: pa.Table, episodes: np.ndarray, path: Path) -> None:

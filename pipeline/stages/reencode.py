@@ -93,6 +93,7 @@ class ReencodeOptions:
     engine: str = DEFAULT_ENGINE
     repairs: tuple[str, ...] = ()  # `--repair NAME` (pipeline.checks.REPAIR_NAMES): they change the output
     fingerprint: str = DEFAULT_FINGERPRINT  # how a rerun tells a kept output's source is unchanged (FINGERPRINTS)
+    keep_images: bool = False  # cameras stored as images stay images (resized) instead of becoming videos
 
     @property
     def quality(self) -> int:
@@ -104,6 +105,8 @@ class ReencodeOptions:
                                   "crf": self.quality}
         if self.repairs:
             out["repair"] = sorted(self.repairs)
+        if self.keep_images:
+            out["keep_images"] = True
         return out
 
 

@@ -244,6 +244,30 @@ def _graph(frame: av.VideoFrame, steps: list[tuple[str, dict[str, str]]]) -> av.
     return graph
 
 
+class PictureResizer:
+    """Pictures (`pipeline.video.pictures`) resized exactly as a video camera's frames are before they are encoded
+    (the same geometry and filter graph: crop/scale/pad), to RGB; one graph per picture size, built once."""
+
+    def __init__(self, size: tuple[int, int], resize: str) -> None:
+        self.size, self.resize = size, resize
+        self._graphs: dict[tuple[int, int], av.filter.Graph] = {}
+
+    def __call__(self, frame: av.VideoFrame) -> av.VideoFrame:
+        import av
+
+        from pipeline.video.resize import RESIZE_MODES
+
+        key = (frame.width, frame.height)
+        graph = self._graphs.get(key)
+        if graph is None:
+            geometry = RESIZE_MODES[self.resize](frame.width, frame.height, *self.size)
+            graph = self._graphs[key] = _graph(frame, filter_chain(geometry, "rgb24"))
+        graph.push(frame)
+        out = graph.pull()
+        assert isinstance(out, av.VideoFrame)
+        return out
+
+
 def ffmpeg_command(job: EncodeJob, binary: str = "ffmpeg") -> list[str]:
     """The `ffmpeg` argument list for a job (also what bench/reencode.py times as the CLI baseline)."""
     import ffmpeg  # ffmpeg-python: only builds the argument list here

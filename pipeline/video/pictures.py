@@ -81,3 +81,13 @@ def picture_frames(p: Pictures) -> Iterator[av.VideoFrame]:
             yield av.VideoFrame.from_ndarray(picture_array(data), format="rgb24")
         except ValueError as exc:
             raise EpisodeError(episode, p.src, f"{p.column}: frame {n}: {exc}") from None
+
+
+def png_bytes(rgb: np.ndarray) -> bytes:
+    """An RGB array as PNG (what `datasets`' Image feature stores for a uint8 array, as LeRobot records it)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="PNG")
+    return buf.getvalue()
+

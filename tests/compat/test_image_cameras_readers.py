@@ -129,6 +129,22 @@ def test_lerobot_image_dataset_scans_verifies_reencodes_and_loads(venv: str, tmp
             worst = max(worst, float(np.abs(inner[:, ys][:, :, xs] - a[cam]).mean()))
             assert float(b[cam][:, :20, :].max()) < 0.1  # the pad bar is black
     assert worst < 0.06, worst
+
+    kept = tmp_path / f"kept224-{venv}"  # --keep-images: pictures resized in place, the same pixels before h264
+    ok(prep("reencode", str(src), "--dst", "224", "--keep-images", "--out", str(kept), "--workers", "1",
+            "--no-progress"))
+    ok(prep("verify", str(kept), "--decode", "--workers", "1", "--no-progress"))
+    kept_info = json.loads((kept / "meta/info.json").read_text())
+    for cam in CAMERAS:
+        assert kept_info["features"][cam]["dtype"] == "image"
+        assert kept_info["features"][cam]["shape"] == [224, 224, 3]
+    as_images = samples(kept, line)
+    gap = max(float(np.abs(a[cam] - b[cam]).mean()) for a, b in zip(as_images, prepared, strict=True)
+              for cam in CAMERAS)
+    assert all(a[cam].shape == (3, 224, 224) for a in as_images for cam in CAMERAS)
+    assert gap < 0.03, gap  # the same resized pixels; the video side only adds h264's loss
+    report(f"compat {venv} images --keep-images: lerobot {line} loads all {len(as_images)} samples, pictures "
+           f"224x224 PNG, within {gap:.3f} mean abs of the video output's frames")
     report(f"compat {venv} images: lerobot {line}'s own use_videos=False dataset ({len(CAMERAS)} image cameras, "
            f"{EPISODES * N} frames) scanned (2 cameras stored as images), verify --decode passes; reencode --dst 224 "
            f"makes them video features that pass verify --size 224x224 --all-intra --decode; lerobot {line} loads "
