@@ -220,3 +220,40 @@ def test_keep_images_resizes_pictures_in_place(mixed: Path, tmp_path: Path) -> N
     assert again.returncode == 0, again.stdout + again.stderr
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and "prep" not in p.parts}
     assert after == before
+
+
+# ---- a corpus: a dataset with image cameras beside one with videos --------------------------------------------
+
+
+def test_a_corpus_with_image_cameras_scans_reencodes_and_budgets(tmp_path: Path) -> None:
+    """LIBERO-like (two cameras stored as images) beside a video dataset: the corpus manifest counts the image
+    cameras with their bytes, the corpus re-encode makes every camera a 224 video, the budget counts their frames."""
+    data = tmp_path / "data"
+    write_synthetic(data / "libero", version="v2.1", episodes=2, frames=10, height=H, width=W,
+                    cameras=("observation.images.image", "observation.images.wrist_image"),
+                    image_cameras=("observation.images.image", "observation.images.wrist_image"))
+    write_synthetic(data / "aloha", version="v3.0", episodes=2, frames=10, height=H, width=W)
+    (tmp_path / "corpus.toml").write_text(
+        '[[datasets]]\nsource = "data/libero"\nweight = 1\n[datasets.cameras]\n'
+        'base_0_rgb = "observation.images.image"\nleft_wrist_0_rgb = "observation.images.wrist_image"\n\n'
+        '[[datasets]]\nsource = "data/aloha"\nweight = 1\n')
+    scan = prep("scan", "--corpus", "corpus.toml", "--out", "out/native.json", "--backend", "inline", cwd=tmp_path,
+                progress=False)
+    assert scan.returncode == 0, scan.stdout + scan.stderr
+    native = json.loads((tmp_path / "out/native.json").read_text())
+    rows = {r["name"]: r for r in native["datasets"]}
+    libero = {c["key"]: c for c in rows["libero"]["cameras"]}
+    assert {c["stored"] for c in libero.values()} == {"image"}
+    assert libero["observation.images.image"]["slot"] == "base_0_rgb"
+    assert libero["observation.images.image"]["codec"] == "png" and libero["observation.images.image"]["bytes"] > 0
+    reencode = prep("reencode", "--corpus", "corpus.toml", "--dst", "224", "--out", "out/prepared", "--backend",
+                    "inline", cwd=tmp_path, progress=False)
+    assert reencode.returncode == 0, reencode.stdout + reencode.stderr
+    prepared = json.loads((tmp_path / "out/prepared/corpus.json").read_text())
+    cams = [c for r in prepared["datasets"] for c in r["cameras"]]
+    assert len(cams) == 5 and all((c["stored"], c["width"], c["codec"]) == ("video", 224, "h264") for c in cams)
+    budget = prep("budget", "--corpus", "out/native.json", "--corpus-prepared", "out/prepared/corpus.json",
+                  "--out", "out/budget", cwd=tmp_path)
+    assert budget.returncode == 0, budget.stdout + budget.stderr
+    mix = json.loads((tmp_path / "out/budget/report.json").read_text())["mixture"]
+    assert mix["reencode"]["camera_frames"] == 2 * 10 * 2 + 2 * 10 * 3

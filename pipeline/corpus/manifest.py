@@ -100,7 +100,8 @@ def dataset_row(d: DatasetRun, role: str, folder: Path, share: float) -> dict[st
     t, ds = m["totals"], m["dataset"]
     slots = _slots(e.camera_map())
     per_camera = {k: int(v) for k, v in t["bytes"]["per_camera"].items()}
-    cams = [{"key": c["key"], "slot": slots.get(c["key"]), "codec": c.get("codec"), "width": c.get("width"),
+    cams = [{"key": c["key"], "slot": slots.get(c["key"]), "stored": c.get("stored", "video"),
+             "codec": c.get("codec"), "width": c.get("width"),
              "height": c.get("height"), "pix_fmt": c.get("pix_fmt"), "bytes": per_camera.get(c["key"], 0)}
             for c in ds["cameras"]]
     table = path.with_name(m["episodes_table"]) if m.get("episodes_table") else None
