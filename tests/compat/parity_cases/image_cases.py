@@ -6,7 +6,9 @@ value, then `hf_transform_to_torch` (0.3.3 / 0.4.4 `datasets/utils.py`, 0.6.1 `d
 PIL picture into a CHW tensor of its own shape; nothing compares it with info.json. The harness judges each
 sample's picture against an independent PIL decode of the stored row (`reader.StoredPictures`).
 
-The faulty cases are `pipeline.synth` datasets with one edit (built without LeRobot, so the fast tier builds them
+The two controls also run `prep reencode --dst 64` (the image camera becomes a video) and read its output; the
+faulty cases run no re-encode (prep reencode's handling of faulty pictures is its own tests'). The faulty cases
+are `pipeline.synth` datasets with one edit (built without LeRobot, so the fast tier builds them
 too: tests/test_verify_images.py); `lerobot-written-images` is written by the venv's own LeRobot.
 """
 
@@ -23,7 +25,7 @@ import pyarrow as pa
 from pipeline.synth import SynthSpec, camera_frames, write_synthetic
 
 from .meta import data_files, rewrite_parquet
-from .model import LOADS, RAISES, REFUSES, Built, Expect, case
+from .model import LOADS, RAISES, REFUSES, Built, Expect, Truth, case
 
 IMG = "observation.images.top"
 BOTH = ("v2.1", "v3.0")
@@ -66,11 +68,24 @@ def drop_column(root: Path, camera: str = IMG) -> None:
     rewrite_parquet(data_files(root)[0], lambda t: t.drop_columns([camera]))
 
 
+def picture_truth(d: Path, fmt: str) -> dict[tuple[str, int], Truth]:
+    """What each row of a prep reencode output (the image camera made a video) should show: the pictures the
+    writer was given (a lossy encode: compared by luma PSNR). The source's pictures are judged against the
+    stored rows themselves (`reader.StoredPictures`)."""
+    out = {}
+    for e in range(2):
+        p = d / "raw" / f"{IMG}-{e}.npy"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        np.save(p, camera_frames(spec(fmt), 0, e))
+        out[(IMG, e)] = Truth(str(p), tuple(range(N)), exact=False)
+    return out
+
+
 def faulty(fault: Callable[[Path], None]) -> Callable[[Path, str], Built]:
     def build(d: Path, fmt: str) -> Built:
         root = write_synthetic(d / "ds", spec(fmt))
         fault(root)
-        return Built(root, {}, notes=[f"camera {IMG} stored as PNG pictures"])
+        return Built(root, picture_truth(d, fmt), notes=[f"camera {IMG} stored as PNG pictures"])
 
     return build
 
@@ -91,7 +106,7 @@ def both(outcome: str, where: str, why: str, **per: Expect) -> dict[str, Expect]
 
 
 case("images-clean", BOTH, f"pipeline.synth: 2 episodes x {N} rows, camera {IMG} stored as {W}x{H} PNG pictures",
-     None, both(LOADS, DECODE, "every row's picture decodes"), reencode_variants=())(faulty(FAULTS["images-clean"]))
+     None, both(LOADS, DECODE, "every row's picture decodes"))(faulty(FAULTS["images-clean"]))
 case("images-undecodable", BOTH, f"row {ROW} of episode 0 holds bytes PIL cannot identify (a PNG signature, then "
      "garbage)", "images-clean",
      both(RAISES, DECODE, "PIL raises UnidentifiedImageError at that sample"),
@@ -118,7 +133,7 @@ case("images-missing-column", BOTH, "the first data file has no image column (v2
 
 @case("lerobot-written-images", BOTH, "written by LeRobot itself (0.3.3 / 0.4.4 / 0.6.1) with use_videos=False: "
       f"create/add_frame/save_episode, camera {IMG} stored as PNG pictures in the data parquet", None,
-      both(LOADS, DECODE, "LeRobot reads what it wrote"), reencode_variants=(), needs_lerobot=True)
+      both(LOADS, DECODE, "LeRobot reads what it wrote"), needs_lerobot=True)
 def lerobot_written_images(d: Path, fmt: str) -> Built:
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -144,4 +159,4 @@ def lerobot_written_images(d: Path, fmt: str) -> Built:
         ds.save_episode()
     if not v21:
         ds.finalize()
-    return Built(root, {}, notes=["written by LeRobot with use_videos=False"])
+    return Built(root, picture_truth(d, fmt), notes=["written by LeRobot with use_videos=False"])
