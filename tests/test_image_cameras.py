@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from support.cli import run_prep as prep
@@ -162,18 +163,35 @@ def test_reencode_of_image_cameras_resumes_byte_identical(mixed: Path, tmp_path:
     assert after == before
 
 
-def test_reencode_refuses_pictures_of_another_size(tmp_path: Path) -> None:
-    """Pictures that are not the size info.json declares: the file fails with one line naming both sizes."""
+def test_reencode_resizes_pictures_of_any_size(tmp_path: Path) -> None:
+    """Pictures of another size than info.json declares, or one picture of another size mid-episode: every
+    reader loads them (each at its own size, which verify warns of), so reencode takes them too, each picture
+    resized by its own geometry: the output is uniform 224 video and passes the README's check."""
+    from pipeline.synth import png_bytes
+
     root = write_synthetic(tmp_path / "ds", version="v2.1", episodes=2, frames=6, height=H, width=W,
                            image_cameras=IMAGES)
     info = json.loads((root / "meta/info.json").read_text())
     info["features"][IMAGES[0]]["shape"] = [H * 2, W * 2, 3]
     (root / "meta/info.json").write_text(json.dumps(info))
-    res = prep("reencode", root, "--dst", "224", "--out", tmp_path / "out", "--backend", "inline",
-               "--accept-invalid-source", progress=False)
-    assert res.returncode != 0
-    assert f"pictures are {W}x{H} but meta/info.json declares {2 * W}x{2 * H}" in res.stdout + res.stderr
-    assert not (tmp_path / "out/meta/info.json").exists()
+    data = root / "data/chunk-000/episode_000001.parquet"
+    t = pq.read_table(data)
+    col = t[IMAGES[1]].to_pylist()
+    col[3] = {"bytes": png_bytes(np.full((W, H, 3), 200, dtype=np.uint8)), "path": None}  # 48x64 in a 64x48 camera
+    t = t.set_column(t.column_names.index(IMAGES[1]), t.schema.field(IMAGES[1]),
+                     pa.array(col, type=t.schema.field(IMAGES[1]).type))
+    pq.write_table(t, data)
+    out = tmp_path / "out"
+    res = prep("reencode", root, "--dst", "224", "--out", out, "--backend", "inline", progress=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "drop-in" in res.stdout  # warnings only: the readers load the source
+    check = prep("verify", out, "--size", "224x224", "--all-intra", "--decode", progress=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    frames = decoded(out / "videos/chunk-000" / IMAGES[1] / "episode_000001.mp4")
+    assert len(frames) == 6 and {f.shape for f in frames} == {(224, 224, 3)}
+    # the odd picture (portrait 48x64) is pad-resized by its own geometry: bars left and right, grey inside
+    odd = frames[3]
+    assert odd[:, :20].max() < 20 and abs(float(odd[100:124, 100:124].mean()) - 200) < 6
 
 
 def test_keep_images_resizes_pictures_in_place(mixed: Path, tmp_path: Path) -> None:

@@ -493,7 +493,9 @@ def _encode_checked(unit: ReencodeUnit, src: StorePath, read: Source | Pictures,
 def picture_spans(read: Source, unit: ReencodeUnit) -> tuple[list[Span], int, tuple[int, int]]:
     """A camera stored as images: each episode's span in the new file (its rows in file order: frame i of the
     file at i/fps), checked against the metadata lengths; the frames in all; the first picture's (width, height).
-    Reads the `episode_index` column and one page of pictures."""
+    Reads the `episode_index` column and one page of pictures. A picture of another size than info.json declares
+    is not refused: every reader loads it (at its own size, which `prep verify` warns of), and each picture is
+    resized to the output by its own geometry."""
     import pyarrow.parquet as pq
 
     episodes = {s.episode: s for s in unit.spans}
@@ -515,10 +517,6 @@ def picture_spans(read: Source, unit: ReencodeUnit) -> tuple[list[Span], int, tu
         raise EpisodeError(unit.spans[0].episode if unit.spans else None, read,
                            f"{unit.camera}: no rows for episodes {sorted(e for e in episodes if e is not None)[:5]}")
     size = (first.width, first.height)
-    if unit.declared_size is not None and unit.declared_size != size:
-        w, h = unit.declared_size
-        raise EpisodeError(order[0], read, f"{unit.camera}: pictures are {size[0]}x{size[1]} but meta/info.json "
-                                           f"declares {w}x{h}")
     spans: list[Span] = []
     start = 0
     shared = any(s.to_timestamp is not None for s in unit.spans)
@@ -544,13 +542,16 @@ def _encode_pictures(unit: ReencodeUnit, src: StorePath, read: Source, result: R
     result.src_width, result.src_height = sw, sh
     result.src_codec = "images"
     w, h = unit.options.size
-    geometry = RESIZE_MODES[unit.options.resize](sw, sh, w, h)
+    # each picture is resized by its own size's geometry (the same filter chain as a video frame's) before the
+    # encode, which then only converts the pixel format: pictures of several sizes make one uniform video
+    geometry = RESIZE_MODES[unit.options.resize](w, h, w, h)
     key = {"settings": unit.options.output_settings(), "source": unit.pictures_from, "camera": unit.camera,
            "source_bytes": result.src_bytes,
            "spans": [[s.episode, s.from_timestamp, s.frames_expected] for s in spans]}
     key = json.loads(json.dumps(key))
     chosen = frozenset(s.episode for s in spans if s.episode is not None)
-    _encode_checked(unit, src, Pictures(read, unit.camera, chosen), spans, total, geometry, (), key, result)
+    pictures = Pictures(read, unit.camera, chosen, (unit.options.size, unit.options.resize))
+    _encode_checked(unit, src, pictures, spans, total, geometry, (), key, result)
 
 
 def _copy_depth(unit: ReencodeUnit, src: StorePath, read: Source, dst: Output, probe: VideoProbe,

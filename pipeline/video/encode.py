@@ -145,7 +145,11 @@ def decoded_frames(src: Source | Pictures) -> Iterator[Iterator[av.VideoFrame]]:
     """The source's frames in order: a video file decoded (`open_source`), or the pictures of an image camera
     (`pipeline.video.pictures`)."""
     if isinstance(src, Pictures):
-        yield picture_frames(src)
+        frames = picture_frames(src)
+        if src.resize is not None:
+            resizer = PictureResizer(*src.resize)
+            frames = (resizer(f) for f in frames)
+        yield frames
         return
     inp, ist = open_source(src)
     with inp:

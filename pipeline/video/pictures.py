@@ -32,6 +32,9 @@ class Pictures:
     src: Source
     column: str
     episodes: frozenset[int] | None = None
+    # ((width, height), resize mode): each picture resized by its own size's geometry before anything else sees
+    # it (`pipeline.video.encode.decoded_frames`), so pictures of several sizes make one uniform stream
+    resize: tuple[tuple[int, int], str] | None = None
 
     def __str__(self) -> str:
         return f"{self.src} (column {self.column})"
@@ -46,7 +49,9 @@ def picture_array(data: bytes) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as im:
             rgb = im if im.mode == "RGB" else im.convert("RGB")
             return np.asarray(rgb)
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+    except UnidentifiedImageError:
+        raise ValueError(f"not a picture Pillow reads (format not identified, {len(data):,} bytes)") from None
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
         raise ValueError(f"undecodable picture ({type(exc).__name__}: {exc})") from None
 
 
