@@ -12,7 +12,15 @@ on the inline engine, one process) then LeRobot:
   `dataset_tools.delete_episodes`;
 - split: `prep edit SRC --no-shuffle --split train=LIST val=LIST` vs `dataset_tools.split_dataset` with the same
   lists (val every 5th episode);
-- merge: `prep edit --merge A B` vs `dataset_tools.merge_datasets`.
+- merge: `prep edit --merge A B` vs `dataset_tools.merge_datasets`;
+- drop-camera: `prep edit SRC --drop-cameras observation.images.side` vs `dataset_tools.remove_feature` of that
+  camera (a video feature: LeRobot rewrites every data parquet through pandas, copies the other cameras' files
+  and meta/episodes as they are);
+- rename: `prep edit SRC --rename observation.images.top=observation.images.base_0_rgb` (LeRobot 0.6.1 has no
+  tool that renames a feature: prep's row alone).
+For the camera edits, `camera_left` counts what still names the dropped (or renamed) camera in each output:
+its info.json feature, its meta/episodes columns (`videos/<key>/...`, `stats/<key>/...`), its meta/stats.json
+entry and its video files.
 Each tool runs as its own process; `process_s` is the whole process (imports, prep's start-up and any
 cluster included: what a user waits for), `cpu_s` the CPU seconds of the process and its descendants (the
 cost on a shared machine, where wall time also counts the waits for a core), `seconds` the edit inside it
@@ -28,7 +36,7 @@ output packets end with the source packet's payload (the same slice data with so
 parameter sets repeated in-band).
 
     python bench/edit.py [--episodes 50] [--frames 90] [--merge-episodes 25] [--work DIR] [--workers 2]
-                         [--no-inline] [--only drop,split,merge] [--inputs h264,224]
+                         [--no-inline] [--only drop,split,merge,drop-camera,rename] [--inputs h264,224]
                          [--out bench/results/edit.json]
 """
 
@@ -105,7 +113,7 @@ EDIT_SCRIPT = r'''
 import json, logging, sys, time
 from pathlib import Path
 logging.disable(logging.INFO)
-from lerobot.datasets.dataset_tools import delete_episodes, merge_datasets, split_dataset
+from lerobot.datasets.dataset_tools import delete_episodes, merge_datasets, remove_feature, split_dataset
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
 op, out, args = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
@@ -117,6 +125,8 @@ elif op == "split":
     split_dataset(srcs[0], splits=args["splits"], output_dir=out)
 elif op == "merge":
     merge_datasets(srcs, output_repo_id="bench/merged", output_dir=out)
+elif op == "drop-camera":
+    remove_feature(srcs[0], feature_names=[args["camera"]], output_dir=out, repo_id="bench/removed")
 print(json.dumps({"seconds": time.perf_counter() - t0}))
 '''
 
@@ -178,9 +188,15 @@ def build_224(src: Path, out: Path, workers: int) -> float:
     return time.perf_counter() - t0
 
 
+FLAG = {"drop": "--drop", "split": "--split", "merge": "--merge", "drop-camera": "--drop-cameras",
+        "rename": "--rename"}
+LEROBOT_TOOL = {"drop": "delete_episodes", "split": "split_dataset", "merge": "merge_datasets",
+                "drop-camera": "remove_feature"}  # rename: LeRobot 0.6.1 has none
+
+
 def prep_edit_features() -> set[str]:
     r, _, _ = prep("edit", "--help")
-    return {flag for flag in ("--drop", "--split", "--merge") if flag in r.stdout}
+    return {flag for flag in FLAG.values() if flag in r.stdout}
 
 
 # ---------------------------------------------------------------- bit-exactness
@@ -216,8 +232,10 @@ class Packets:
         return [b for t, b in self._file(path) if lo - half <= t < hi - half]
 
 
-def bit_exact(pairs: list[tuple[Path, int, Path, int]], fps: float) -> dict[str, Any]:
-    """pairs: (output root, output episode, source root, source episode)."""
+def bit_exact(pairs: list[tuple[Path, int, Path, int]], fps: float,
+              cams: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+    """pairs: (output root, output episode, source root, source episode); cams: (output camera, source camera)
+    (default: every camera under its own key)."""
     cache = Packets()
     rows: dict[Path, list[dict[str, Any]]] = {}
     total = equal = contains = frames_mismatch = 0
@@ -225,9 +243,9 @@ def bit_exact(pairs: list[tuple[Path, int, Path, int]], fps: float) -> dict[str,
         for root in (out, src):
             if root not in rows:
                 rows[root] = episode_rows(root)
-        for cam in CAMS:
+        for cam, src_cam in cams if cams is not None else [(c, c) for c in CAMS]:
             a = cache.episode(out, rows[out][oep], cam, fps)
-            b = cache.episode(src, rows[src][sep], cam, fps)
+            b = cache.episode(src, rows[src][sep], src_cam, fps)
             frames_mismatch += len(a) != len(b)
             total += len(b)
             equal += sum(x == y for x, y in zip(a, b, strict=False))
@@ -244,7 +262,29 @@ def plan(episodes: int, merge_episodes: int) -> dict[str, Any]:
     drop = [i for i in range(episodes) if i % 5 in (1, 3)]  # 40 %, spread through every file
     val = [i for i in range(episodes) if i % 5 == 4]
     train = [i for i in range(episodes) if i % 5 != 4]
-    return {"drop": drop, "splits": {"train": train, "val": val}, "merge_episodes": merge_episodes}
+    return {"drop": drop, "splits": {"train": train, "val": val}, "merge_episodes": merge_episodes,
+            "camera": CAMS[2], "rename": [CAMS[0], "observation.images.base_0_rgb"]}
+
+
+def camera_pairs(op: str, p: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """(output camera, source camera) of a camera edit's output; None: every camera as it is."""
+    if op == "drop-camera":
+        return [(c, c) for c in CAMS if c != p["camera"]]
+    if op == "rename":
+        old, new = p["rename"]
+        return [(new if c == old else c, c) for c in CAMS]
+    return None
+
+
+def camera_left(root: Path, cam: str) -> dict[str, int]:
+    """What still names camera `cam` in an output: its info.json feature, meta/episodes columns, meta/stats.json
+    entry, video files."""
+    info = json.loads((root / "meta/info.json").read_text())
+    stats = json.loads((root / "meta/stats.json").read_text()) if (root / "meta/stats.json").is_file() else {}
+    columns = {c for f in (root / "meta/episodes").glob("*/*.parquet") for c in pq.read_schema(f).names}
+    return {"info_features": int(cam in info.get("features", {})),
+            "episode_columns": sum(1 for c in columns if c.startswith((f"videos/{cam}/", f"stats/{cam}/"))),
+            "stats_json": int(cam in stats), "video_files": len(list((root / "videos" / cam).rglob("*.mp4")))}
 
 
 def mapping(op: str, p: dict[str, Any], episodes: int, out: Path,
@@ -254,6 +294,8 @@ def mapping(op: str, p: dict[str, Any], episodes: int, out: Path,
         return [(out, n, srcs[0], e) for n, e in enumerate(kept)]
     if op == "split":
         return [(out / name, n, srcs[0], e) for name, eps in p["splits"].items() for n, e in enumerate(sorted(eps))]
+    if op in ("drop-camera", "rename"):
+        return [(out, e, srcs[0], e) for e in range(episodes)]
     pairs, n = [], 0
     for src in srcs:
         for e in range(len(episode_rows(src))):
@@ -276,6 +318,10 @@ def run_prep(op: str, p: dict[str, Any], srcs: list[Path], out: Path, workers: i
     elif op == "split":
         args = ["edit", str(srcs[0]), "--out", str(out), "--no-shuffle", "--split",
                 *(f"{name}={episode_list(eps)}" for name, eps in p["splits"].items())]
+    elif op == "drop-camera":
+        args = ["edit", str(srcs[0]), "--out", str(out), "--drop-cameras", p["camera"]]
+    elif op == "rename":
+        args = ["edit", str(srcs[0]), "--out", str(out), "--rename", "=".join(p["rename"])]
     else:
         args = ["edit", "--merge", *map(str, srcs), "--out", str(out)]
     load = os.getloadavg()[0]
@@ -297,8 +343,9 @@ def run_lerobot(op: str, p: dict[str, Any], srcs: list[Path], out: Path, work: P
     shutil.rmtree(out, ignore_errors=True)
     arg = {"roots": [str(s) for s in srcs], "drop": p["drop"], "splits": p["splits"]}
     load = os.getloadavg()[0]
+    arg["camera"] = p["camera"]
     r, wall, cpu = timed([str(LEROBOT_PY), "-c", EDIT_SCRIPT, op, str(out), json.dumps(arg)], lerobot_env(work))
-    name = {"drop": "delete_episodes", "split": "split_dataset", "merge": "merge_datasets"}[op]
+    name = LEROBOT_TOOL[op]
     if r.returncode != 0:
         return {"tool": f"lerobot 0.6.1 {name}", "error": r.stderr.strip()[-600:], "process_s": wall,
                 "cpu_s": cpu, "load_avg_1m_at_start": load}
@@ -321,14 +368,14 @@ def fmt(v: float | None, spec: str) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'input':<6}{'edit':<7}{'tool':<32}{'process s':>10}{'cpu s':>8}{'edit s':>8}{'x wall':>8}{'x cpu':>7}"
+    head = (f"{'input':<6}{'edit':<12}{'tool':<32}{'process s':>10}{'cpu s':>8}{'edit s':>8}{'x wall':>8}{'x cpu':>7}"
             f"{'packets equal':>16}{'verify':>8}{'load':>6}")
     lines = [head, "-" * len(head)]
     for r in rows:
         ex = r.get("exact") or {}
         eq = f"{ex['packets_equal']}/{ex['packets']}" if ex else ("error" if "error" in r else "-")
         verify = r.get("verify", {}).get("exit_codes")
-        lines.append(f"{r['input']:<6}{r['op']:<7}{r['tool']:<32}{fmt(r.get('process_s'), '.2f'):>10}"
+        lines.append(f"{r['input']:<6}{r['op']:<12}{r['tool']:<32}{fmt(r.get('process_s'), '.2f'):>10}"
                      f"{fmt(r.get('cpu_s'), '.2f'):>8}{fmt(r.get('seconds'), '.2f'):>8}"
                      f"{fmt(r.get('ratio'), '.1f'):>8}{fmt(r.get('ratio_cpu'), '.1f'):>7}{eq:>16}"
                      f"{'-' if verify is None else ','.join(map(str, verify)):>8}"
@@ -358,15 +405,14 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     corpora = {"h264": (work / "a", work / "b"), "224": (work / "a_224", work / "b_224")}
-    built = {}
-    for name, (a, b) in corpora.items():
-        if name == "h264":
-            built["a"] = build_lerobot(a, args.episodes, args.frames, 0, work)
-            built["b"] = build_lerobot(b, args.merge_episodes, args.frames, 1, work)
-    for name, (a, b) in corpora.items():
-        if name == "224":
-            built["a_224"] = build_224(work / "a", a, args.workers)
-            built["b_224"] = build_224(work / "b", b, args.workers)
+    inputs, ops = args.inputs.split(","), args.only.split(",")
+    built = {"a": build_lerobot(work / "a", args.episodes, args.frames, 0, work)}
+    if "merge" in ops:  # corpus B only for a merge, the 224 inputs only when asked for
+        built["b"] = build_lerobot(work / "b", args.merge_episodes, args.frames, 1, work)
+    if "224" in inputs:
+        built["a_224"] = build_224(work / "a", work / "a_224", args.workers)
+        if "merge" in ops:
+            built["b_224"] = build_224(work / "b", work / "b_224", args.workers)
     for name, secs in built.items():
         root = work / name
         print(f"corpus {name}: {len(episode_rows(root))} episodes, {du(root) / 1e6:.1f} MB"
@@ -385,18 +431,26 @@ def main(argv: list[str] | None = None) -> int:
             group: list[dict[str, Any]] = []
             engines: list[int | None] = [args.workers, None] if not args.no_inline else [args.workers]
             for workers in engines:
-                if f"--{op}" not in have:
-                    group.append({"tool": "prep edit", "error": f"prep edit has no --{op} yet",
+                if FLAG[op] not in have:
+                    group.append({"tool": "prep edit", "error": f"prep edit has no {FLAG[op]} yet",
                                   "load_avg_1m_at_start": os.getloadavg()[0]})
                     break
                 out = work / "out" / f"prep-{inp}-{op}-{workers or 'inline'}"
                 row = run_prep(op, p, srcs, out, workers)
                 if "error" not in row:
-                    row["exact"] = bit_exact(mapping(op, p, args.episodes, out, srcs), fps)
+                    row["exact"] = bit_exact(mapping(op, p, args.episodes, out, srcs), fps, camera_pairs(op, p))
                     parts = [out / n for n in p["splits"]] if op == "split" else [out]
                     row["verify"] = run_verify(parts, args.workers)
+                    if op in ("drop-camera", "rename"):
+                        row["camera_left"] = camera_left(out, p["camera"] if op == "drop-camera" else p["rename"][0])
                 group.append(row)
             out = work / "out" / f"lerobot-{inp}-{op}"
+            if op not in LEROBOT_TOOL:  # nothing of LeRobot's to compare with
+                for row in group:
+                    row.update(input=inp, op=op)
+                    rows.append(row)
+                    print(table([row]).splitlines()[-1], flush=True)
+                continue
             if earlier is not None:
                 theirs = next(r for r in earlier["results"] if r["input"] == inp and r["op"] == op
                               and r["tool"].startswith("lerobot"))
@@ -404,7 +458,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 theirs = run_lerobot(op, p, srcs, out, work)
                 if "error" not in theirs:
-                    theirs["exact"] = bit_exact(mapping(op, p, args.episodes, out, srcs), fps)
+                    theirs["exact"] = bit_exact(mapping(op, p, args.episodes, out, srcs), fps, camera_pairs(op, p))
+                    if op == "drop-camera":
+                        theirs["camera_left"] = camera_left(out, p["camera"])
+                        theirs["verify"] = run_verify([out], args.workers)
             if "error" not in theirs:
                 for row in group:
                     if "error" not in row:
