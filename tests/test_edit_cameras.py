@@ -358,3 +358,13 @@ def test_split_with_cameras(sources: dict[str, Path], tmp_path: Path) -> None:
     edit(src, "--out", out, "--split", "train=0,1,2", "val=3", "--drop-cameras", WRIST, "--rename", f"{HIGH}={BASE_0}")
     check_shaped(src, out / "train", {WRIST: None, HIGH: BASE_0}, [0, 1, 2])
     check_shaped(src, out / "val", {WRIST: None, HIGH: BASE_0}, [3])
+
+
+def test_merge_refuses_other_state_dims_after_renames(sources: dict[str, Path], tmp_path: Path) -> None:
+    """Cameras mapped to the same keys do not make another robot's state mergeable: a 7-dim state beside a
+    14-dim one is refused naming the shapes and LeRobot's rule."""
+    a = sources["Bv3.0"]
+    other = write_synthetic(tmp_path / "other", spec("v3.0", (HIGH, WRIST), episodes=2, seed=3, state_dim=7))
+    line = refused("--merge", a, other, "--out", tmp_path / "out", "--rename", f"{HIGH}={BASE}", f"{WRIST}={LEFT}")
+    assert "feature 'observation.state'" in line and "[7]" in line and "[14]" in line
+    assert "LeRobot's merge_datasets expects the same fps, robot_type and features" in line
