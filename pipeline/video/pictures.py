@@ -14,13 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from pipeline.errors import EpisodeError
 from pipeline.storage import STREAM_BLOCK, Source, as_file
 
 if TYPE_CHECKING:
     import av
+    import numpy as np
 
 BATCH_ROWS = 32  # pictures read from the parquet at a time
 
@@ -43,6 +42,7 @@ class Pictures:
 def picture_array(data: bytes) -> np.ndarray:
     """One picture decoded to an RGB uint8 array (height, width, 3), as Pillow reads it; ValueError if it is not
     a picture Pillow reads."""
+    import numpy as np
     from PIL import Image, UnidentifiedImageError
 
     try:
