@@ -23,7 +23,8 @@ COMMANDS: dict[str, Command] = {
     "convert": Command("pipeline.commands.convert",
                        "convert a dataset between LeRobot v2.1 and v3.0 (stream copy, no re-encode)"),
     "edit": Command("pipeline.commands.edit",
-                    "drop, keep, split or merge episodes by stream copy (no re-encode), renumbered and verified"),
+                    "drop, keep, split or merge episodes, drop or rename cameras and features, by stream copy "
+                    "(no re-encode), renumbered and verified"),
     "verify": Command("pipeline.commands.verify", "prove a dataset is sound: frame counts, timestamps, keyframes"),
     "budget": Command("pipeline.commands.budget", "storage budget and pi-equivalent sizing report"),
     "bench": Command("pipeline.commands.bench", "benchmarks (dataloader)"),
