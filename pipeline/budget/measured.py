@@ -26,6 +26,7 @@ from pipeline.budget.config import (
 )
 from pipeline.errors import PrepError
 from pipeline.jobs.manifest import load_manifest
+from pipeline.storage import StorePath
 
 NO_VIDEO = "no video"
 
@@ -60,8 +61,9 @@ class ManifestFigures:
         }
 
 
-def read_figures(path: Path, role: str) -> ManifestFigures:
-    """Load and schema-check a manifest; refuse one that measures nothing (one line naming the field)."""
+def read_figures(path: Path | StorePath, role: str) -> ManifestFigures:
+    """Load and schema-check a manifest (a local file, or an object read through `pipeline.storage`); refuse one
+    that measures nothing (one line naming the field)."""
     m = load_manifest(path)
     t = m["totals"]
     fpe = t.get("frames_per_episode", {}).get("mean")
@@ -83,7 +85,7 @@ def read_figures(path: Path, role: str) -> ManifestFigures:
     )
 
 
-def read_all(paths: Sequence[Path], role: str) -> ManifestFigures | None:
+def read_all(paths: Sequence[Path | StorePath], role: str) -> ManifestFigures | None:
     """The manifests of one role (`--native A --native B`), added up: every one counts, never the last only.
     Episodes, timesteps, hours and bytes are summed; GB/hr = bytes / hours, frames per episode = timesteps /
     episodes and fps = timesteps / seconds of the whole. None without a manifest."""

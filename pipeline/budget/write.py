@@ -27,17 +27,19 @@ from pipeline.budget.render import PLOT_TITLES, render_markdown
 from pipeline.budget.report import ReportInputs, build_report
 from pipeline.errors import PrepError
 from pipeline.schemas import validate
+from pipeline.storage import StorePath
 
 BUDGET_SCHEMA = "budget"
 COVERAGE_PLOT = "coverage.png"
 MIXTURE_PLOT = "mixture.png"
 __all__ = ["DEFAULT_OUT", "write_report"]
+Manifest = Path | StorePath  # a manifest where it lives: a local file, or an object-store file
 
 
 def write_report(
     out_dir: Path,
-    native: Path | Sequence[Path] | None = None,
-    prepared: Path | Sequence[Path] | None = None,
+    native: Manifest | Sequence[Manifest] | None = None,
+    prepared: Manifest | Sequence[Manifest] | None = None,
     config: BudgetConfig | None = None,
     *,
     landscape: Path = DEFAULT_LANDSCAPE,
@@ -49,9 +51,10 @@ def write_report(
 ) -> dict[str, Any]:
     """Write `out_dir`/report.md, report.json and the PNG plots; return the report dict.
 
-    `native` / `prepared` are `prep scan` manifests (schema-checked; several of a role are added up); their
-    GB/hr, frames per episode and fps replace the document defaults but not values set in `config` from a file
-    or the CLI; a storage rate only one of them measures gives the other by `prepared_ratio` ("estimated from ...").
+    `native` / `prepared` are `prep scan` manifests (schema-checked; several of a role are added up; a local file,
+    or an object's `StorePath` from `pipeline.storage.parse_file`); their GB/hr, frames per episode and fps
+    replace the document defaults but not values set in `config` from a file or the CLI; a storage rate only one of
+    them measures gives the other by `prepared_ratio` ("estimated from ...").
     With a manifest the report has a "your corpus" section (and plot). `mixture_input` (a corpus manifest's
     datasets, `prep budget --corpus`): the mixture section (and plot): each dataset's share, samples and epochs at
     the target, oversampled ones flagged, and the CPU time to re-encode the corpus at `reencode_cost`'s measured
@@ -59,8 +62,8 @@ def write_report(
     bad manifest, bad parameters or inputs whose figures overflow; nothing is written then.
     """
     cfg = config or BudgetConfig()
-    nat = read_all([native] if isinstance(native, Path) else native or [], "native")
-    prep = read_all([prepared] if isinstance(prepared, Path) else prepared or [], "prepared")
+    nat = read_all([native] if isinstance(native, Path | StorePath) else native or [], "native")
+    prep = read_all([prepared] if isinstance(prepared, Path | StorePath) else prepared or [], "prepared")
     cfg, notes = apply_measured(cfg, measured_values(nat, prep))
     validate_config(cfg)  # before estimating a rate from the others: no division by a bad ratio
     cfg, ratio_notes = estimate_rates(cfg, nat, prep)

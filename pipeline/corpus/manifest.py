@@ -26,8 +26,9 @@ from pipeline import __version__, atomic
 from pipeline.clock import utc_now
 from pipeline.corpus.spec import SLOTS
 from pipeline.errors import PrepError
-from pipeline.jobs.manifest import load_manifest
+from pipeline.jobs.manifest import load_manifest, read_json_at
 from pipeline.schemas import validate
+from pipeline.storage import MissingFile, StorePath
 from pipeline.text import printable
 
 # A `pipeline.jobs.corpus.CorpusRun` / `DatasetRun` (not imported: the corpus job imports this module)
@@ -249,13 +250,12 @@ def publish_corpus_manifest(run: CorpusRun, out: Path, *, role: str, root: Path 
     return out
 
 
-def load_corpus_manifest(path: Path) -> dict[str, Any]:
-    """A corpus manifest, schema-checked (one line naming the field at fault)."""
-    from pipeline.bounded import read_json
-
+def load_corpus_manifest(path: Path | StorePath) -> dict[str, Any]:
+    """A corpus manifest, schema-checked (one line naming the field at fault): a local path, or an object
+    (`pipeline.storage.parse_file`), read bounded as a local one is."""
     try:
-        doc = read_json(Path(path))
-    except FileNotFoundError:
+        doc = read_json_at(path if isinstance(path, StorePath) else Path(path), what="corpus manifest")
+    except (FileNotFoundError, MissingFile):
         raise PrepError(f"{printable(str(path))}: corpus manifest not found") from None
     except (OSError, ValueError) as exc:
         raise PrepError(f"{printable(str(path))}: cannot read the corpus manifest: {printable(str(exc))}") from None

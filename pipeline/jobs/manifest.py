@@ -25,14 +25,14 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline import __version__, atomic
-from pipeline.bounded import read_json
+from pipeline.bounded import MAX_JSON_CHARS, loads_json, read_json
 from pipeline.clock import utc_now
 from pipeline.dataset.files import FileIndex
 from pipeline.dataset.model import Dataset
 from pipeline.errors import EpisodeError, PrepError
 from pipeline.schemas import validate
 from pipeline.stages.scan import CameraScan, EpisodeScan, ImageScan, probe_camera
-from pipeline.storage import Location
+from pipeline.storage import Location, MissingFile, StorePath
 from pipeline.video.probe import UNKNOWN_PIX_FMT
 
 MANIFEST_SCHEMA = "manifest"
@@ -272,11 +272,22 @@ def copy_manifest(src: Path, dst: Path, root: Path | None = None) -> dict[str, A
     return manifest
 
 
-def load_manifest(path: Path | str) -> dict[str, Any]:
-    path = Path(path)
+def read_json_at(source: Path | StorePath, what: str = "manifest") -> Any:
+    """A JSON file where it lives, bounded as `pipeline.bounded.read_json` bounds a local one: its size before it
+    is read (an object: its listing or HEAD, then one GET), its depth before it is parsed. Raises what `read_json`
+    raises; an object also `MissingFile` and `StorageError` (one line naming its URL: credentials, endpoint)."""
+    if not isinstance(source, StorePath):
+        return read_json(Path(source))
+    data = source.read_bytes(limit=4 * MAX_JSON_CHARS, what=what)  # UTF-8: at most 4 bytes a character
+    return loads_json(data.decode("utf-8"))
+
+
+def load_manifest(path: Path | str | StorePath) -> dict[str, Any]:
+    """A `prep scan` manifest, schema-checked: a local path, or an object (`pipeline.storage.parse_file`)."""
+    path = path if isinstance(path, StorePath) else Path(path)
     try:
-        obj = read_json(path)  # size and depth bounded before parsing
-    except FileNotFoundError:
+        obj = read_json_at(path)  # size and depth bounded before parsing
+    except (FileNotFoundError, MissingFile):
         raise PrepError(f"{path}: manifest not found") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PrepError(f"{path}: cannot read manifest: {exc}") from None

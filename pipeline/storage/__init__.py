@@ -83,6 +83,7 @@ __all__ = [
     "output_folder",
     "output_location",
     "output_size",
+    "parse_file",
     "parse_location",
     "parse_options",
     "publish_tree",
@@ -119,6 +120,23 @@ def parse_location(text: str | os.PathLike[str] | Location, *, revision: str | N
     if revision is not None and hub.snapshot_repo_folder(path.absolute()) is None:
         raise StorageError(f"--revision applies to a hub repo id (OWNER/NAME), not to the folder {printable(raw)}")
     return local_location(path)
+
+
+def parse_file(text: str | os.PathLike[str], *, options: Iterable[str] | tuple[tuple[str, str], ...] = (),
+               what: str = "file") -> Path | StorePath:
+    """One file a user names (a manifest, a report to read): an object-store URL as a `StorePath` whose location is
+    its bucket (a path relative to the file, `../a/m.json`, resolves inside the bucket and no further), a local
+    path as the `Path` typed (the user's own file, read as it is). `options`: `--storage-option` pairs for a URL."""
+    raw = os.fspath(text)
+    m = URL_RE.match(raw)
+    if m is None or m.group("scheme") == LOCAL:
+        return _url_location(LOCAL, m.group("rest"), raw, (), what).path if m else Path(raw)
+    loc = parse_location(raw, options=options, what=what)
+    bucket, _, key = loc.root.partition("/")
+    if not key:
+        raise StorageError(f"{what} {printable(raw)}: names a bucket, not a file (expected "
+                           f"{loc.scheme}://BUCKET/KEY)")
+    return StorePath(Location(loc.scheme, bucket, None, loc.options), key)
 
 
 def local_location(path: Path | str) -> Location:
@@ -297,3 +315,16 @@ def open_store(location: Location) -> Store:
 
 
 base._factory = open_store
+
+_INHERITED: list[list[Store]] = []  # a forked child's copies of its parent's stores: kept, never used nor closed
+
+
+def _forget_stores_after_fork() -> None:
+    """A forked child (a torch DataLoader worker) builds its own stores: an object store's client (s3fs: its event
+    loop, its connections) is its parent's and refuses to run in another process ("not fork-safe"). The copies are
+    parked, not closed: closing them would talk on the parent's connections."""
+    _INHERITED.append(list(_STORES.values()))
+    _STORES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_stores_after_fork)
