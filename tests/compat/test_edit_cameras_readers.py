@@ -21,7 +21,6 @@ Runs inside the reader venvs (`.ci/compat.sh`: the ids hold v21, v30 or v06); sk
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import shutil
 import subprocess
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 import pytest
 from compat_support import reader_of_venv, report
+from parity_cases.image_cases import write_lerobot_images
 from support.cli import run_prep
 
 from pipeline.synth import SynthSpec, camera_frames, write_synthetic
@@ -55,32 +55,13 @@ def ok(r: subprocess.CompletedProcess[str]) -> str:
 
 def write_images_with_lerobot(root: Path) -> Path:
     """This venv's LeRobot writes 3 episodes x 10 frames whose two cameras are stored as images."""
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
     h, w, n = 48, 64, 10
-    names = [f"joint_{i}" for i in range(6)]
-    features: dict[str, Any] = {"observation.state": {"dtype": "float32", "shape": (6,), "names": names},
-                                "action": {"dtype": "float32", "shape": (6,), "names": names}}
-    for cam in (IMG_TOP, IMG_WRIST):
-        features[cam] = {"dtype": "image", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
     tmp = root.with_name(root.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    ds = LeRobotDataset.create(f"prep-compat/{root.name}", fps=30, features=features, root=tmp,
-                               robot_type="synthetic", use_videos=False)
-    task_arg = "task" in inspect.signature(ds.add_frame).parameters  # 0.3.x: add_frame(frame, task)
-    for e in range(3):
-        imgs = [camera_frames(SynthSpec(frames=n, height=h, width=w, seed=5), k, e) for k in range(2)]
-        for i in range(n):
-            frame: dict[str, Any] = {"observation.state": np.sin(i / 30 + np.arange(6) + e).astype(np.float32),
-                                     "action": np.cos(i / 30 + np.arange(6) + e).astype(np.float32),
-                                     IMG_TOP: imgs[0][i], IMG_WRIST: imgs[1][i]}
-            if task_arg:
-                ds.add_frame(frame, task="pick")
-            else:
-                ds.add_frame({**frame, "task": "pick"})
-        ds.save_episode()
-    if hasattr(ds, "finalize"):
-        ds.finalize()
+    write_lerobot_images(tmp, (IMG_TOP, IMG_WRIST), height=h, width=w, episodes=3, frames=n,
+                         pictures=lambda k, e: camera_frames(SynthSpec(frames=n, height=h, width=w, seed=5), k, e),
+                         row=lambda e, i: {"observation.state": np.sin(i / 30 + np.arange(6) + e).astype(np.float32),
+                                           "action": np.cos(i / 30 + np.arange(6) + e).astype(np.float32)})
     tmp.rename(root)
     return root
 

@@ -16,15 +16,14 @@ Runs inside the reader venvs (`.ci/compat.sh`: ids hold v21, v30 or v06); skippe
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 from compat_support import reader_of_venv, report
+from parity_cases.image_cases import write_lerobot_images
 from support.cli import run_prep
 
 pytestmark = pytest.mark.readers
@@ -42,33 +41,14 @@ def ok(r: subprocess.CompletedProcess[str]) -> str:
 
 def write_with_lerobot(root: Path) -> Path:
     """This venv's LeRobot writes a dataset with its cameras stored as images (smooth synthetic frames)."""
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
     from pipeline.synth import SynthSpec, camera_frames
 
-    names = [f"joint_{i}" for i in range(6)]
-    features: dict[str, Any] = {"observation.state": {"dtype": "float32", "shape": (6,), "names": names},
-                                "action": {"dtype": "float32", "shape": (6,), "names": names}}
-    for cam in CAMERAS:
-        features[cam] = {"dtype": "image", "shape": (H, W, 3), "names": ["height", "width", "channels"]}
-    ds = LeRobotDataset.create(f"prep-compat/{root.name}", fps=FPS, features=features, root=root,
-                               robot_type="synthetic", use_videos=False)
-    task_arg = "task" in inspect.signature(ds.add_frame).parameters  # 0.3.x: add_frame(frame, task)
-    for e in range(EPISODES):
-        imgs = [camera_frames(SynthSpec(frames=N, height=H, width=W, seed=3), k, e) for k in range(len(CAMERAS))]
-        for i in range(N):
-            t = i / FPS
-            frame: dict[str, Any] = {"observation.state": np.sin(t + np.arange(6) + e).astype(np.float32),
-                                     "action": np.cos(t + np.arange(6) + e).astype(np.float32)}
-            frame.update({cam: imgs[k][i] for k, cam in enumerate(CAMERAS)})
-            if task_arg:
-                ds.add_frame(frame, task="pick")
-            else:
-                ds.add_frame({**frame, "task": "pick"})
-        ds.save_episode()
-    if hasattr(ds, "finalize"):
-        ds.finalize()
-    return root
+    return write_lerobot_images(root, CAMERAS, height=H, width=W, episodes=EPISODES, frames=N,
+                                pictures=lambda k, e: camera_frames(SynthSpec(frames=N, height=H, width=W, seed=3),
+                                                                    k, e),
+                                row=lambda e, i: {"observation.state": np.sin(i / FPS + np.arange(6) + e)
+                                                  .astype(np.float32),
+                                                  "action": np.cos(i / FPS + np.arange(6) + e).astype(np.float32)})
 
 
 def samples(root: Path, line: str) -> list[dict[str, np.ndarray]]:

@@ -131,32 +131,47 @@ case("images-missing-column", BOTH, "the first data file has no image column (v2
      reencode_variants=())(faulty(FAULTS["images-missing-column"]))
 
 
+def write_lerobot_images(root: Path, cameras: tuple[str, ...], *, height: int, width: int, episodes: int,
+                         frames: int, pictures: Callable[[int, int], np.ndarray],
+                         row: Callable[[int, int], dict[str, Any]], task: str = "pick") -> Path:
+    """This venv's LeRobot writes a dataset whose `cameras` are stored as images (`use_videos=False`):
+    `LeRobotDataset.create`, `add_frame` (0.3.x: the task an argument; 0.4+: a key) per frame, `save_episode`, and
+    `finalize` where it has one. `pictures(camera_no, episode)` gives an episode's (frames, H, W, 3) uint8 pictures,
+    `row(episode, i)` its state and action; each feature has `len(row(...)[key])` values (float32)."""
+    import inspect
+
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    first = row(0, 0)
+    features: dict[str, Any] = {k: {"dtype": "float32", "shape": (len(v),), "names": [f"joint_{i}" for i in
+                                                                                      range(len(v))]}
+                                for k, v in first.items()}
+    for cam in cameras:
+        features[cam] = {"dtype": "image", "shape": (height, width, 3), "names": ["height", "width", "channels"]}
+    ds = LeRobotDataset.create(f"prep-compat/{root.name}", fps=30, features=features, root=root,
+                               robot_type="synthetic", use_videos=False)
+    task_arg = "task" in inspect.signature(ds.add_frame).parameters  # 0.3.x: add_frame(frame, task)
+    for e in range(episodes):
+        imgs = [pictures(k, e) for k in range(len(cameras))]
+        for i in range(frames):
+            frame: dict[str, Any] = {**row(e, i), **{cam: imgs[k][i] for k, cam in enumerate(cameras)}}
+            if task_arg:
+                ds.add_frame(frame, task=task)
+            else:
+                ds.add_frame({**frame, "task": task})
+        ds.save_episode()
+    if hasattr(ds, "finalize"):
+        ds.finalize()
+    return root
+
+
 @case("lerobot-written-images", BOTH, "written by LeRobot itself (0.3.3 / 0.4.4 / 0.6.1) with use_videos=False: "
       f"create/add_frame/save_episode, camera {IMG} stored as PNG pictures in the data parquet", None,
       both(LOADS, DECODE, "LeRobot reads what it wrote"), needs_lerobot=True)
 def lerobot_written_images(d: Path, fmt: str) -> Built:
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-    names = [f"joint_{i}" for i in range(6)]
-    features: dict[str, Any] = {
-        "observation.state": {"dtype": "float32", "shape": (6,), "names": names},
-        "action": {"dtype": "float32", "shape": (6,), "names": names},
-        IMG: {"dtype": "image", "shape": (H, W, 3), "names": ["height", "width", "channels"]},
-    }
-    root = d / "ds"
-    ds = LeRobotDataset.create(f"parity/{root.name}", fps=30, features=features, root=root, robot_type="synthetic",
-                               use_videos=False)
-    v21 = fmt == "v2.1"
-    for e in range(2):
-        pictures = camera_frames(spec(fmt), 0, e)
-        for i in range(N):
-            frame: dict[str, Any] = {"observation.state": np.full(6, i, np.float32),
-                                     "action": np.full(6, i + 1, np.float32), IMG: pictures[i]}
-            if v21:
-                ds.add_frame(frame, task="pick up the cup")  # 0.3.3: the task is an argument
-            else:
-                ds.add_frame({**frame, "task": "pick up the cup"})
-        ds.save_episode()
-    if not v21:
-        ds.finalize()
+    root = write_lerobot_images(d / "ds", (IMG,), height=H, width=W, episodes=2, frames=N,
+                                pictures=lambda _k, e: camera_frames(spec(fmt), 0, e),
+                                row=lambda _e, i: {"observation.state": np.full(6, i, np.float32),
+                                                   "action": np.full(6, i + 1, np.float32)},
+                                task="pick up the cup")
     return Built(root, picture_truth(d, fmt), notes=["written by LeRobot with use_videos=False"])
