@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import PrepParser, positive_int
+from pipeline.commands.where import add_storage_option, dataset_arg
 from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
 
@@ -62,8 +63,13 @@ def parse_sweep(items: list[str] | None) -> dict[str, list[int]]:
 
 
 def add_dataloader_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dataset", type=Path, metavar="DATASET",
-                   help="dataset root (the folder holding meta/info.json), v2.1 or v3.0")
+    p.add_argument("dataset", type=dataset_arg, metavar="DATASET",
+                   help="the dataset, v2.1 or v3.0: a folder holding meta/info.json, a Hugging Face hub-cache "
+                   "snapshot, a hub repo id OWNER/NAME (found offline in the local caches) or s3://BUCKET/PREFIX "
+                   "(--loader prep: read through prep's storage, ranged reads; configured as the AWS CLI is)")
+    p.add_argument("--revision", metavar="REV",
+                   help="with a hub repo id: the cached revision to read (a branch, tag or commit; default main)")
+    add_storage_option(p, " (DATASET or OTHER_DATASET)")
     p.add_argument("--batch", type=positive_int, default=256, help="per-GPU batch (default: 256)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="DataLoader workers (default: cores - 1; --stress: all cores)")
@@ -82,7 +88,7 @@ def add_dataloader_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon", type=positive_int, default=50, help="action chunk length (default: 50)")
     p.add_argument("--prefetch", type=positive_int, default=2, help="DataLoader prefetch_factor (default: 2)")
     p.add_argument("--sweep", nargs="+", metavar="KEY=V1,V2", help="e.g. workers=1,2,4 batch=64,256")
-    p.add_argument("--compare", type=Path, metavar="OTHER_DATASET",
+    p.add_argument("--compare", type=dataset_arg, metavar="OTHER_DATASET",
                    help="run every configuration on this dataset too (e.g. native vs prepared)")
     p.add_argument("--stress", type=float, metavar="MINUTES",
                    help="stress test instead: all workers flat out for MINUTES; fails on drift, RSS growth, errors")
@@ -119,14 +125,50 @@ def _require_torch() -> None:
                         "(or pip install torch psutil)")
 
 
+def _is_url(text: str) -> bool:
+    from pipeline.storage import URL_RE
+
+    m = URL_RE.match(text)
+    return m is not None and m.group("scheme") != "file"
+
+
+def locate(text: str, args: argparse.Namespace, flag: str) -> tuple[Path | Any, Any]:
+    """DATASET (or --compare) where it lives: (what the loader opens, its `Location`). A local folder is the path
+    typed (a hub repo id: its snapshot folder); an object-store prefix is its `Location`, asked one short question
+    first (credentials, endpoint: one line, exit 2). The prep loader reads it through `pipeline.storage` (ranged
+    reads; each DataLoader worker opens its own store from its own environment); `--loader lerobot` reads a
+    local folder only (LeRobotDataset opens files by path), so an object store is refused for it in one line."""
+    from pipeline.storage import as_root, parse_location
+
+    url = _is_url(text)
+    loc = parse_location(text, revision=args.revision, options=args.storage_options if url else ())
+    if not loc.is_local:
+        if args.loader == "lerobot":
+            raise PrepError(f"{flag} {loc.shown}: --loader lerobot reads a local folder (LeRobotDataset opens its "
+                            "files by path); use --loader prep, which reads the object store through prep's "
+                            f"storage, or copy it first (prep reencode {loc.shown} --out /local/folder)")
+        try:
+            loc.store().check_reachable()
+        except FileNotFoundError:  # s3fs's answer to a listing of a bucket that does not exist
+            raise PrepError(f"{flag} {loc.shown}: no such bucket") from None
+    if not (as_root(loc) / "meta/info.json").is_file():
+        raise PrepError(f"{loc.shown if not loc.is_local else text}: not a LeRobot dataset (no meta/info.json)")
+    if not loc.is_local:
+        return loc, loc
+    return (Path(text) if os.path.lexists(text) else loc.path), loc
+
+
 def _specs(args: argparse.Namespace) -> list[Any]:
+    from pipeline.commands.where import default_name
     from pipeline.loader.bench import RunSpec, auto_step_s
 
     sweep = parse_sweep(args.sweep)
     workers = args.workers if args.workers is not None else _default_workers()
-    datasets = [(args.dataset, args.label or args.dataset.resolve().name)]
+    root, loc = args._located[0]
+    datasets = [(root, args.label or default_name(loc))]
     if args.compare is not None:
-        datasets.append((args.compare, args.compare_label or args.compare.resolve().name))
+        root, loc = args._located[1]
+        datasets.append((root, args.compare_label or default_name(loc)))
     specs = []
     for (root, label), w, b, pf in itertools.product(
         datasets, sweep.get("workers", [workers]), sweep.get("batch", [args.batch]),
@@ -197,15 +239,18 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 0:
         raise PrepError(f"--workers must be >= 0, got {args.workers}")
-    for root in filter(None, (args.dataset, args.compare)):
-        if not (root / "meta/info.json").is_file():
-            raise PrepError(f"{root}: not a LeRobot dataset (no meta/info.json)")
+    if args.storage_options and not any(_is_url(t) for t in filter(None, (args.dataset, args.compare))):
+        raise PrepError("--storage-option applies to a DATASET given as an object-store URL (s3://BUCKET/PREFIX), "
+                        "not to a local folder")
+    args._located = [locate(text, args, flag) for text, flag in ((args.dataset, "DATASET"),
+                                                                  (args.compare, "--compare")) if text is not None]
     _check_device(args.device)
     default = args.out is None
     args.out = output_of(args)
     from pipeline.jobs.output import check_outside
 
-    check_outside([args.dataset, args.compare], args.out, default=default)  # the datasets are read-only
+    local = [Path(loc.link_root or loc.root) for _root, loc in args._located if loc.is_local]
+    check_outside(local, args.out, default=default)  # the datasets are read-only (a snapshot: its cache folder)
     if default:
         from pipeline.commands.defaults import check_default_output, prep_json
 

@@ -23,10 +23,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
+from pipeline.errors import PrepError
 from pipeline.loader.guard import Guarded
 from pipeline.loader.step import make_step
 from pipeline.loader.verdict import busy_guard, explain, interval_text, p95_verdict, verdict_word
 from pipeline.loader.workers import WorkerSample, machine_busy_s, sample_workers, self_cpu_s, worker_pids
+from pipeline.storage import Location
 
 # The budget model of docs/pi05-pretraining-sizing: wall_s(B) = 0.00359 * B + 0.25, B = global batch.
 STEP_S_PER_SAMPLE = 0.00359
@@ -50,7 +52,7 @@ def available_cores() -> int:
 
 @dataclass(slots=True, frozen=True)
 class RunSpec:
-    root: Path
+    root: Path | Location  # a local folder, or where a dataset lives (an object-store prefix: the prep loader only)
     label: str
     loader: str = "prep"  # prep | lerobot
     batch: int = 256
@@ -103,6 +105,11 @@ def build_items(spec: RunSpec) -> Guarded:
     if spec.loader == "lerobot":
         from pipeline.loader.lerobot_source import LeRobotItems
 
+        if isinstance(spec.root, Location):
+            if not spec.root.is_local:
+                raise PrepError(f"{spec.root.shown}: --loader lerobot reads a local folder (LeRobotDataset opens its "
+                                "files by path); use --loader prep, or copy the dataset to a local folder first")
+            return Guarded(LeRobotItems(spec.root.path, horizon=spec.horizon, video_backend=spec.video_backend))
         return Guarded(LeRobotItems(spec.root, horizon=spec.horizon, video_backend=spec.video_backend))
     raise ValueError(f"unknown loader {spec.loader!r} (prep or lerobot)")
 

@@ -22,6 +22,10 @@ from av.video.reformatter import VideoReformatter
 from pipeline.storage import FileProblem, StorePath
 from pipeline.video.probe import open_media
 
+# An object's read size for random access (a seek to a keyframe, a GOP decoded): each lookup reads about one block
+# (a whole-file STREAM_BLOCK would fetch 8 MiB of a large v3.0 file for one frame); a local file ignores it.
+RANDOM_BLOCK = 1 << 20
+
 # Contexts inherited through fork are parked here, never closed: finalizing an FFmpeg context
 # that the parent opened can deadlock the child (observed with PyAV 18). Workers leave via
 # os._exit, so nothing here is ever finalized; the memory is shared copy-on-write anyway.
@@ -46,9 +50,10 @@ class DecoderCache:
     _open: OrderedDict[str | StorePath, _OpenVideo]
     _reformatter: VideoReformatter
 
-    def __init__(self, max_open: int = 128, thread_count: int = 1) -> None:
+    def __init__(self, max_open: int = 128, thread_count: int = 1, block_size: int = RANDOM_BLOCK) -> None:
         self.max_open = max_open
         self.thread_count = thread_count
+        self.block_size = block_size
         self._reset()
 
     def _reset(self) -> None:
@@ -64,10 +69,11 @@ class DecoderCache:
 
     def __getstate__(self) -> dict[str, int]:
         # Pickled into spawned workers: carry the settings, never the open contexts.
-        return {"max_open": self.max_open, "thread_count": self.thread_count}
+        return {"max_open": self.max_open, "thread_count": self.thread_count, "block_size": self.block_size}
 
     def __setstate__(self, state: dict[str, int]) -> None:
         self.max_open, self.thread_count = state["max_open"], state["thread_count"]
+        self.block_size = state.get("block_size", RANDOM_BLOCK)
         self._reset()
 
     def _video(self, path: str | StorePath) -> _OpenVideo:
@@ -78,7 +84,8 @@ class DecoderCache:
             self._open.move_to_end(path)
             return video
         try:
-            container = av.open(open_media(path), mode="r")  # through its store (a local path, or a reader)
+            # through its store: a local path, or a ranged reader of an object (this process's own store)
+            container = av.open(open_media(path, block_size=self.block_size), mode="r")
         except FileProblem as exc:
             raise FrameError(f"{path}: cannot open ({exc.message})") from None
         except (av.FFmpegError, OSError) as exc:
