@@ -17,7 +17,6 @@ from typing import Any
 
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import PrepParser, positive_int
-from pipeline.commands.where import add_storage_option, dataset_arg
 from pipeline.errors import PrepError
 from pipeline.text import printable, printable_lines
 
@@ -45,6 +44,24 @@ def _step_time(text: str) -> str | float:
     return value
 
 
+def dataset_arg(text: str) -> Path | str:
+    """DATASET as typed: a URL as its text (a `Path` would make `s3://b` `s3:/b`), anything else a `Path` (a folder,
+    a snapshot, a hub repo id: `pipeline.storage.parse_location` reads each). An empty one is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a dataset folder, hub repo id or URL, got {text!r}")
+    return text if _is_url(text) else Path(text)
+
+
+def _add_storage_option(p: argparse.ArgumentParser) -> None:
+    """`--storage-option` as `pipeline.commands.where` adds it (not imported: this command imports no other)."""
+    from pipeline.storage import OPTION_KEYS
+
+    p.add_argument("--storage-option", dest="storage_options", action="append", default=[], metavar="KEY=VALUE",
+                   help="with an object-store URL (DATASET or OTHER_DATASET), what the environment cannot say "
+                   "(repeatable): " + "; ".join(f"{k}: {v}" for k, v in OPTION_KEYS.items())
+                   + ". Credentials are never options (set them in the environment or ~/.aws/credentials)")
+
+
 def parse_sweep(items: list[str] | None) -> dict[str, list[int]]:
     """`workers=1,2,4 batch=64,256` -> {"workers": [1, 2, 4], "batch": [64, 256]}."""
     out: dict[str, list[int]] = {}
@@ -69,7 +86,7 @@ def add_dataloader_arguments(p: argparse.ArgumentParser) -> None:
                    "(--loader prep: read through prep's storage, ranged reads; configured as the AWS CLI is)")
     p.add_argument("--revision", metavar="REV",
                    help="with a hub repo id: the cached revision to read (a branch, tag or commit; default main)")
-    add_storage_option(p, " (DATASET or OTHER_DATASET)")
+    _add_storage_option(p)
     p.add_argument("--batch", type=positive_int, default=256, help="per-GPU batch (default: 256)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="DataLoader workers (default: cores - 1; --stress: all cores)")
@@ -132,7 +149,7 @@ def _is_url(text: str) -> bool:
     return m is not None and m.group("scheme") != "file"
 
 
-def locate(text: str, args: argparse.Namespace, flag: str) -> tuple[Path | Any, Any]:
+def locate(given: Path | str, args: argparse.Namespace, flag: str) -> tuple[Path | Any, Any]:
     """DATASET (or --compare) where it lives: (what the loader opens, its `Location`). A local folder is the path
     typed (a hub repo id: its snapshot folder); an object-store prefix is its `Location`, asked one short question
     first (credentials, endpoint: one line, exit 2). The prep loader reads it through `pipeline.storage` (ranged
@@ -140,6 +157,7 @@ def locate(text: str, args: argparse.Namespace, flag: str) -> tuple[Path | Any, 
     local folder only (LeRobotDataset opens files by path), so an object store is refused for it in one line."""
     from pipeline.storage import as_root, parse_location
 
+    text = os.fspath(given)
     url = _is_url(text)
     loc = parse_location(text, revision=args.revision, options=args.storage_options if url else ())
     if not loc.is_local:
@@ -239,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 0:
         raise PrepError(f"--workers must be >= 0, got {args.workers}")
-    if args.storage_options and not any(_is_url(t) for t in filter(None, (args.dataset, args.compare))):
+    if args.storage_options and not any(_is_url(os.fspath(t)) for t in filter(None, (args.dataset, args.compare))):
         raise PrepError("--storage-option applies to a DATASET given as an object-store URL (s3://BUCKET/PREFIX), "
                         "not to a local folder")
     args._located = [locate(text, args, flag) for text, flag in ((args.dataset, "DATASET"),
