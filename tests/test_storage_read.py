@@ -247,6 +247,23 @@ def test_s3_credentials_missing_or_wrong_are_one_line(s3: S3Server, small: dict[
         auth("inf")
 
 
+def test_s3_missing_bucket_is_one_line(s3: S3Server, small: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A bucket that does not exist, as source or as output: one line naming the URL and the endpoint (it was a
+    FileNotFoundError traceback from s3fs)."""
+    set_env(monkeypatch, s3.env(client="prep"))
+    url = "s3://no-such-bucket/corpora/merged"
+    for args in (("scan", url, "--out", str(tmp_path / "x.json")), ("verify", url),
+                 ("reencode", url, "--dst", "224", "--out", str(tmp_path / "o")),
+                 ("convert", url, "--to", "v3.0", "--out", str(tmp_path / "c"))):
+        line = one_line_error(*prep(capsys, *args), url)
+        assert "bucket 'no-such-bucket' not found" in line and s3.endpoint in line, line
+    out = "s3://no-such-bucket/out"
+    line = one_line_error(*prep(capsys, "reencode", str(small["v21"]), "--dst", "224", "--out", out), out)
+    assert "not found" in line, line
+    assert not any((tmp_path / n).exists() for n in ("x.json", "o", "c"))
+
+
 @pytest.mark.parametrize("endpoint", ["down", "hanging"])
 def test_s3_endpoint_down_or_hanging_is_one_line(endpoint: str, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -423,11 +423,16 @@ class ObjectStore(Store):
         """One short request (list at most one object of the prefix): credentials, endpoint and bucket now."""
         fs = filesystem(self.location, probe=True)
         bucket, _, prefix = self.location.root.partition("/")
-        with translated(self.url, self.location.endpoint()):
-            if self.location.scheme == "s3":
-                fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
-            else:
-                fs.ls(self.location.root, detail=False)
+        try:
+            with translated(self.url, self.location.endpoint()):
+                if self.location.scheme == "s3":
+                    fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
+                else:
+                    fs.ls(self.location.root, detail=False)
+        except FileNotFoundError:  # s3fs's NoSuchBucket (a missing prefix lists empty: no error)
+            raise StorageError(f"{printable(self.url)}: bucket {printable(bucket)!r} not found at "
+                               f"{printable(self.location.endpoint() or 'the default endpoint')} (check the URL, or set "
+                               "AWS_ENDPOINT_URL / AWS_PROFILE for the store that holds it)") from None
 
     def abort_uploads(self) -> int:
         """Abort the incomplete multipart uploads below this prefix (a killed run's); returns how many."""
