@@ -184,12 +184,13 @@ def test_edit_into_s3_equals_local(version: str, small: dict[str, Path], s3: S3S
 
 @pytest.mark.parametrize("args", [["edit", "s3://wsrc/any", "--drop", "1", "--out", "OUT"],
                                   ["edit", "LOCAL", "--drop", "1", "--to", "v3.0", "--out", "s3://wout/to"],
-                                  ["reencode", "s3://wsrc/any", "--dst", "64", "--format", "v3.0", "--out", "OUT"]])
+                                  ["reencode", "s3://wsrc/any", "--dst", "64", "--root", "ROOT", "--out", "OUT"]])
 def test_what_object_storage_does_not_take_is_one_line(args: list[str], small: dict[str, Path], s3: S3Server,
                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     set_env(monkeypatch, s3.env(client="prep"))
-    args = [str(tmp_path / "out") if a == "OUT" else str(small["v21"]) if a == "LOCAL" else a for a in args]
+    args = [str(tmp_path / "out") if a == "OUT" else str(small["v21"]) if a == "LOCAL" else
+            str(tmp_path) if a == "ROOT" else a for a in args]
     from pipeline.cli import main
 
     capsys.readouterr()

@@ -414,10 +414,11 @@ def run_object_store(args: argparse.Namespace, given: str, size: tuple[int, int]
     from pipeline.runner import open_engine
     from pipeline.storage import output_location, parse_location
 
-    if args.format is not None or args.root is not None:
-        raise PrepError(f"{'--format' if args.format is not None else '--root'} is for local datasets; with an "
-                        "object-store source or output, re-encode in the source's format and `prep convert` a "
-                        "local copy")
+    if args.root is not None:
+        raise PrepError("--root is for local datasets: give an object-store source as its URL (s3://BUCKET/PREFIX)")
+    if args.format is not None and args.accept_invalid_source:
+        raise PrepError("--accept-invalid-source with --format is not supported: re-encode in the source's format "
+                        "first, then `prep convert` the output")
     src = parse_location(given if is_url(given) else resolve_src(given, None), what="source",
                          options=args.storage_options)
     if args.out is not None:
@@ -433,10 +434,22 @@ def run_object_store(args: argparse.Namespace, given: str, size: tuple[int, int]
     options = reencode_options(args, size)
     records = output_records(out.path) if out.is_local else None
     shared = [src.path] if src.is_local else []
+    config = run_config(args, records=records, shared=shared,
+                        records_flag="a local --out (its job records need a folder the nodes share)")
     try:
-        with open_engine(run_config(args, records=records, shared=shared,
-                                    records_flag="a local --out (its job records need a folder the nodes share)")) \
-                as engine:
+        if args.format is not None:
+            from pipeline.jobs.reencode_as import reencode_as
+
+            try:
+                limits = limits_of(args)
+            except ValueError as exc:
+                raise PrepError(str(exc)) from None
+            with open_engine(config) as engine:
+                result = reencode_as(src, out, options, args.format, engine, limits=limits,
+                                     keep_staged=args.keep_staged, reader=args.reader)
+            print(format_summary(result))
+            return 0 if result.ok else 1
+        with open_engine(config) as engine:
             report = reencode_dataset(src, out, options, engine, accept_invalid_source=args.accept_invalid_source,
                                       reader=args.reader)
     except SourceRefused as exc:

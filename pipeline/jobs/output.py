@@ -98,6 +98,13 @@ def command_line(command: str | None = None) -> str:
     return f"prep {command}"
 
 
+def held_key(location: Location) -> str:
+    """What `_HELD` knows an output by: a local folder's real path, an object prefix's URL at its endpoint."""
+    if location.is_local:
+        return os.path.realpath(location.root)
+    return f"{location.url.rstrip('/')} at {location.endpoint() or ''}"
+
+
 def _store(out: Path) -> Store:
     return local_location(out).store()
 
@@ -148,16 +155,17 @@ def refuse_foreign(out: Path, options_rel: str, command: str) -> None:
                         f"{', '.join(printable(n) for n in others[:3])}); choose another --out")
 
 
-def check_locations(src: Location, out: Location) -> None:
+def check_locations(src: Location, out: Location, *, staged: bool = False) -> None:
     """An object-store output is neither the source's prefix nor inside it, nor holds it (the source is never
-    written); a local output of a local source is `check_paths`'s."""
+    written); a local output of a local source is `check_paths`'s. `staged`: the one exception, a source staged in
+    `<out>/prep/` (`reencode_as`)."""
     if src.is_local and out.is_local:
-        check_paths(Path(src.root), Path(out.root))
+        check_paths(Path(src.root), Path(out.root), staged=staged)
         return
     if src.contains(out):  # one scheme and endpoint (a bucket is one whatever the other options say)
         raise PrepError(f"output {printable(out.url)} is the source or inside it ({printable(src.url)}); the source "
                         "is never written: choose an --out outside it")
-    if out.contains(src):
+    if out.contains(src) and not (staged and out.child(PREP_DIR).contains(src) and src != out.child(PREP_DIR)):
         raise PrepError(f"output {printable(out.url)} contains the source {printable(src.url)}; choose an --out "
                         "beside it")
 
@@ -206,6 +214,7 @@ class OutputClaim:
         self.location: Location = output_location(out)
         self.store: Store = self.location.store()
         self.command, self.options, self.folders = command, options, folders
+        self._staged = staged
         if not self.location.is_local:
             self._claim_object(sources)
             return
@@ -225,24 +234,39 @@ class OutputClaim:
         this command (its options object is there). Reads only: one HEAD or LIST each."""
         self.path = Path("/nonexistent-object-output")  # never a local path: the store's methods are used
         for src in sources:
-            check_locations(src if isinstance(src, Location) else local_location(src), self.location)
+            check_locations(src if isinstance(src, Location) else local_location(src), self.location,
+                            staged=self._staged)
         self.store.check_reachable()
-        self.store.refuse_if_held(LOCK_REL, f"output {printable(self.location.url)}")
+        if held_key(self.location) not in _HELD:  # held by this process: `reencode --format` converts into it
+            self.store.refuse_if_held(LOCK_REL, f"output {printable(self.location.url)}")
         if self.options is not None and not self.store.exists(self.options.rel):
-            first = next(iter(self.store.iter_files()), None)
+            # prep's own folder may hold a killed run's lock or a staged source (as a local output's may)
+            first = next((f for f in self.store.iter_files() if not f[0].startswith(f"{PREP_DIR}/")), None)
             if first is not None:
                 raise PrepError(f"output {printable(self.location.url)} exists and is not a prep "
                                 f"{self.options.command} output (holds {printable(first[0])}); choose another --out")
 
     @contextlib.contextmanager
     def _hold_object(self, settings: Mapping[str, Any] | None, source: Path | Location | None) -> Iterator[OutputClaim]:
-        with self.store.lock(LOCK_REL, f"output {printable(self.location.url)}", command=command_line(self.command)):
-            if settings is not None:
-                assert self.options is not None and source is not None
-                src = source if isinstance(source, Location) else local_location(source)
-                record_settings_in(self.store, src, settings, self.options)
-                self.remove_temps()
-            yield self
+        key = held_key(self.location)
+        with contextlib.ExitStack() as stack:
+            if key in _HELD:  # re-entrant within one process, as a local output's lock is
+                _HELD[key] += 1
+            else:
+                stack.enter_context(self.store.lock(LOCK_REL, f"output {printable(self.location.url)}",
+                                                    command=command_line(self.command)))
+                _HELD[key] = 1
+            try:
+                if settings is not None:
+                    assert self.options is not None and source is not None
+                    src = source if isinstance(source, Location) else local_location(source)
+                    record_settings_in(self.store, src, settings, self.options)
+                    self.remove_temps()
+                yield self
+            finally:
+                _HELD[key] -= 1
+                if not _HELD[key]:
+                    del _HELD[key]
 
     @contextlib.contextmanager
     def hold(self, settings: Mapping[str, Any] | None = None, *,

@@ -28,11 +28,12 @@ from pipeline.jobs.convert import (
     convert_dataset,
     verify_output,
 )
-from pipeline.jobs.output import claim_output, record_settings
+from pipeline.jobs.output import claim_output, record_settings, record_settings_in
 from pipeline.jobs.reencode import ReencodeReport, reencode_dataset
 from pipeline.jobs.reencode import check_options as check_reencode_options
 from pipeline.runner import Engine
 from pipeline.stages.reencode import ReencodeOptions
+from pipeline.storage import Location, as_root, local_location, output_file, output_location, read_output_text
 
 STAGED_REL = f"{PREP_DIR}/reencoded"  # the re-encode in the source's layout
 
@@ -60,39 +61,59 @@ class ReencodeAsReport:
 CARRIED = ("reencode_report.json", "comparison.json", "provenance.json", "source_check.json")
 
 
-def reencode_as(src: Path, out: Path, options: ReencodeOptions, to: str | None, engine: Engine, *,
-                limits: Limits = DEFAULT_LIMITS, keep_staged: bool = False, reader: str = "all") -> ReencodeAsReport:
+def reencode_as(src: Path | Location, out: Path | Location, options: ReencodeOptions, to: str | None,
+                engine: Engine, *, limits: Limits = DEFAULT_LIMITS, keep_staged: bool = False,
+                reader: str = "all") -> ReencodeAsReport:
     """`prep reencode --format TO`. Same format as the source (or None): the re-encode job into `out`.
     The other format: re-encode `src` in its own layout into `<out>/prep/reencoded`, then convert that into
     `out` by stream copy (exact: every frame is a keyframe; the layout is `pipeline/formats/`'), verify it
     (all-intra), carry the re-encode's reports into `<out>/prep/`, and remove the staged copy unless
-    `keep_staged`. Both steps resume per file; a rerun of a finished output only verifies it."""
-    src, out = Path(src).absolute(), Path(out).absolute()
-    source_format = read_info(src)["codebase_version"]
+    `keep_staged`. Both steps resume per file; a rerun of a finished output only verifies it.
+
+    `src` and `out` are where they live (a local folder, or a `Location`: an object-store prefix). An object-store
+    output stages the re-encode below itself too (`<out>/prep/reencoded`: a killed run resumes from it), and each
+    step keeps its promises there: each file put whole after its checks, meta/info.json last, the output's one lock
+    held through both steps."""
+    src_loc = src if isinstance(src, Location) else local_location(Path(src).absolute())
+    where = output_location(out if isinstance(out, Location) else Path(out).absolute())
+    source: Path | Location = src_loc.path if src_loc.is_local else src_loc
+    target: Path | Location = where.path if where.is_local else where
+    source_format = read_info(as_root(src_loc))["codebase_version"]
     if to is None or to == source_format:
-        return ReencodeAsReport(source_format, reencode_dataset(src, out, options, engine, reader=reader),
+        return ReencodeAsReport(source_format, reencode_dataset(source, target, options, engine, reader=reader),
                                 converted=False)
     conv = ConvertOptions(to, limits)
     check_options(conv)
     check_reencode_options(options)
-    claim = claim_output(out, "reencode", OPTIONS, sources=[src])
+    claim = claim_output(target, "reencode", OPTIONS, sources=[source])
     with claim.hold():  # held through both steps: no other command comes in between
-        return _reencode_as(src, out, options, to, conv, engine, keep_staged, reader)
+        return _reencode_as(src_loc, where, options, to, conv, engine, keep_staged, reader)
 
 
-def _reencode_as(src: Path, out: Path, options: ReencodeOptions, to: str, conv: ConvertOptions, engine: Engine,
-                 keep_staged: bool, reader: str = "all") -> ReencodeAsReport:
-    staged = out / STAGED_REL
-    settings = {**conv.settings(), "reencode": {"source": str(src.resolve()), **options.output_settings()}}
-    if (out / "meta/info.json").is_file() and not staged.exists():
-        record_settings(staged, out, settings, OPTIONS)
-        previous = json.loads(atomic.read_regular_text(out / REPORT_REL))
+def _exists(where: Location) -> bool:
+    """A local folder, or an object prefix holding at least one object."""
+    return Path(where.root).exists() if where.is_local else where.store().is_dir("")
+
+
+def _reencode_as(src: Location, out: Location, options: ReencodeOptions, to: str, conv: ConvertOptions,
+                 engine: Engine, keep_staged: bool, reader: str = "all") -> ReencodeAsReport:
+    staged = out.child(STAGED_REL)
+    source: Path | Location = src.path if src.is_local else src
+    shown = str(src.path.resolve()) if src.is_local else src.url
+    settings = {**conv.settings(), "reencode": {"source": shown, **options.output_settings()}}
+    out_store, staged_store = out.store(), staged.store()
+    if out_store.has_file("meta/info.json") and not _exists(staged):
+        if out.is_local:
+            record_settings(staged, out.path, settings, OPTIONS)
+        else:
+            record_settings_in(out_store, staged, settings, OPTIONS)
+        previous = json.loads(read_output_text(output_file(out, REPORT_REL)))
         report = ConvertReport(**{k: v for k, v in previous.items() if k != "schema"})
         report.written, report.kept, report.written_files = 0, report.files, []
-        report.verify = verify_output(out, engine, all_intra=True)
-        carried = [f"{PREP_DIR}/{name}" for name in CARRIED if (out / PREP_DIR / name).is_file()]
+        report.verify = verify_output(out.path if out.is_local else out, engine, all_intra=True)
+        carried = [f"{PREP_DIR}/{name}" for name in CARRIED if out_store.has_file(f"{PREP_DIR}/{name}")]
         return ReencodeAsReport(to, None, report, staged_removed=True, carried=carried)
-    first = reencode_dataset(src, staged, options, engine, reader=reader)
+    first = reencode_dataset(source, staged.path if staged.is_local else staged, options, engine, reader=reader)
     result = ReencodeAsReport(to, first)
     if not first.ok:
         return result
@@ -100,11 +121,20 @@ def _reencode_as(src: Path, out: Path, options: ReencodeOptions, to: str, conv: 
                                      extra_settings={"reencode": settings["reencode"]})
     if result.ok:
         for name in CARRIED:
-            if (staged / PREP_DIR / name).is_file():
-                with atomic.atomic_path(out / PREP_DIR / name, out) as tmp:
-                    shutil.copyfile(staged / PREP_DIR / name, tmp)
-                result.carried.append(f"{PREP_DIR}/{name}")
+            rel = f"{PREP_DIR}/{name}"
+            if not staged_store.has_file(rel):
+                continue
+            if out.is_local:
+                with atomic.atomic_path(out.path / rel, out.path) as tmp:
+                    shutil.copyfile(staged.path / rel, tmp)
+            else:  # server-side when both are one store (they are: the staged copy is below the output)
+                out_store.copy_in(staged_store, rel, rel)
+            result.carried.append(rel)
         if not keep_staged:
-            shutil.rmtree(staged)
+            if staged.is_local:
+                shutil.rmtree(staged.path)
+            else:
+                for rel in [rel for rel, _st in staged_store.iter_files()]:
+                    staged_store.remove(rel)
             result.staged_removed = True
     return result
