@@ -35,6 +35,21 @@ def add_corpus_option(p: Any, help_text: str = CORPUS_HELP) -> None:
     p.add_argument("--corpus", type=Path, metavar="FILE", help=help_text)
 
 
+def report_path(text: str) -> Path | str:
+    """`--out` of scan and verify as typed: a local path, or an object-store URL kept as text (refused by
+    `refuse_object_report`, naming it, rather than written to a local folder named `s3:`)."""
+    return text if is_url(text) else Path(text)
+
+
+def refuse_object_report(args: argparse.Namespace, command: str) -> None:
+    """scan and verify write their reports (a manifest and its table, a corpus manifest and its report) to a local
+    path: an object-store --out is one line (exit 2), before anything is read."""
+    if isinstance(args.out, str):
+        raise PrepError(f"--out {printable(args.out)}: prep {command} writes its reports to a local path (copy them to "
+                        "the object store afterwards); the datasets themselves may be s3:// (a corpus re-encode writes "
+                        "its outputs and its corpus manifest there: prep reencode --corpus FILE --out s3://...)")
+
+
 def datasets_of(args: argparse.Namespace) -> list[str]:
     """The datasets named as arguments (DATASET, then any more)."""
     first = getattr(args, "dataset", None)
@@ -227,9 +242,17 @@ def run_reencode(args: argparse.Namespace, corpus: Corpus, options: Any) -> int:
     if args.format is not None or args.keep_staged:
         raise PrepError("--format with a corpus is not supported: re-encode the corpus, then `prep convert` each "
                         "output")
-    if "://" in str(args.out):
-        raise PrepError(f"a corpus re-encode writes local folders (--out {printable(str(args.out))}): re-encode each "
-                        "dataset to its own s3:// prefix with `prep reencode DATASET --out s3://...`")
+    if is_url(str(args.out)):  # an object-store prefix: each dataset's output below it, the corpus files beside
+        from pipeline.storage import output_location
+
+        where = output_location(str(args.out))
+        config = run_config(args, shared=_shared(corpus),
+                            records_flag="a local --out (its job records need a folder the nodes share)")
+        with open_engine(config) as engine:
+            run = reencode_corpus(corpus, where, options, engine, accept_invalid_source=args.accept_invalid_source,
+                                  reader=args.reader, quiet=args.no_progress, report=_report_files)
+        print(reencode_summary(run, []))
+        return 0 if run.ok else 1
     out = Path(args.out).absolute()
     with open_engine(run_config(args, records=output_records(out), shared=_shared(corpus))) as engine:
         run = reencode_corpus(corpus, out, options, engine, accept_invalid_source=args.accept_invalid_source,
@@ -237,6 +260,14 @@ def run_reencode(args: argparse.Namespace, corpus: Corpus, options: Any) -> int:
     files = _report_files(out / "corpus.json") if run.manifest is not None else []
     print(reencode_summary(run, files))
     return 0 if run.ok else 1
+
+
+def is_url(text: str) -> bool:
+    """`s3://...` (or another object-store scheme): not a local path."""
+    from pipeline.storage import LOCAL, URL_RE
+
+    m = URL_RE.match(text)
+    return m is not None and m.group("scheme") != LOCAL
 
 
 def reencode_summary(run: CorpusRun, files: list[str]) -> str:
@@ -257,11 +288,14 @@ def reencode_summary(run: CorpusRun, files: list[str]) -> str:
     done = len(run.datasets) - len(run.failed)
     lines.append(f"corpus    {done} of {plural(len(run.datasets), 'dataset')} re-encoded"
                  + (f"; {len(run.failed)} failed (rerun the same command to finish them)" if run.failed else ""))
-    if out is not None and run.manifest is not None:
+    if isinstance(out, str) and run.manifest is not None:  # an object-store prefix
+        lines.append(f"prepared  {run.manifest} (+ corpus.parquet, corpus.md and its plots, corpus.toml: its sources "
+                     "are the outputs' URLs; copy it and `prep verify --corpus corpus.toml`)")
+    elif out is not None and run.manifest is not None:
         lines.append(f"prepared  {run.manifest} (+ corpus.parquet, corpus.toml: prep verify --corpus "
-                     f"{out / 'corpus.toml'})")
+                     f"{Path(out) / 'corpus.toml'})")
         if files:
-            lines.append(f"report    {out / 'corpus.md'}, {plural(len(files) - 1, 'plot')}")
+            lines.append(f"report    {Path(out) / 'corpus.md'}, {plural(len(files) - 1, 'plot')}")
     if run.report is not None:
         lines.append(f"runs      {run.report}")
     return printable_lines(lines)
@@ -276,4 +310,5 @@ def resume_note(args: argparse.Namespace, command: str) -> str | None:
         return f"finished datasets are kept; completion records in {scan_out(args, corpus)}.parts/"
     if args.out is None:
         return None
-    return f"finished datasets and files are kept in {Path(args.out).absolute()}"
+    kept = str(args.out) if is_url(str(args.out)) else Path(args.out).absolute()
+    return f"finished datasets and files are kept in {kept}"

@@ -17,7 +17,7 @@ from pipeline.commands.common import (
     report_records,
     run_config,
 )
-from pipeline.commands.corpus import add_corpus_option, corpus_of
+from pipeline.commands.corpus import add_corpus_option, corpus_of, refuse_object_report, report_path
 from pipeline.commands.corpus import resume_note as corpus_resume_note
 from pipeline.commands.corpus import run_scan as run_corpus_scan
 from pipeline.commands.where import add_location_options, dataset_location, default_name, shared_paths
@@ -34,10 +34,11 @@ def add_parser(sub: Any) -> None:
                        "arguments resumes from its finished batches (<manifest>.parts/).")
     add_location_options(p, several=True)
     add_corpus_option(p)
-    p.add_argument("--out", type=Path, metavar="PATH",
-                   help=f"manifest file, a local path (default: {DEFAULT_DIR}/<DATASET name>.manifest.json in the "
-                   "current folder; the per-episode table goes beside it). A corpus: the corpus manifest (default: "
-                   f"{DEFAULT_DIR}/<corpus name>.json), each dataset's manifest beside it")
+    p.add_argument("--out", type=report_path, metavar="PATH",
+                   help="manifest file, a local path, not s3:// (default: "
+                   f"{DEFAULT_DIR}/<DATASET name>.manifest.json in the current folder; the per-episode table goes "
+                   f"beside it). A corpus: the corpus manifest (default: {DEFAULT_DIR}/<corpus name>.json), each "
+                   "dataset's manifest beside it")
     p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
     add_run_options(p, SmallInput(256, "file sets (a v2.1 episode; in v3.0, the episodes that share their files)"))
     p.set_defaults(func=run)
@@ -127,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.scan import scan_dataset
     from pipeline.runner import open_engine
 
+    refuse_object_report(args, "scan")
     corpus = corpus_of(args, "scan")
     if corpus is not None:
         return run_corpus_scan(args, corpus)

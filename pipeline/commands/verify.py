@@ -10,14 +10,13 @@ The job (plan, stage, reduce, publish) is `pipeline.jobs.verify`; this module pa
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.checks import READER_CHOICES, Reader, refusal_line
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import parse_size, positive_int
 from pipeline.commands.common import SmallInput, add_run_options, plural, report_records, run_config
-from pipeline.commands.corpus import add_corpus_option, corpus_of
+from pipeline.commands.corpus import add_corpus_option, corpus_of, refuse_object_report, report_path
 from pipeline.commands.corpus import resume_note as corpus_resume_note
 from pipeline.commands.corpus import run_verify as run_corpus_verify
 from pipeline.commands.where import add_location_options, dataset_location, shared_paths
@@ -170,12 +169,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--all-intra", action="store_true", help="every frame must be a keyframe")
     p.add_argument("--decode", action="store_true", help="also decode every frame (slower; catches corrupt "
                    "packets a demux cannot see)")
-    p.add_argument("--out", "--json", dest="out", type=Path, metavar="PATH",
-                   help="report file to write (JSON, schemas/verify.schema.json) with a per-episode Parquet table "
-                   "beside it (<name>.episodes.parquet); a killed run rerun with the same arguments resumes from its "
-                   "finished batches (<report>.parts/). Default: no file, the verdict is printed and the exit code "
-                   "says it (--json is the former name). A corpus: a folder, each dataset's report in "
-                   "DIR/<name>/verify.json, the corpus's verdicts in DIR/corpus_verify.json")
+    p.add_argument("--out", "--json", dest="out", type=report_path, metavar="PATH",
+                   help="report file to write, a local path, not s3:// (JSON, schemas/verify.schema.json) with a "
+                   "per-episode Parquet table beside it (<name>.episodes.parquet); a killed run rerun with the same "
+                   "arguments resumes from its finished batches (<report>.parts/). Default: no file, the verdict is "
+                   "printed and the exit code says it (--json is the former name). A corpus: a folder, each "
+                   "dataset's report in DIR/<name>/verify.json, the corpus's verdicts in DIR/corpus_verify.json")
     p.add_argument("--reader", choices=READER_CHOICES, default="all",
                    help="the reader generation the severities and the exit code follow: 0.4 or 0.6 (lerobot 0.4.x / "
                    "0.6.x, v3.0 datasets), 0.3 (lerobot 0.3.x / openpi, v2.1), or all (default: the strictest of the "
@@ -205,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.runner import open_engine
     from pipeline.stages.verify import VerifyOptions
 
+    refuse_object_report(args, "verify")
     corpus = corpus_of(args, "verify")
     if corpus is not None:
         return run_corpus_verify(args, corpus)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import posixpath
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from pipeline.corpus.spec import SLOTS
 from pipeline.errors import PrepError
 from pipeline.jobs.manifest import load_manifest, read_json_at
 from pipeline.schemas import validate
-from pipeline.storage import MissingFile, StorePath
+from pipeline.storage import HEADER_BLOCK, URL_RE, MissingFile, StorePath, output_file
 from pipeline.text import printable
 
 # A `pipeline.jobs.corpus.CorpusRun` / `DatasetRun` (not imported: the corpus job imports this module)
@@ -53,18 +54,27 @@ def parquet_path_for(out: Path) -> Path:
     return out.with_suffix(".parquet")
 
 
-def dataset_manifest(run: DatasetRun, role: str) -> Path:
-    """The dataset's own manifest: scan's `<name>.manifest.json`, or a reencode output's `prep/manifest.json`."""
+def dataset_manifest(run: DatasetRun, role: str) -> Path | StorePath:
+    """The dataset's own manifest: scan's `<name>.manifest.json`, or a reencode output's `prep/manifest.json` (an
+    output in an object store: that object, read through its store)."""
     assert run.output is not None
-    out = Path(run.output)
-    return out if role == "native" else out / "prep" / "manifest.json"
+    if role != "native":
+        return output_file(run.output, "prep/manifest.json")
+    return Path(run.output)
 
 
-def length_stats(table: Path) -> dict[str, Any] | None:
+def _read_lengths(table: Path | StorePath) -> pa.Table:
+    if isinstance(table, StorePath):
+        with table.media(block_size=HEADER_BLOCK) as fh:
+            return pq.read_table(fh, columns=["status", "frames_expected"])
+    return pq.read_table(table, columns=["status", "frames_expected"])
+
+
+def length_stats(table: Path | StorePath) -> dict[str, Any] | None:
     """The distribution of the clean episodes' metadata lengths (frames), from the per-episode table."""
     try:
-        t = pq.read_table(table, columns=["status", "frames_expected"])
-    except (OSError, ValueError, pa.ArrowException):
+        t = _read_lengths(table)
+    except (OSError, ValueError, pa.ArrowException, PrepError):
         return None
     status = t.column("status").to_numpy(zero_copy_only=False)
     lengths = t.column("frames_expected").to_numpy(zero_copy_only=False)
@@ -85,7 +95,15 @@ def _slots(cameras: dict[str, str]) -> dict[str, str]:
     return {cam: slot for slot, cam in cameras.items()}
 
 
-def dataset_row(d: DatasetRun, role: str, folder: Path, share: float) -> dict[str, Any]:
+def relative(path: Path | StorePath, folder: Path | str) -> str:
+    """A dataset's manifest as the corpus manifest names it: relative to the corpus manifest's folder (a local one,
+    or the object prefix the corpus manifest is put in)."""
+    if isinstance(path, StorePath):
+        return posixpath.relpath(path.url, str(folder))
+    return os.path.relpath(path, folder)
+
+
+def dataset_row(d: DatasetRun, role: str, folder: Path | str, share: float) -> dict[str, Any]:
     """One dataset's row: its figures from its manifest (a failed dataset: status, reason, no figures)."""
     e = d.entry
     row: dict[str, Any] = {"name": e.name, "source": e.source, "status": d.status, "reason": d.reason,
@@ -105,13 +123,13 @@ def dataset_row(d: DatasetRun, role: str, folder: Path, share: float) -> dict[st
              "codec": c.get("codec"), "width": c.get("width"),
              "height": c.get("height"), "pix_fmt": c.get("pix_fmt"), "bytes": per_camera.get(c["key"], 0)}
             for c in ds["cameras"]]
-    table = path.with_name(m["episodes_table"]) if m.get("episodes_table") else None
+    table = path.parent / m["episodes_table"] if m.get("episodes_table") else None
     robot = ds.get("robot_type")
     row.update({
         "label": e.label or robot or "unlabelled",
         "robot_type": robot,
         "root": ds["root"],
-        "manifest": os.path.relpath(path, folder),
+        "manifest": relative(path, folder),
         "codebase_version": ds["codebase_version"],
         "fps": ds["fps"],
         "episodes": t["episodes"],
@@ -174,7 +192,7 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def corpus_manifest(run: CorpusRun, role: str, folder: Path) -> dict[str, Any]:
+def corpus_manifest(run: CorpusRun, role: str, folder: Path | str) -> dict[str, Any]:
     corpus = run.corpus
     rows = [dataset_row(d, role, folder, corpus.share(d.entry)) for d in run.datasets]
     return {"schema": SCHEMA_ID, "prep_version": __version__, "created_utc": utc_now(), "role": role,
@@ -238,11 +256,13 @@ def write_parquet(doc: dict[str, Any], path: Path, root: Path | None = None) -> 
         pq.write_table(table, tmp)
 
 
-def publish_corpus_manifest(run: CorpusRun, out: Path, *, role: str, root: Path | None = None) -> Path:
+def publish_corpus_manifest(run: CorpusRun, out: Path, *, role: str, root: Path | None = None,
+                            folder: str | None = None) -> Path:
     """Write the corpus manifest `out` (JSON, checked against its schema) with its Parquet table beside it; the
-    JSON last. Returns `out`."""
+    JSON last. Returns `out`. `folder`: where the manifest will be read from when that is not `out`'s folder (the
+    object prefix a corpus written in a local temp folder is put in): its datasets' manifests are named from there."""
     out = Path(out).absolute()
-    doc = corpus_manifest(run, role, out.parent)
+    doc = corpus_manifest(run, role, folder if folder is not None else out.parent)
     doc["table"] = parquet_path_for(out).name
     validate(doc, CORPUS_MANIFEST_SCHEMA, source=str(out))
     write_parquet(doc, parquet_path_for(out), root)
@@ -291,7 +311,9 @@ def write_corpus_toml(run: CorpusRun, path: Path, root: Path | None = None) -> N
             lines.append("")
             continue
         e = d.entry
-        lines += ["[[datasets]]", f"source = {_toml_string(os.path.relpath(d.output, path.parent))}",
+        # a local output relative to this file; an object-store output as its URL (the file may be read anywhere)
+        source = d.output if URL_RE.match(d.output) else os.path.relpath(d.output, path.parent)
+        lines += ["[[datasets]]", f"source = {_toml_string(source)}",
                   f"name = {_toml_string(e.name)}", f"weight = {e.weight!r}"]
         if e.label:
             lines.append(f"label = {_toml_string(e.label)}")

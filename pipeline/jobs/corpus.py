@@ -43,7 +43,7 @@ from pipeline.jobs import parts
 from pipeline.jobs.output import check_outside
 from pipeline.runner import Engine
 from pipeline.schemas import validate
-from pipeline.storage import Location, as_root, local_location
+from pipeline.storage import Location, MissingFile, Store, as_root, local_location, publish_tree
 from pipeline.text import one_line, printable
 
 RUN_SCHEMA = "corpus_run"
@@ -84,11 +84,11 @@ class CorpusRun:
 
     command: str
     corpus: Corpus
-    out: Path | None
+    out: Path | str | None  # a local folder or file; an object-store output's URL
     datasets: list[DatasetRun] = field(default_factory=list)
     seconds: float = 0.0
-    report: Path | None = None  # corpus_<command>.json, when written
-    manifest: Path | None = None  # the corpus manifest (scan; reencode: the prepared corpus's)
+    report: Path | str | None = None  # corpus_<command>.json, when written
+    manifest: Path | str | None = None  # the corpus manifest (scan; reencode: the prepared corpus's)
 
     @property
     def failed(self) -> list[DatasetRun]:
@@ -132,27 +132,65 @@ class Ledger:
     def _path(self, entry: Entry) -> Path | None:
         return self.work.path / DONE / f"{entry.name}.json" if self.work is not None else None
 
+    def _load(self, entry: Entry) -> Any:
+        path = self._path(entry)
+        return None if path is None else json.loads(atomic.read_regular_text(path))
+
+    def _save(self, entry: Entry, record: dict[str, Any]) -> None:
+        path = self._path(entry)
+        if path is None or self.work is None:
+            return
+        atomic.make_dirs(path.parent, self.work.path)
+        atomic.write_json(path, record, indent=None, root=self.work.path)
+
     def kept(self, entry: Entry, identity: str) -> dict[str, Any] | None:
         """The record of a dataset completed by an earlier run of this very job, when it is the dataset as it is now."""
-        path = self._path(entry)
-        if path is None:
-            return None
         try:
-            record = json.loads(atomic.read_regular_text(path))
-        except (OSError, ValueError):
+            record = self._load(entry)
+        except (OSError, ValueError, PrepError):
             return None
         if not isinstance(record, dict) or record.get("identity") != identity or record.get("source") != entry.source:
             return None
         return record
 
     def done(self, entry: Entry, identity: str, run: DatasetRun) -> None:
-        path = self._path(entry)
-        if path is None or self.work is None:
-            return
-        atomic.make_dirs(path.parent, self.work.path)
-        atomic.write_json(path, {"source": entry.source, "identity": identity, "status": run.status,
-                                 "reason": run.reason, "output": run.output, "summary": run.summary},
-                          indent=None, root=self.work.path)
+        self._save(entry, {"source": entry.source, "identity": identity, "status": run.status, "reason": run.reason,
+                           "output": run.output, "summary": run.summary})
+
+
+class StoreLedger(Ledger):
+    """The completion records of a corpus run whose output is an object prefix: objects below `<out>/<rel>/`
+    (`done/<name>.json`, and `plan.json`, the fingerprint: another one clears the records), written by the one run
+    that holds the corpus output's lock."""
+
+    def __init__(self, store: Store, rel: str, fingerprint: str) -> None:
+        super().__init__(None)
+        self.store, self.rel = store, rel
+        plan = f"{rel}/{parts.PLAN_FILE}"
+        try:
+            previous = json.loads(store.read_bytes(plan, limit=1 << 16)).get("fingerprint")
+        except (OSError, ValueError, AttributeError, PrepError):
+            previous = None
+        if previous != fingerprint:
+            self.remove()
+            store.write_bytes(plan, json.dumps({"fingerprint": fingerprint}).encode())
+
+    def _record(self, entry: Entry) -> str:
+        return f"{self.rel}/{DONE}/{entry.name}.json"
+
+    def _load(self, entry: Entry) -> Any:
+        try:
+            return json.loads(self.store.read_bytes(self._record(entry), limit=16 << 20))
+        except MissingFile:
+            return None
+
+    def _save(self, entry: Entry, record: dict[str, Any]) -> None:
+        self.store.write_bytes(self._record(entry), json.dumps(record).encode())
+
+    def remove(self) -> None:
+        """Every dataset is complete (or the records are another run's): the records go."""
+        for rel in [rel for rel, _st in self.store.iter_files(self.rel)]:
+            self.store.remove(rel)
 
 
 def corpus_fingerprint(command: str, corpus: Corpus, **options: Any) -> str:
@@ -434,17 +472,57 @@ def reencode_summary(report: Any) -> dict[str, Any]:
             "manifest": "prep/manifest.json" if report.manifest else None}
 
 
-def reencode_corpus(corpus: Corpus, out: Path, options: Any, engine: Engine, *, accept_invalid_source: bool = False,
-                    reader: str = "all", quiet: bool = False) -> CorpusRun:
+def reencode_job(options: Any, engine: Engine, target_of: Callable[[Entry], Location], *,
+                 accept_invalid_source: bool, reader: str) -> Callable[[Entry, Location], DatasetRun]:
+    """One dataset of a corpus re-encode: `prep reencode` of its source into `target_of(entry)` (a local folder or
+    an object prefix), as a `DatasetRun` (failed: the source refused, or a file that failed, with the first reason)."""
+    from pipeline.jobs.preverify import SourceRefused
+    from pipeline.jobs.reencode import reencode_dataset
+
+    def job(entry: Entry, location: Location) -> DatasetRun:
+        where = target_of(entry)
+        target: Path | Location = where.path if where.is_local else where
+        shown = str(target) if where.is_local else where.url
+        try:
+            report = reencode_dataset(location.path if location.is_local else location, target, options, engine,
+                                      accept_invalid_source=accept_invalid_source, reader=reader)
+        except SourceRefused as exc:
+            return DatasetRun(entry, FAILED, f"source refused: {one_reason(exc)}", output=shown)
+        summary = reencode_summary(report)
+        if not report.ok:
+            first = report.failures[0] if report.failures else {}
+            why = f"{len(report.failures):,} failed" if report.failures else "incomplete"
+            detail = f" ({first.get('path')}: {first.get('reason')})" if first else ""
+            return DatasetRun(entry, FAILED, one_line(f"{why}{detail}; meta/info.json not written: fix or remove "
+                                                      "the failed input and rerun to finish"),
+                              output=shown, summary=summary)
+        summary["tasks"] = count_tasks(where, read_info(as_root(where))["codebase_version"])
+        return DatasetRun(entry, OK, output=shown, summary=summary)
+
+    return job
+
+
+CORPUS_FILES_LAST = "corpus.json"  # an object-store corpus output's file put last: its manifest (what budget reads)
+
+
+def reencode_corpus(corpus: Corpus, out: Path | Location, options: Any, engine: Engine, *,
+                    accept_invalid_source: bool = False, reader: str = "all", quiet: bool = False,
+                    report: Callable[[Path], list[str]] | None = None) -> CorpusRun:
     """Re-encode every dataset of `corpus` into `<out>/<name>/` through `engine` (each as `prep reencode` would,
     resumable per output file), then the prepared corpus's manifest `<out>/corpus.json` (+ Parquet), its description
     `<out>/corpus.toml` and `<out>/corpus_reencode.json`. A dataset whose source is refused or whose files fail is
-    failed with its reason; the others complete. Resumable across datasets (`<out>/prep/corpus.parts/`)."""
-    from pipeline.corpus.manifest import publish_corpus_manifest, write_corpus_toml
-    from pipeline.jobs.preverify import SourceRefused
-    from pipeline.jobs.reencode import check_options, reencode_dataset
+    failed with its reason; the others complete. Resumable across datasets (`<out>/prep/corpus.parts/`).
 
-    out = Path(out).absolute()
+    `out` may be an object-store prefix (`Location`): see `reencode_corpus_in_store`; `report(manifest)` writes the
+    corpus report beside a manifest made locally and returns its files (called there only: the command writes a
+    local output's report itself)."""
+    from pipeline.corpus.manifest import publish_corpus_manifest, write_corpus_toml
+    from pipeline.jobs.reencode import check_options
+
+    if isinstance(out, Location) and not out.is_local:
+        return reencode_corpus_in_store(corpus, out, options, engine, accept_invalid_source=accept_invalid_source,
+                                        reader=reader, quiet=quiet, report=report)
+    out = Path(out.root if isinstance(out, Location) else out).absolute()
     run = CorpusRun("reencode", corpus, out)
     t0 = time.monotonic()
     check_options(options)
@@ -454,25 +532,8 @@ def reencode_corpus(corpus: Corpus, out: Path, options: Any, engine: Engine, *, 
     fp = corpus_fingerprint("reencode", corpus, settings=options.output_settings(), accept=accept_invalid_source,
                             reader=reader)
     with parts.WorkFolder(out / WORK_REL, fingerprint=fp, resume=True) as work:
-
-        def job(entry: Entry, location: Location) -> DatasetRun:
-            target = out / entry.name
-            try:
-                report = reencode_dataset(location.path if location.is_local else location, target, options, engine,
-                                          accept_invalid_source=accept_invalid_source, reader=reader)
-            except SourceRefused as exc:
-                return DatasetRun(entry, FAILED, f"source refused: {one_reason(exc)}", output=str(target))
-            summary = reencode_summary(report)
-            if not report.ok:
-                first = report.failures[0] if report.failures else {}
-                why = f"{len(report.failures):,} failed" if report.failures else "incomplete"
-                detail = f" ({first.get('path')}: {first.get('reason')})" if first else ""
-                return DatasetRun(entry, FAILED, one_line(f"{why}{detail}; meta/info.json not written: fix or remove "
-                                                          "the failed input and rerun to finish"),
-                                  output=str(target), summary=summary)
-            summary["tasks"] = count_tasks(local_location(target), read_info(as_root(target))["codebase_version"])
-            return DatasetRun(entry, OK, output=str(target), summary=summary)
-
+        job = reencode_job(options, engine, lambda entry: local_location(out / entry.name),
+                           accept_invalid_source=accept_invalid_source, reader=reader)
         run.datasets = list(each_dataset(corpus, Ledger(work), job, every_file=True, quiet=quiet))
         run.seconds = time.monotonic() - t0
         run.manifest = publish_corpus_manifest(run, out / "corpus.json", role="prepared", root=out)
@@ -480,4 +541,67 @@ def reencode_corpus(corpus: Corpus, out: Path, options: Any, engine: Engine, *, 
         publish_run(run, out / "corpus_reencode.json", out)
         if run.ok:
             remove_work(work, out)
+    return run
+
+
+def check_corpus_store(corpus: Corpus, out: Location) -> None:
+    """An object-store corpus output is outside every object-store source and holds none (a local source cannot
+    overlap it): one line now, before anything is read or written."""
+    from pipeline.jobs.output import check_locations
+
+    for e in corpus.entries:
+        try:
+            loc = e.locate()
+        except PrepError:
+            continue
+        if not loc.is_local:
+            try:
+                check_locations(loc, out)
+            except PrepError as exc:
+                raise PrepError(f"{e.where}: {one_reason(exc)}") from None
+
+
+def reencode_corpus_in_store(corpus: Corpus, out: Location, options: Any, engine: Engine, *,
+                             accept_invalid_source: bool = False, reader: str = "all", quiet: bool = False,
+                             report: Callable[[Path], list[str]] | None = None) -> CorpusRun:
+    """`reencode_corpus` into an object-store prefix: each dataset's output `<out>/<name>/` written as `prep reencode
+    DATASET --out s3://...` writes it (its own lock, files put whole, meta/info.json last, resumable per file); the
+    completion records below `<out>/prep/corpus.parts/`, written under the corpus output's one lock
+    (`<out>/prep/corpus.parts.lock`, the store's conditional-create lock); the corpus files (corpus.parquet, the
+    report, corpus.toml with the outputs' URLs, corpus_reencode.json, then corpus.json last) made in a local temp
+    folder and put."""
+    import tempfile
+
+    from pipeline.corpus.manifest import publish_corpus_manifest, write_corpus_toml
+    from pipeline.jobs.output import command_line
+    from pipeline.jobs.reencode import check_options
+
+    run = CorpusRun("reencode", corpus, out.url)
+    t0 = time.monotonic()
+    check_options(options)
+    check_corpus_store(corpus, out)
+    store = out.store()
+    store.check_reachable()  # credentials, endpoint, bucket: one line now
+    engine.prepare()
+    fp = corpus_fingerprint("reencode", corpus, settings=options.output_settings(), accept=accept_invalid_source,
+                            reader=reader)
+    with store.lock(f"{WORK_REL}.lock", f"corpus output {printable(out.url)}", command=command_line("reencode")):
+        ledger = StoreLedger(store, WORK_REL, fp)
+        job = reencode_job(options, engine, lambda entry: out.child(entry.name),
+                           accept_invalid_source=accept_invalid_source, reader=reader)
+        run.datasets = list(each_dataset(corpus, ledger, job, every_file=True, quiet=quiet))
+        run.seconds = time.monotonic() - t0
+        with tempfile.TemporaryDirectory(prefix="prep-corpus-") as tmp:
+            spool = Path(tmp)
+            manifest = publish_corpus_manifest(run, spool / CORPUS_FILES_LAST, role="prepared", root=spool,
+                                               folder=out.url)
+            write_corpus_toml(run, spool / "corpus.toml", root=spool)
+            publish_run(run, spool / "corpus_reencode.json", spool)
+            if report is not None:
+                report(manifest)
+            publish_tree(spool, out, last=CORPUS_FILES_LAST)
+        run.manifest = f"{out.url}/{CORPUS_FILES_LAST}"
+        run.report = f"{out.url}/corpus_reencode.json"
+        if run.ok:
+            ledger.remove()
     return run
