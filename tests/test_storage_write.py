@@ -182,9 +182,7 @@ def test_edit_into_s3_equals_local(version: str, small: dict[str, Path], s3: S3S
     assert again[0] == 0 and " 0 written" in again[1], again  # resumed: every file kept
 
 
-@pytest.mark.parametrize("args", [["edit", "s3://wsrc/any", "--drop", "1", "--out", "OUT"],
-                                  ["edit", "LOCAL", "--drop", "1", "--to", "v3.0", "--out", "s3://wout/to"],
-                                  ["reencode", "s3://wsrc/any", "--dst", "64", "--root", "ROOT", "--out", "OUT"]])
+@pytest.mark.parametrize("args", [["reencode", "s3://wsrc/any", "--dst", "64", "--root", "ROOT", "--out", "OUT"]])
 def test_what_object_storage_does_not_take_is_one_line(args: list[str], small: dict[str, Path], s3: S3Server,
                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:

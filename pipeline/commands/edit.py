@@ -26,7 +26,7 @@ from pipeline.commands.common import (
     run_config,
 )
 from pipeline.errors import PrepError
-from pipeline.text import printable, printable_lines, shown
+from pipeline.text import printable_lines, shown
 
 if TYPE_CHECKING:
     from pipeline.jobs.edit import EditReport
@@ -104,10 +104,12 @@ def add_parser(sub: Any) -> None:
         "episodes, with exact offsets. A cut that does not fall on a keyframe is refused, or with "
         "--reencode-partial that episode alone is re-encoded with the source's codec settings. "
         "Resumable: a rerun keeps output files that are complete and correct. `prep verify` runs on the result.")
-    p.add_argument("src", type=local_dataset, nargs="?", metavar="DATASET",
-                   help="source dataset folder (not with --merge)")
-    p.add_argument("--out", required=True, metavar="DIR", help="output dataset folder, or s3://BUCKET/PREFIX for an "
-                   "edit of one DATASET (configured by the environment, as the AWS CLI is; docs/storage.md)")
+    p.add_argument("src", type=dataset_arg, nargs="?", metavar="DATASET",
+                   help="source dataset folder (a hub snapshot too), or s3://BUCKET/PREFIX (configured by the "
+                   "environment, as the AWS CLI is, and --storage-option; docs/storage.md); not with --merge")
+    p.add_argument("--out", required=True, metavar="DIR", help="output dataset folder, or s3://BUCKET/PREFIX "
+                   "(configured by the environment alone; with --split each part a prefix below it). Never in, "
+                   "equal to or holding a source")
     g = p.add_argument_group("which episodes (combined: an episode is kept when every keep option keeps it and "
                              "no drop option drops it)")
     g.add_argument("--drop", type=episode_list, metavar="EPISODES",
@@ -131,7 +133,8 @@ def add_parser(sub: Any) -> None:
                    help="rename features, e.g. observation.images.cam_high=observation.images.base_0_rgb: a "
                    "camera's videos move to the new key's path byte for byte; a data column is renamed (not "
                    f"{', '.join(RESERVED_KEYS)})")
-    sp = p.add_argument_group("split: one dataset per part, in --out/NAME (the options above apply first)")
+    sp = p.add_argument_group("split: one dataset per part, in --out/NAME, a folder or an s3:// prefix (the options "
+                              "above apply first)")
     sp.add_argument("--split", nargs="+", type=split_part, metavar="NAME=FRACTION|EPISODES",
                     help="parts, e.g. train=0.9 val=0.1, or val=0-9 train=0.8 (listed episodes first; a fraction "
                     "has a decimal point; the fractions share the rest and sum to at most 1)")
@@ -141,20 +144,34 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--group-by-task", action="store_true",
                     help="allocate the fractions within each set of episodes with the same tasks, so every part "
                     "gets its share of every task")
-    p.add_argument("--merge", type=local_dataset, nargs="+", metavar="DATASET",
-                   help="merge these datasets (same format, fps, robot_type and features, after the camera options "
-                   "and --rename) into --out, in order")
+    p.add_argument("--merge", type=dataset_arg, nargs="+", metavar="DATASET",
+                   help="merge these datasets (folders or s3:// prefixes; same format, fps, robot_type and features, "
+                   "after the camera options and --rename) into --out, in order")
     p.add_argument("--to", choices=("v2.1", "v3.0"), help="write the other format: the edit is staged in "
-                   "<out>/prep/edited and converted by stream copy (`prep convert`'s rules; not with --split)")
+                   "<out>/prep/edited (a folder, or a prefix below an s3:// --out) and converted by stream copy "
+                   "(`prep convert`'s rules; not with --split)")
     p.add_argument("--reencode-partial", action="store_true",
                    help="v3.0: re-encode the kept episodes whose cut is off a keyframe (decoded, encoded with the "
                    "source's codec, pix_fmt and info.json's video.g/crf/preset, each into an output file of its "
                    "own) instead of refusing; every other file stays a stream copy")
     p.add_argument("--no-verify", action="store_true", help="skip `prep verify` of the output")
+    add_storage_option(p)
     # stream copy is cheap per episode: inline beat 2 LocalCluster workers at 50, 200 and 400 source
     # episodes on 2 cores (bench/edit.py: 1.6 vs 5.1 s, 3.2 vs 11.1 s; 400 v2.1: 4.1 vs 5.5 s, v3.0 3.4 vs 5.3 s)
     add_run_options(p, SmallInput(512, "kept episodes"))
     p.set_defaults(func=run)
+
+
+def add_storage_option(p: argparse.ArgumentParser) -> None:
+    """`--storage-option` as `pipeline.commands.where` adds it (not imported: `prep edit --help` imports no other
+    command module)."""
+    from pipeline.storage import OPTION_KEYS
+
+    p.add_argument("--storage-option", dest="storage_options", action="append", default=[], metavar="KEY=VALUE",
+                   help="with an object-store DATASET or --merge dataset, what the environment cannot say "
+                   "(repeatable; an s3:// --out is configured by the environment alone): "
+                   + "; ".join(f"{k}: {v}" for k, v in OPTION_KEYS.items())
+                   + ". Credentials are never options (set them in the environment or ~/.aws/credentials)")
 
 
 def summary(r: EditReport) -> str:
@@ -215,20 +232,51 @@ def resume_note(args: argparse.Namespace) -> str | None:
 def engine_config(args: argparse.Namespace) -> Any:
     """The engine settings: --cluster slurm keeps its records in <out>/prep/slurm/; the workers must see the
     sources."""
-    sources = [p for p in (args.merge or [args.src]) if p is not None]
+    sources = [p for p in (args.merge or [args.src]) if isinstance(p, Path)]  # local folders: the workers see them
     if is_url(args.out):
         return run_config(args, records=None, shared=sources,
                           records_flag="a local --out (its job records need a folder the nodes share)")
     return run_config(args, records=output_records(Path(args.out).absolute()), shared=sources)
 
 
-def local_dataset(text: str) -> Path:
-    """A source of `prep edit`: a local folder (a hub snapshot too); an object-store URL is refused in one line."""
-    if "://" in text:
-        raise argparse.ArgumentTypeError(f"{printable(text)}: prep edit reads local datasets (a folder or a hub "
-                                         "snapshot); its --out may be s3://. Edit a local copy, or re-encode or "
-                                         "convert it where it lies")
-    return Path(text)
+def dataset_arg(text: str) -> Path | str:
+    """A source of `prep edit`: a local folder (a hub snapshot too) as a `Path`, an object-store URL as its text
+    (parsed, with --storage-option, and checked reachable by `sources`)."""
+    return text if is_url(text) else Path(text)
+
+
+def sources(args: argparse.Namespace) -> list[Any]:
+    """DATASET (or --merge's) where each lives: a local folder's absolute `Path`, an object-store URL's `Location`
+    (`--storage-option` applies to these; its store asked one short question now, so that missing credentials, a
+    dead endpoint or a missing bucket are one line naming the URL, exit 2)."""
+    from pipeline.storage import parse_location
+
+    given = [p for p in (args.merge or [args.src]) if p is not None]
+    if args.storage_options and not any(is_url(p) for p in given):
+        parse_location(given[0] if given else ".", options=args.storage_options, what="source")  # refused: local
+    out = []
+    for p in given:
+        if isinstance(p, Path):
+            out.append(p.absolute())
+            continue
+        loc = parse_location(p, options=args.storage_options, what="source", resolve_repo_id=False)
+        if loc.is_local:  # file://PATH
+            out.append(loc.path)
+            continue
+        loc.store().check_reachable()
+        out.append(loc)
+    return out
+
+
+def shown_source(src: Any) -> str:
+    return str(src) if isinstance(src, Path) else src.url
+
+
+def out_of(args: argparse.Namespace) -> Any:
+    """--out: a local folder's absolute `Path`, an object-store prefix's `Location` (configured by the environment)."""
+    from pipeline.storage import output_location
+
+    return output_location(args.out) if is_url(args.out) else Path(args.out).absolute()
 
 
 def is_url(text: str) -> bool:
@@ -248,9 +296,6 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.runner import open_engine
 
     features = feature_options(args)
-    if is_url(args.out) and (args.to is not None or args.merge or args.split):
-        raise PrepError(f"--out {printable(args.out)}: an object-store output takes an edit of one DATASET; --to, "
-                        "--merge and --split write local folders (edit into s3:// after them)")
     if args.to is not None:
         if args.split:
             raise PrepError("--to is not available with --split: split, then `prep convert` each part")
@@ -261,10 +306,11 @@ def run(args: argparse.Namespace) -> int:
             raise PrepError("--merge takes its datasets after it (prep edit --merge A B --out OUT) and no episode "
                             "selection or --split (the camera options and --rename apply to each dataset); edit the "
                             "merged dataset afterwards")
+        merged = sources(args)
+        out = out_of(args)
         with open_engine(engine_config(args)) as engine:
-            report = merge_datasets(args.merge, Path(args.out).absolute(), engine, verify=not args.no_verify,
-                                    features=features)
-        print(f"merged    {', '.join(str(p.absolute()) for p in args.merge)}")
+            report = merge_datasets(merged, out, engine, verify=not args.no_verify, features=features)
+        print(f"merged    {', '.join(shown_source(p) for p in merged)}")
         print(summary(report))
         return 0 if report.ok else 1
     if args.src is None:
@@ -274,10 +320,12 @@ def run(args: argparse.Namespace) -> int:
                           drop_failed=args.drop_failed.absolute() if args.drop_failed else None,
                           drop_tasks=tuple(args.drop_tasks) if args.drop_tasks else None,
                           keep_tasks=tuple(args.keep_tasks) if args.keep_tasks else None)
+    src = sources(args)[0]
     if args.split:
+        out = out_of(args)
         with open_engine(engine_config(args)) as engine:
             parts = [SplitPart(name, fraction, episodes) for name, fraction, episodes in args.split]
-            split = split_dataset(args.src.absolute(), Path(args.out).absolute(), parts, options, engine,
+            split = split_dataset(src, out, parts, options, engine,
                                   seed=args.seed, shuffle=not args.no_shuffle, group_by_task=args.group_by_task,
                                   verify=not args.no_verify, reencode_partial=args.reencode_partial,
                                   features=features)
@@ -285,13 +333,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"part      {name}: {plural(part.episodes, 'episode')}")
             print(summary(part))
         return 0 if split.ok else 1
-    out: Any = Path(args.out).absolute()
-    if is_url(args.out):
-        from pipeline.storage import output_location
-
-        out = output_location(args.out)
+    out = out_of(args)
     with open_engine(engine_config(args)) as engine:
-        report = edit_dataset(args.src.absolute(), out, options, engine,
+        report = edit_dataset(src, out, options, engine,
                               verify=not args.no_verify, reencode_partial=args.reencode_partial, features=features)
     print(summary(report))
     return 0 if report.ok else 1
@@ -305,11 +349,11 @@ def run_to(args: argparse.Namespace) -> int:
     from pipeline.jobs.edit import EditOptions, edit_as, edit_dataset, merge_datasets
     from pipeline.runner import open_engine
 
-    first = (args.merge or [args.src])[0]
-    if first is None:
+    if (args.merge or [args.src])[0] is None:
         raise PrepError("give the DATASET to edit (or --merge A B ...)")
-    out = Path(args.out).absolute()
-    same = read_info(first.absolute())["codebase_version"] == args.to
+    given = sources(args)
+    out = out_of(args)
+    same = read_info(given[0])["codebase_version"] == args.to
     args_to, args.to = args.to, None
     if same:
         return run(args)
@@ -320,10 +364,10 @@ def run_to(args: argparse.Namespace) -> int:
 
     features = feature_options(args)
 
-    def edit(staged: Path, verify: bool) -> Any:
+    def edit(staged: Any, verify: bool) -> Any:
         if args.merge:
-            return merge_datasets(args.merge, staged, engine, verify=verify, features=features)
-        return edit_dataset(args.src.absolute(), staged, options, engine, verify=verify,
+            return merge_datasets(given, staged, engine, verify=verify, features=features)
+        return edit_dataset(given[0], staged, options, engine, verify=verify,
                             reencode_partial=args.reencode_partial, features=features)
 
     with open_engine(engine_config(args)) as engine:

@@ -41,9 +41,20 @@ from pipeline.stages.edit_video import (
     splice_problems,
     splice_segments,
 )
-from pipeline.stages.keep import OutputRecord, keep_or_write, record_of
+from pipeline.stages.keep import OutputRecord, keep_or_copy, keep_or_write, record_of
 from pipeline.stages.result import FileResult, file_stage, reason_of
-from pipeline.storage import STREAM_BLOCK, FileProblem, Output, Source, output_file, output_folder, output_size
+from pipeline.storage import (
+    STREAM_BLOCK,
+    FileProblem,
+    Output,
+    Root,
+    Source,
+    StorePath,
+    as_root,
+    output_file,
+    output_folder,
+    output_size,
+)
 from pipeline.video.checks import Span
 from pipeline.video.remux import StartProblem
 
@@ -52,7 +63,7 @@ from pipeline.video.remux import StartProblem
 class CopyVideoUnit:
     """A v2.1 episode mp4 copied under the new episode's path."""
 
-    src_root: str
+    src_root: Root  # the source dataset: a local folder's path, or its `Location` (an object store's)
     out_root: str
     src_rel: str
     out_rel: str
@@ -68,7 +79,7 @@ class VideoSegment:
     """The kept spans of one source file (every episode of its run is listed, kept or not, so that each packet
     is attributed and each cut checked) and the kept ones' new indices, in time order."""
 
-    src_root: str
+    src_root: Root
     src_rel: str
     spans: tuple[SpliceSpan, ...]
     new_episodes: tuple[int, ...]
@@ -114,7 +125,7 @@ class DataInput:
     the columns that change (source column, its new name or None when left out: an image camera dropped, a
     feature renamed)."""
 
-    src_root: str
+    src_root: Root
     src_rel: str
     parts: tuple[DataPart, ...]
     task_map: tuple[tuple[int, int], ...]
@@ -141,7 +152,7 @@ class EditDataUnit:
 
 @dataclass(slots=True, frozen=True)
 class SpliceCheckUnit:
-    src_root: str
+    src_root: Root
     src_rel: str
     camera: str
     spans: tuple[SpliceSpan, ...]
@@ -153,7 +164,7 @@ class ReencodeVideoUnit:
     encoded with the source's codec settings into an output file of its own. `why`: the cut's problem;
     `feature_info`: the camera's `info` in info.json (video.g/crf/preset/pix_fmt as JSON text)."""
 
-    src_root: str
+    src_root: Root
     src_rel: str
     out_root: str
     out_rel: str
@@ -175,7 +186,7 @@ EditUnit = CopyVideoUnit | SpliceVideoUnit | EditDataUnit | ReencodeVideoUnit
 EditResult = FileResult  # kind: "video-copy" | "video-splice" | "video-reencode" | "data"
 
 
-def _record(unit: EditUnit, sources: Sequence[Path]) -> OutputRecord:
+def _record(unit: EditUnit, sources: Sequence[Source]) -> OutputRecord:
     """The record of a unit's output file: the unit (its output folder aside) and its source files."""
     key = {"unit": type(unit).__name__, **{k: v for k, v in asdict(unit).items() if k != "out_root"}}
     return record_of(unit.out_root, unit.out_rel, key, sources)
@@ -225,13 +236,21 @@ def copy_video(unit: CopyVideoUnit) -> EditResult:
             more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""
             return f"the kept episode's video failed its checks: {found}{more}"
 
-        # renamed into place only when complete and checked
-        status = keep_or_write(dst, output_folder(unit.out_root), write, check, record=_record(unit, [src.local]),
-                               keep=lambda path: output_size(path) == size and check(path) is None,
-                               episode=unit.episode, blame=src.local)
+        record = _record(unit, [src])
+        keep = lambda path: output_size(path) == size and check(path) is None  # noqa: E731
+        if isinstance(dst, StorePath) and server_side(src, dst):  # CopyObject: no byte through this process
+            status = keep_or_copy(dst, src, check, record=record, keep=keep, episode=unit.episode, blame=src)
+        else:  # renamed into place only when complete and checked
+            status = keep_or_write(dst, output_folder(unit.out_root), write, check, record=record, keep=keep,
+                                   episode=unit.episode, blame=src)
         return _result("video-copy", unit, status, dst)
 
     return file_stage("video-copy", unit.out_rel, 1, unit.frames, body)
+
+
+def server_side(src: StorePath, dst: StorePath) -> bool:
+    """Whether the store can copy `src` to `dst` itself (one object store: endpoint and bucket)."""
+    return not src.location.is_local and src.location.same_store(dst.location)
 
 
 def out_spans(unit: SpliceVideoUnit) -> list[Span]:
@@ -249,8 +268,9 @@ def out_spans(unit: SpliceVideoUnit) -> list[Span]:
 def splice_video(unit: SpliceVideoUnit) -> EditResult:
     def body() -> EditResult:
         dst = output_file(unit.out_root, unit.out_rel)
-        segments = [(source_file(g.src_root, g.src_rel, g.spans[0].episode if g.spans else None).local,
-                     g.spans) for g in unit.segments]
+        segments: list[tuple[Source, Sequence[SpliceSpan]]] = [
+            (source_file(g.src_root, g.src_rel, g.spans[0].episode if g.spans else None), g.spans)
+            for g in unit.segments]
         status = keep_or_write(dst, output_folder(unit.out_root),
                                lambda tmp: splice_segments(segments, tmp, fps_fraction(unit.fps)),
                                video_check(unit.fps, out_spans(unit), unit.frames, unit.camera),
@@ -261,9 +281,9 @@ def splice_video(unit: SpliceVideoUnit) -> EditResult:
 
 
 def check_splice(unit: SpliceCheckUnit) -> list[StartProblem]:
-    path = Path(unit.src_root) / unit.src_rel
+    path = as_root(unit.src_root) / unit.src_rel
     try:
-        path = source_file(unit.src_root, unit.src_rel, unit.spans[0].episode if unit.spans else None).local
+        path = source_file(unit.src_root, unit.src_rel, unit.spans[0].episode if unit.spans else None)
         return splice_problems(path, unit.spans, unit.camera)
     except EpisodeError as exc:
         return [StartProblem(s.episode, unit.camera, str(path), exc.message) for s in unit.spans if s.keep]
@@ -271,16 +291,16 @@ def check_splice(unit: SpliceCheckUnit) -> list[StartProblem]:
 
 def check_splice_failed(unit: SpliceCheckUnit, exc: BaseException) -> list[StartProblem]:
     reason = reason_of(exc)
-    return [StartProblem(s.episode, unit.camera, str(Path(unit.src_root) / unit.src_rel), f"not checked: {reason}")
+    return [StartProblem(s.episode, unit.camera, str(as_root(unit.src_root) / unit.src_rel), f"not checked: {reason}")
             for s in unit.spans if s.keep]
 
 
 def check_partial(unit: SpliceCheckUnit) -> list[StartProblem]:
     """`--reencode-partial`: the kept episodes of the file to re-encode (one `StartProblem` each, its reason
     the cut's problem), so that the others are copied exactly."""
-    path = Path(unit.src_root) / unit.src_rel
+    path = as_root(unit.src_root) / unit.src_rel
     try:
-        path = source_file(unit.src_root, unit.src_rel, unit.spans[0].episode if unit.spans else None).local
+        path = source_file(unit.src_root, unit.src_rel, unit.spans[0].episode if unit.spans else None)
         found = partial_reencode(path, unit.spans)
     except EpisodeError as exc:
         return [StartProblem(s.episode, unit.camera, str(path), f"not checked: {exc.message}") for s in unit.spans
@@ -295,7 +315,7 @@ def reencode_video(unit: ReencodeVideoUnit) -> EditResult:
         dst = output_file(unit.out_root, unit.out_rel)
         n = unit.span.frames
         spans = [Span(unit.new_episode, 0.0, frames_to_seconds(n, unit.fps), n)]
-        src = source_file(unit.src_root, unit.src_rel, unit.span.episode).local
+        src = source_file(unit.src_root, unit.src_rel, unit.span.episode)
         settings: EncodeSettings = encode_settings(src, json.loads(unit.feature_info))
         note = (f"episode {unit.span.episode} -> {unit.new_episode} ({unit.camera}) re-encoded with "
                 f"{settings.describe()}: {unit.why}")
@@ -312,7 +332,7 @@ def reencode_video(unit: ReencodeVideoUnit) -> EditResult:
 # ---- data -----------------------------------------------------------------------------------------
 
 
-def _renumbered(table: pa.Table, part: DataPart, task_map: dict[int, int], path: Path) -> pa.Table:
+def _renumbered(table: pa.Table, part: DataPart, task_map: dict[int, int], path: Source) -> pa.Table:
     n = table.num_rows
 
     def put(name: str, values: np.ndarray) -> None:
@@ -386,8 +406,7 @@ def edit_data(unit: EditDataUnit) -> EditResult:
         dst = output_file(unit.out_root, unit.out_rel)
         expected = [(p.new_episode, p.frames) for p in unit.parts]
         first_index = unit.parts[0].new_from_index
-        sources = [source_file(inp.src_root, inp.src_rel, inp.parts[0].episode).local
-                   for inp in unit.inputs]
+        sources = [source_file(inp.src_root, inp.src_rel, inp.parts[0].episode) for inp in unit.inputs]
 
         def write(tmp: Path) -> None:
             writer: pq.ParquetWriter | None = None
@@ -395,7 +414,7 @@ def edit_data(unit: EditDataUnit) -> EditResult:
             try:
                 for inp in unit.inputs:
                     first = inp.parts[0].episode
-                    src = source_file(inp.src_root, inp.src_rel, first).local
+                    src = source_file(inp.src_root, inp.src_rel, first)
                     table = shaped_columns(_read_parquet(src, first if len(inp.parts) == 1 else None), inp.columns)
                     if "episode_index" not in table.column_names:
                         raise EpisodeError(first, src, "no 'episode_index' column")

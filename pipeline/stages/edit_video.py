@@ -13,7 +13,6 @@ them too, so a splice never writes an inexact file.
 
 from __future__ import annotations
 
-import os
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from pathlib import Path
 import av
 
 from pipeline.errors import EpisodeError
+from pipeline.storage import FileProblem, Source, as_file
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, Span, in_span
 from pipeline.video.remux import (
     PacketCopy,
@@ -104,16 +104,20 @@ def _problems(packets: Sequence[tuple[int, int, bool]], owner: Sequence[int], tb
 
 
 _INDEX_MAX_PACKETS = 1_000_000  # ~100 MB of (pts, dts, key) tuples held at most
-_index_cache: OrderedDict[tuple[str, int, int, int], tuple[Fraction, list[tuple[int, int, bool]]]] = OrderedDict()
+_index_cache: OrderedDict[tuple[str, int, int, str], tuple[Fraction, list[tuple[int, int, bool]]]] = OrderedDict()
 _index_lock = threading.Lock()
 
 
-def _packet_index(path: Path, episode: int | None) -> tuple[Fraction, list[tuple[int, int, bool]]]:
+def _packet_index(path: Source, episode: int | None) -> tuple[Fraction, list[tuple[int, int, bool]]]:
     """A file's time base and (pts, dts, keyframe) of its packets in decode order, from one open and one demux;
-    kept (by path, size, mtime and inode; a few hundred MB of tuples at most) so that the cut check and the
-    splice of the same file in one process demux it once."""
-    st = path.stat()
-    key = (os.fspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    kept (by path or URL, size, mtime and version: a local file's inode and ctime, an object's ETag; a few
+    hundred MB of tuples at most) so that the cut check and the splice of the same file in one process demux it
+    once. `path`: a dataset's file through its store, or a local path."""
+    try:
+        st = as_file(path).stat("video file")
+    except FileProblem as exc:
+        raise EpisodeError(episode, exc.path, exc.message) from None
+    key = (str(path), st.size, st.mtime_ns, st.version)
     with _index_lock:
         hit = _index_cache.get(key)
         if hit is not None:
@@ -131,11 +135,11 @@ def _packet_index(path: Path, episode: int | None) -> tuple[Fraction, list[tuple
     return tb, packets
 
 
-def _time_base(path: Path, episode: int | None) -> Fraction:
+def _time_base(path: Source, episode: int | None) -> Fraction:
     return _packet_index(path, episode)[0]
 
 
-def splice_problems(path: Path, spans: Sequence[SpliceSpan], camera: str | None = None) -> list[StartProblem]:
+def splice_problems(path: Source, spans: Sequence[SpliceSpan], camera: str | None = None) -> list[StartProblem]:
     """The kept episodes of `path` whose cut a stream copy could not make exactly (one demux, no decode)."""
     ordered = sorted(spans, key=lambda s: s.from_timestamp)
     if all(s.keep for s in ordered):
@@ -152,7 +156,7 @@ class SpliceResult:
     time_base: Fraction
 
 
-def _prepare(src: Path, spans: Sequence[SpliceSpan], before: int, out_tb: Fraction | None,
+def _prepare(src: Source, spans: Sequence[SpliceSpan], before: int, out_tb: Fraction | None,
              fps_rate: Fraction) -> tuple[list[SpliceSpan], list[int], Fraction, dict[int, int], int, Fraction]:
     """One source file's splice, before anything is written: its spans in time order, each packet's span,
     the output time base (the first segment's, made exact at the frame rate), each kept span's pts offset
@@ -187,7 +191,7 @@ def _prepare(src: Path, spans: Sequence[SpliceSpan], before: int, out_tb: Fracti
     return ordered, owner, out_tb, offset, before, scale
 
 
-def splice_segments(segments: Sequence[tuple[Path, Sequence[SpliceSpan]]], out: Path,
+def splice_segments(segments: Sequence[tuple[Source, Sequence[SpliceSpan]]], out: Path,
                     fps_rate: Fraction) -> SpliceResult:
     """Write each segment's kept spans (a source file and its episodes) back to back into `out` (an mp4), episode
     k's first frame at `frames_before(k) / fps`; several segments when a merge packs source files together (every
@@ -241,11 +245,11 @@ def splice_segments(segments: Sequence[tuple[Path, Sequence[SpliceSpan]]], out: 
     return SpliceResult(mux.frames, out_tb)
 
 
-def _out_tb(src: Path, spans: Sequence[SpliceSpan], fps_rate: Fraction) -> Fraction:
+def _out_tb(src: Source, spans: Sequence[SpliceSpan], fps_rate: Fraction) -> Fraction:
     return output_time_base(_time_base(src, spans[0].episode if spans else None), fps_rate)
 
 
-def file_signature(path: Path) -> StreamSignature:
+def file_signature(path: Source) -> StreamSignature:
     """The codec parameters a file's packets need (what must be equal for two files to share one)."""
     with _open(path, None) as c:
         return signature(_video_stream(c, None, path))
@@ -254,7 +258,7 @@ def file_signature(path: Path) -> StreamSignature:
 # ---- --reencode-partial ---------------------------------------------------------------------------
 
 
-def partial_reencode(path: Path, spans: Sequence[SpliceSpan]) -> dict[int, str]:
+def partial_reencode(path: Source, spans: Sequence[SpliceSpan]) -> dict[int, str]:
     """The kept episodes of `path` to re-encode so that a stream copy of the others is exact -> why (one
     demux, no decode). An episode taken out of the splice is a new cut for its neighbours (a kept episode after
     it must now start on a keyframe), so the check is repeated until nothing more is found."""
@@ -297,7 +301,7 @@ class EncodeSettings:
         return f"{self.encoder} {self.pix_fmt}" + (f" {opts}" if opts else "")
 
 
-def encode_settings(path: Path, feature_info: dict[str, object] | None) -> EncodeSettings:
+def encode_settings(path: Source, feature_info: dict[str, object] | None) -> EncodeSettings:
     """The settings to re-encode an episode of `path` with (see `EncodeSettings`)."""
     info = feature_info or {}
     with _open(path, None) as c:
@@ -320,7 +324,7 @@ def encode_settings(path: Path, feature_info: dict[str, object] | None) -> Encod
     return EncodeSettings(codec, encoder, pix_fmt, tuple(options))
 
 
-def reencode_span(src: Path, out: Path, span: SpliceSpan, fps_rate: Fraction, settings: EncodeSettings) -> int:
+def reencode_span(src: Source, out: Path, span: SpliceSpan, fps_rate: Fraction, settings: EncodeSettings) -> int:
     """Decode exactly the frames of `span` in `src` (from the keyframe before it) and encode them into `out`
     (an mp4 of their own, frame i at i / fps) with `settings`; returns the frames written."""
     from pipeline.video.checks import TIMESTAMP_TOLERANCE_S as TOL

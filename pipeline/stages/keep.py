@@ -149,10 +149,14 @@ class OutputRecord:
         except (OSError, EpisodeError):
             return False
 
-    def save(self, output: Path, **extra: Any) -> None:
+    def save(self, output: Output, *, copy_of: Source | None = None, **extra: Any) -> None:
         """Record `output` (the temp file about to be renamed into place) with `extra` fields. Renamed into place,
-        not fsynced: a record lost to a power loss only means the file is written again."""
-        sources = [source_fingerprint(s, content=self.content) for s in self.sources]
+        not fsynced: a record lost to a power loss only means the file is written again. `copy_of`: `output` holds
+        the bytes of this one source (a server-side copy): its blocks are hashed from `output`, which its check
+        has just read, not fetched from the source again."""
+        sources = [source_fingerprint(s, content=self.content,
+                                      content_of=output if copy_of is not None and s == copy_of else None)
+                   for s in self.sources]
         doc = {"key": _as_json(self.key), "sources": sources, "output": file_identity(output), **extra}
         write_output_bytes(self.path, json.dumps(doc).encode("utf-8"), self.root, fsync=False)
 
@@ -188,4 +192,29 @@ def keep_or_write(dst: Output, root: Path | None, write: Callable[[Path], object
             saved(tmp)
         if record is not None:
             record.save(tmp)
+    return Status.WRITTEN
+
+
+def keep_or_copy(dst: StorePath, src: StorePath, check: Callable[[Any], str | None], *,
+                 record: OutputRecord | None = None, keep: Callable[[Any], bool] | None = None,
+                 episode: int | None = None, blame: Path | StorePath | None = None) -> Status:
+    """A source file the output keeps whole, where source and output are one object store: `Status.KEPT` as in
+    `keep_or_write`; else copied by the store itself (a server-side `CopyObject`: no byte passes through this
+    process), then `check`ed where it lies and recorded (the source's blocks hashed from the copy, which the check
+    has just read: the source is never fetched). A copy that fails its check, or whose record cannot be put, is
+    removed, so no unchecked file stays under its final name without a record (a rerun copies it again)."""
+    if dst.is_file() and (record is None or record.matches(dst)) and \
+            (keep(dst) if keep is not None else check(dst) is None):
+        return Status.KEPT
+    store = dst.store
+    store.copy_in(src.store, src.rel, dst.rel)
+    try:
+        reason = check(dst)
+        if reason is not None:
+            raise EpisodeError(episode, str(blame) if blame is not None else str(dst), reason)
+        if record is not None:
+            record.save(dst, copy_of=src)
+    except BaseException:
+        store.remove(dst.rel)
+        raise
     return Status.WRITTEN

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pipeline.errors import PrepError
@@ -129,11 +128,11 @@ def _keys(keys: Iterable[str]) -> str:
     return one_line(", ".join(keys) or "none", KEYS_SHOWN)
 
 
-def _named(srcs: Sequence[Path]) -> str:
+def _named(srcs: Sequence[Any]) -> str:
     return printable(srcs[0]) if len(srcs) == 1 else "any of the datasets"
 
 
-def _check_known(flag: str, given: Sequence[str], srcs: Sequence[Path], infos: Sequence[dict[str, Any]]) -> None:
+def _check_known(flag: str, given: Sequence[str], srcs: Sequence[Any], infos: Sequence[dict[str, Any]]) -> None:
     """Every key `flag` names is a camera of (at least one of) the sources, else one line naming it and the
     cameras there are."""
     cams = list(dict.fromkeys(k for info in infos for k in camera_keys(info)))
@@ -144,7 +143,7 @@ def _check_known(flag: str, given: Sequence[str], srcs: Sequence[Path], infos: S
             raise PrepError(f"{flag}: {shown(key, 200)} is {what} of {_named(srcs)} (cameras: {_keys(cams)})")
 
 
-def _check_renames(rename: Sequence[tuple[str, str]], srcs: Sequence[Path], infos: Sequence[dict[str, Any]]) -> None:
+def _check_renames(rename: Sequence[tuple[str, str]], srcs: Sequence[Any], infos: Sequence[dict[str, Any]]) -> None:
     seen: set[str] = set()
     features = list(dict.fromkeys(k for info in infos for k in (info.get("features") or {})))
     for old, new in rename:
@@ -161,7 +160,7 @@ def _check_renames(rename: Sequence[tuple[str, str]], srcs: Sequence[Path], info
                             f"(features: {_keys(k for k in features if k not in RESERVED)})")
 
 
-def resolve(options: FeatureOptions, srcs: Sequence[Path], infos: Sequence[dict[str, Any]]) -> list[FeatureMap]:
+def resolve(options: FeatureOptions, srcs: Sequence[Any], infos: Sequence[dict[str, Any]]) -> list[FeatureMap]:
     """Each source's `FeatureMap`, or one line refusing the options: a camera key or a renamed key that is in
     no source, a reserved key renamed or renamed to, a key renamed twice, a dropped camera renamed, two features
     of a source given one name."""

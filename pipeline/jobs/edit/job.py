@@ -23,11 +23,20 @@ from pipeline.jobs.convert import verify_output
 from pipeline.jobs.edit.features import FeatureOptions, resolve
 from pipeline.jobs.edit.plan import check_cuts, plan, units_of
 from pipeline.jobs.edit.publish import PUBLISH, REPORT_REL, EditReduce, EditReport, write_report
-from pipeline.jobs.edit.selection import EditOptions, Source, plan_tasks, select
-from pipeline.jobs.output import OptionsFile, OutputClaim, check_paths, claim_output, publish_files
+from pipeline.jobs.edit.selection import EditOptions, Source, SrcRoot, plan_tasks, select
+from pipeline.jobs.output import OptionsFile, OutputClaim, check_locations, claim_output, publish_files
 from pipeline.runner import Engine
 from pipeline.stages.edit import edit_failed, edit_unit
-from pipeline.storage import Location, output_location, publish_tree
+from pipeline.storage import (
+    Location,
+    StorePath,
+    as_root,
+    local_location,
+    output_file,
+    output_location,
+    publish_tree,
+    read_output_text,
+)
 
 FORMATS = VERSIONS
 OPTIONS_REL = f"{PREP_DIR}/edit_options.json"
@@ -36,37 +45,59 @@ DROPPED_LISTED = 10_000
 
 
 
-def open_source(src: Path, out: Path | Location) -> dict[str, Any]:
+def source_root(src: Path | str | Location | StorePath) -> SrcRoot:
+    """A source dataset as the edit reads it: a local folder (a hub snapshot too) as its absolute `Path`, an
+    object-store prefix as the `StorePath` of its root (read through its store)."""
+    if isinstance(src, StorePath):
+        return Path(src.location.root) / src.rel if src.location.is_local else src
+    if isinstance(src, Location):
+        return Path(src.root) if src.is_local else as_root(src)
+    return Path(src).absolute()
+
+
+def source_location(src: SrcRoot) -> Location:
+    return local_location(src) if isinstance(src, Path) else src.location
+
+
+def output_of(out: Path | str | Location) -> Path | Location:
+    """An edit's output: a local folder as its absolute `Path`, an object-store prefix as its `Location`."""
+    where = output_location(out if isinstance(out, Location) or "://" in str(out) else Path(out).absolute())
+    return Path(where.root) if where.is_local else where
+
+
+def open_source(src: SrcRoot, out: Path | Location) -> dict[str, Any]:
+    """The source's info.json, once the output is known to be outside it and every metadata file checked."""
     info = read_info(src)
     fmt = info["codebase_version"]
     if fmt not in FORMATS:
         raise DatasetError(src / "meta/info.json", f"codebase_version {fmt!r}: prep edit reads v2.1 and v3.0")
-    if isinstance(out, Path):
-        check_paths(src, out)
+    # the source is never written: an output in it, equal to it or holding it is refused (local or object store)
+    check_locations(source_location(src), output_location(out))
     metadata_refusals(src, "edit")[0].raise_if_any()
     return info
 
 
-def claim_edit_output(out: Path | Location) -> OutputClaim:
-    """The edit's output, refused now when busy, not an edit's, or holding a link (`claim_output`)."""
-    return claim_output(out, "edit", OPTIONS)
+def claim_edit_output(out: Path | Location, sources: Sequence[SrcRoot] = ()) -> OutputClaim:
+    """The edit's output, refused now when in a source, busy, not an edit's, or holding a link (`claim_output`)."""
+    return claim_output(out, "edit", OPTIONS, sources=[source_location(s) for s in sources])
 
 
-def edit_dataset(src: Path, out: Path | Location, options: EditOptions, engine: Engine, *, verify: bool = True,
-                 reencode_partial: bool = False, features: FeatureOptions | None = None) -> EditReport:
+def edit_dataset(src: Path | Location | StorePath, out: Path | Location, options: EditOptions, engine: Engine, *,
+                 verify: bool = True, reencode_partial: bool = False,
+                 features: FeatureOptions | None = None) -> EditReport:
     """Write `src` without the episodes `options` leaves out (and without the cameras, under the keys,
     `features` says) into the dataset `out` (same format) through `engine`; resumable; never writes under
     `src`. Raises `EditRefused` (a cut off a keyframe) and `PrepError` for a bad selection, dataset or output,
-    before anything is written. `out` may be an object-store location (`s3://...`): its files are put whole
-    after their checks, its metadata made in a local temp folder and put with meta/info.json last."""
-    src = Path(src).absolute()
+    before anything is written. `src` and `out` may be object-store locations (`s3://...`): the source is read
+    through its store; an output's files are put whole after their checks (a file kept whole copied server-side
+    when both are one store), its metadata made in a local temp folder and put with meta/info.json last."""
+    src = source_root(src)
     features = features or FeatureOptions()
-    where = output_location(out if isinstance(out, Location) else Path(out).absolute())
-    out = Path(where.root) if where.is_local else where
+    out = output_of(out)
     info = open_source(src, out)
     fmap = resolve(features, [src], [info])[0]
     sel, total = select(options, src, info, keep_all=features.given())
-    claim = claim_edit_output(out)  # a local source and an object-store output cannot overlap; a local one: open_source
+    claim = claim_edit_output(out, [src])
     source = Source(src, info, sel, plan_tasks(src, info, sel), layout=fmap.info(info) if fmap.changes else None,
                     features=fmap)
     return write_edit([source], claim, total, engine, verify=verify, reencode_partial=reencode_partial,
@@ -90,7 +121,7 @@ def write_edit(sources: Sequence[Source], claim: OutputClaim, total: int, engine
         settings = {"format": fmt, "kept": first.sel.kept_ranges(), "source_episodes": total}
     else:
         settings = {"format": fmt, "kept": "all", "source_episodes": total,
-                    "merge": [str(s.src.resolve()) for s in sources]}
+                    "merge": [str(s.src.resolve()) if isinstance(s.src, Path) else str(s.src) for s in sources]}
     settings.update(settings_extra or {})
     if reencode_partial:
         settings["reencode_partial"] = True
@@ -99,7 +130,7 @@ def write_edit(sources: Sequence[Source], claim: OutputClaim, total: int, engine
     engine.prepare(kept)  # the session is up (a large edit: its cluster started) before anything is written
     if not cuts_checked:
         check_cuts(sources, out, engine, reencode_partial=reencode_partial)
-    with claim.hold(settings, source=first.src):
+    with claim.hold(settings, source=source_location(first.src)):
         t0 = time.perf_counter()
         reduce = EditReduce(report)
         for batch in engine.map(edit_unit, units_of(plan(sources, out)), on_error=edit_failed,
@@ -145,31 +176,41 @@ class EditAsReport:
         return self.edit.ok and self.convert is not None and bool(self.convert.ok)
 
 
-def edit_as(to: str, out: Path, engine: Engine, edit: Any, *, verify: bool = True) -> EditAsReport:
+def edit_as(to: str, out: Path | Location, engine: Engine, edit: Any, *, verify: bool = True) -> EditAsReport:
     """Run `edit(staged_out, verify)` (an edit or merge writing the source's format) into `<out>/prep/edited`,
     then `prep convert` it into `out` by stream copy (pipeline.jobs.convert, its checks and refusals: v3.0 ->
-    v2.1 needs every episode to start on a keyframe) and remove the staged copy. Both steps resume per file."""
+    v2.1 needs every episode to start on a keyframe) and remove the staged copy. Both steps resume per file.
+    `out` may be an object-store location: the staged edit is below it too (a killed run resumes from it), the
+    output's one lock held through the conversion."""
     from pipeline.formats.v30 import Limits
     from pipeline.jobs.convert import ConvertOptions, convert_dataset
     from pipeline.jobs.convert import check_options as check_convert
 
-    out = Path(out).absolute()
+    out = output_of(out)
+    where = output_location(out)
     check_convert(ConvertOptions(to))
     claim = claim_output(out, "edit", None)  # busy or holding a link: refused now (its options are the convert's)
-    staged = out / STAGED_REL
+    staged_at = where.child(STAGED_REL)
+    staged: Path | Location = Path(staged_at.root) if staged_at.is_local else staged_at
     first: EditReport = edit(staged, False)  # refusals before anything is written; its own lock
     result = EditAsReport(first)
     if not first.ok:
         return result
-    info = read_info(staged)
+    info = read_info(as_root(staged_at))
     limits = Limits(chunks_size=int(info.get("chunks_size", 1000)),
                     data_files_size_in_mb=float(info.get("data_files_size_in_mb", 100)),
                     video_files_size_in_mb=float(info.get("video_files_size_in_mb", 200)))
     with claim.hold():
         result.convert = convert_dataset(staged, out, ConvertOptions(to, limits), engine, verify=verify, staged=True)
         if result.convert.ok:
-            atomic.write_json(out / REPORT_REL, json.loads(atomic.read_regular_text(staged / REPORT_REL)), indent=2,
-                              root=out)
-            shutil.rmtree(staged)
+            if isinstance(out, Path):
+                atomic.write_json(out / REPORT_REL, json.loads(read_output_text(output_file(staged_at, REPORT_REL))),
+                                  indent=2, root=out)
+                shutil.rmtree(staged)
+            else:  # the edit's report copied server-side (one store), then every staged object removed
+                store = staged_at.store()
+                where.store().copy_in(store, REPORT_REL, REPORT_REL)
+                for rel in [rel for rel, _st in store.iter_files()]:
+                    store.remove(rel)
             result.staged_removed = True
     return result

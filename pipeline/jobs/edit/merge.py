@@ -12,10 +12,11 @@ from typing import Any
 
 from pipeline.errors import PrepError
 from pipeline.jobs.edit.features import FeatureOptions, resolve
-from pipeline.jobs.edit.job import claim_edit_output, open_source, write_edit
+from pipeline.jobs.edit.job import claim_edit_output, open_source, output_of, source_root, write_edit
 from pipeline.jobs.edit.publish import EditReport
 from pipeline.jobs.edit.selection import Selection, Source, TaskPlan, episode_tasks, plan_tasks
 from pipeline.runner import Engine
+from pipeline.storage import Location, StorePath
 from pipeline.text import printable
 
 # LeRobot's `features_equal_for_merge`: a video feature's encoder settings under `info` may differ
@@ -67,37 +68,38 @@ def merged_info(infos: Sequence[dict[str, Any]]) -> dict[str, Any]:
 LEROBOT_RULE = "LeRobot's merge_datasets expects the same fps, robot_type and features too"
 
 
-def merge_datasets(srcs: Sequence[Path], out: Path, engine: Engine, *, verify: bool = True,
-                   features: FeatureOptions | None = None) -> EditReport:
+def merge_datasets(srcs: Sequence[Path | Location | StorePath], out: Path | Location, engine: Engine, *,
+                   verify: bool = True, features: FeatureOptions | None = None) -> EditReport:
     """One dataset holding every episode of `srcs`, in order (A's, then B's, ...), renumbered, tasks merged
     by text (first appearance), stats carried and aggregated; every file copied or spliced by stream copy and
     kept a file of its own (files with different codec parameters are never concatenated). `features` (the
     cameras kept, the keys renamed) applies to each source first, so datasets whose cameras have other names
     merge once mapped to the same ones. Refuses datasets of different formats, fps, robot_type or features
-    (after that mapping; naming the first difference) before writing, as LeRobot's own merge does."""
-    srcs = [Path(s).absolute() for s in srcs]
-    out = Path(out).absolute()
+    (after that mapping; naming the first difference) before writing, as LeRobot's own merge does. Each source
+    and the output may be where it lives (a local folder, an object-store prefix)."""
+    roots = [source_root(s) for s in srcs]
+    out = output_of(out)
     features = features or FeatureOptions()
     if len(srcs) < 2:
         raise PrepError("--merge: give at least two datasets")
-    if len({os.path.realpath(s) for s in srcs}) != len(srcs):
+    if len({os.path.realpath(s) if isinstance(s, Path) else s.url for s in roots}) != len(roots):
         raise PrepError("--merge: a dataset is given twice")
-    src_infos = [open_source(s, out) for s in srcs]
-    maps = resolve(features, srcs, src_infos)
+    src_infos = [open_source(s, out) for s in roots]
+    maps = resolve(features, roots, src_infos)
     infos = [m.info(i) for m, i in zip(maps, src_infos, strict=True)]
-    for s, info in zip(srcs[1:], infos[1:], strict=True):
+    for s, info in zip(roots[1:], infos[1:], strict=True):
         diff = merge_difference(infos[0], info)
         if diff is not None:
             mapped = " (after --keep-cameras/--drop-cameras/--rename)" if features.given() else ""
-            raise PrepError(f"--merge: {printable(s)} cannot be merged with {printable(srcs[0])}{mapped}: {diff}; "
+            raise PrepError(f"--merge: {printable(s)} cannot be merged with {printable(roots[0])}{mapped}: {diff}; "
                             f"{LEROBOT_RULE}")
-    claim = claim_edit_output(out)
+    claim = claim_edit_output(out, roots)
     layout = merged_info(infos)
     merged: list[str] = []
     at: dict[str, int] = {}
     sources: list[Source] = []
     offset = index_offset = total = 0
-    for src, info, fmap in zip(srcs, src_infos, maps, strict=True):
+    for src, info, fmap in zip(roots, src_infos, maps, strict=True):
         n_eps = n_frames = 0
         for _e, _t, n in episode_tasks(src, info):
             n_eps += 1

@@ -24,7 +24,7 @@ from pipeline.formats import format_of
 from pipeline.formats.plan import file_mb, parquet_uncompressed_mb
 from pipeline.formats.v21 import iter_v21_episode_lines
 from pipeline.formats.v30 import iter_v30_episodes, next_chunk_file
-from pipeline.jobs.edit.selection import Selection, Source
+from pipeline.jobs.edit.selection import Selection, Source, SrcRoot
 from pipeline.jobs.output import FAILURES_LISTED
 from pipeline.runner import Engine
 from pipeline.stages.edit import (
@@ -42,6 +42,7 @@ from pipeline.stages.edit import (
     check_splice_failed,
 )
 from pipeline.stages.edit_video import SpliceSpan
+from pipeline.storage import Location, StorePath
 from pipeline.text import printable
 from pipeline.video.remux import StartProblem
 
@@ -74,7 +75,7 @@ PlanItem = Placed | EditUnit
 def plan_v21(s: Source, out: Path | str) -> Iterator[PlanItem]:
     src, info, sel, tasks = s.src, s.info, s.sel, s.tasks
     info_path = src / "meta/info.json"
-    video_keys(info, info_path)  # checked
+    video_keys(info, str(info_path))  # checked
     cameras = s.features.cameras(info)
     columns = s.features.columns()
     cs, out_cs = int(info.get("chunks_size", 1000)), int(s.out_info.get("chunks_size", 1000))
@@ -89,13 +90,14 @@ def plan_v21(s: Source, out: Path | str) -> Iterator[PlanItem]:
                                    episode_chunk=idx // cs, episode_index=idx)
         data_out = format_template(data_out_tpl, info_path, {"episode_chunk", "episode_index"},
                                    episode_chunk=new // out_cs, episode_index=new)
-        yield EditDataUnit(str(out), data_out, (DataInput(str(src), data_src, (DataPart(idx, new, length, before),),
+        yield EditDataUnit(str(out), data_out, (DataInput(root_arg(src), data_src,
+                                                          (DataPart(idx, new, length, before),),
                                                           tasks.map_for(texts, src, idx), columns),))
         for cam, out_cam in cameras:
             rels = [format_template(tpl, info_path, {"episode_chunk", "episode_index", "video_key"},
                                     episode_chunk=e // c, episode_index=e, video_key=key)
                     for tpl, c, e, key in ((video_tpl, cs, idx, cam), (video_out_tpl, out_cs, new, out_cam))]
-            yield CopyVideoUnit(str(src), str(out), rels[0], rels[1], idx, new, length, float(info["fps"]), cam)
+            yield CopyVideoUnit(root_arg(src), str(out), rels[0], rels[1], idx, new, length, float(info["fps"]), cam)
         yield Placed(idx, new, length, before)
         before += length
 
@@ -166,7 +168,7 @@ class _Streams:
         self.pack = pack is not None
 
 
-def _video_key(path: Path) -> Any:
+def _video_key(path: Path | StorePath) -> Any:
     """What must be equal for two source files' packets to share an output file."""
     from pipeline.stages.edit_video import file_signature
 
@@ -175,6 +177,18 @@ def _video_key(path: Path) -> Any:
     except PrepError:
         return ("unreadable", str(path))  # a file of its own; its unit fails with the reason
     return (sig.codec, sig.width, sig.height, sig.extradata, sig.time_base)
+
+
+def root_arg(src: SrcRoot) -> str | Location:
+    """What a unit carries of its source dataset: a local folder's path (as text), or an object store's
+    `Location` (picklable, no secret; each worker opens its own store from it)."""
+    return str(src) if isinstance(src, Path) else src.location
+
+
+def source_path(src: SrcRoot, rel: str) -> Path | StorePath:
+    """A source file the plan reads (its size, its codec parameters): a local one checked to lie inside the
+    dataset, an object through its store."""
+    return resolve_inside(src, rel) if isinstance(src, Path) else src / rel
 
 
 def _new(sel: Selection, idx: int) -> int:
@@ -190,7 +204,7 @@ def plan_v30(s: Source, out: Path | str, *, streams: _Streams | None = None,
     earlier sources; the caller closes them with `close_streams`)."""
     src, info, sel, tasks = s.src, s.info, s.sel, s.tasks
     info_path = src / "meta/info.json"
-    video_keys(info, info_path)  # checked
+    video_keys(info, str(info_path))  # checked
     out_of = dict(s.features.cameras(info))  # the kept cameras: source key -> output key
     cameras = tuple(out_of)
     columns = s.features.columns()
@@ -203,20 +217,20 @@ def plan_v30(s: Source, out: Path | str, *, streams: _Streams | None = None,
 
     def close_data(run: _Run) -> None:
         if run.out is not None:
-            streams.data.add(DataInput(str(src), run.rel, tuple(run.parts), tuple(sorted(run.tasks)), columns), 0)
+            streams.data.add(DataInput(root_arg(src), run.rel, tuple(run.parts), tuple(sorted(run.tasks)), columns), 0)
 
     def close_video(cam: str, run: _Run) -> Iterator[SpliceCheckUnit]:
         if run.out is None:
             return
         if checks and not all(sp.keep for sp in run.spans):
-            yield SpliceCheckUnit(str(src), run.rel, cam, tuple(run.spans))
+            yield SpliceCheckUnit(root_arg(src), run.rel, cam, tuple(run.spans))
         news = tuple(_new(sel, sp.episode) for sp in sorted(run.spans, key=lambda sp: sp.from_timestamp) if sp.keep)
-        streams.video[out_of[cam]].add(VideoSegment(str(src), run.rel, tuple(run.spans), news), 0)
+        streams.video[out_of[cam]].add(VideoSegment(root_arg(src), run.rel, tuple(run.spans), news), 0)
 
     def opened(stream: _Stream, kind: str, cam: str | None, rel: str) -> tuple[tuple[int, int], int,
                                                                                Iterator[PlanItem]]:
         if streams.pack:
-            path = resolve_inside(src, rel)
+            path = source_path(src, rel)
             key = _video_key(path) if cam is not None else None
             size = (file_mb(path) if cam is not None else parquet_uncompressed_mb(path)) if path.is_file() else 0.0
         else:
@@ -249,7 +263,7 @@ def plan_v30(s: Source, out: Path | str, *, streams: _Streams | None = None,
                                           {"chunk_index", "file_index", "video_key"}, chunk_index=chunk,
                                           file_index=file, video_key=out_cam)
                     feature = (info.get("features") or {}).get(v.camera) or {}
-                    yield ReencodeVideoUnit(str(src), v.rel, str(out), rel, v.camera, float(info["fps"]),
+                    yield ReencodeVideoUnit(root_arg(src), v.rel, str(out), rel, v.camera, float(info["fps"]),
                                             SpliceSpan(ep.index, v.from_timestamp, v.to_timestamp, ep.length, True),
                                             new, why, json.dumps(feature.get("info") or {}))
             elif new is not None:
@@ -277,7 +291,7 @@ def plan_v30(s: Source, out: Path | str, *, streams: _Streams | None = None,
         yield from close_streams(streams, s.out_info, src, out, float(info["fps"]), checks)
 
 
-def _units(out_info: dict[str, Any], src: Path, out: Path | str, kind: str, cam: str | None,
+def _units(out_info: dict[str, Any], src: SrcRoot, out: Path | str, kind: str, cam: str | None,
            closed: tuple[tuple[int, int], list[Any]] | None, fps: float, checks: bool) -> Iterator[PlanItem]:
     """The unit of an output file just closed (none in `checks` mode)."""
     if closed is None or checks:
@@ -295,7 +309,7 @@ def _units(out_info: dict[str, Any], src: Path, out: Path | str, kind: str, cam:
         yield SpliceVideoUnit(str(out), rel, cam, fps, tuple(members))
 
 
-def close_streams(streams: _Streams, out_info: dict[str, Any], src: Path, out: Path | str, fps: float,
+def close_streams(streams: _Streams, out_info: dict[str, Any], src: SrcRoot, out: Path | str, fps: float,
                   checks: bool = False) -> Iterator[PlanItem]:
     """The units of the output files still open at the end."""
     yield from _units(out_info, src, out, "data", None, streams.data.close(), fps, checks)
@@ -313,7 +327,7 @@ def plan(sources: Sequence[Source], out: Path | str) -> Iterator[PlanItem]:
     layout = sources[0].out_info
     pack = (float(layout.get("data_files_size_in_mb", 100)), float(layout.get("video_files_size_in_mb", 200))) \
         if len(sources) > 1 else None
-    video_keys(first, sources[0].src / "meta/info.json")  # checked
+    video_keys(first, str(sources[0].src / "meta/info.json"))  # checked
     streams = _Streams(int(layout.get("chunks_size", 1000)), [c for _k, c in sources[0].features.cameras(first)],
                        pack)
     for s in sources:
@@ -375,7 +389,7 @@ def overlap_refusals(s: Source) -> list[Overlap]:
     episode: an edit would copy (or re-encode) one episode's frames as another's. One pass over the episode
     metadata; each file's spans are held while its episodes are read (they are consecutive)."""
     src, info = s.src, s.info
-    video_keys(info, src / "meta/info.json")  # checked
+    video_keys(info, str(src / "meta/info.json"))  # checked
     cameras = tuple(k for k, _new in s.features.cameras(info))  # a camera left out is not copied: not checked
     fps = float(info["fps"])
     runs: dict[str, tuple[str, list[tuple[int, int, int]]]] = {}

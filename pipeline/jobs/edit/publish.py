@@ -17,6 +17,7 @@ from typing import Any
 from pipeline import atomic
 from pipeline.dataset.info import video_keys
 from pipeline.dataset.stats import StatsAggregator, shaped_like
+from pipeline.errors import PrepError
 from pipeline.formats import format_of
 from pipeline.formats.v21 import (
     EPISODES_REL,
@@ -31,12 +32,12 @@ from pipeline.formats.write import PREP_DIR
 from pipeline.jobs.convert import copy_root_files
 from pipeline.jobs.edit.features import FeatureMap
 from pipeline.jobs.edit.plan import Placed, plan
-from pipeline.jobs.edit.selection import Source, TaskPlan
+from pipeline.jobs.edit.selection import Source, SrcRoot, TaskPlan
 from pipeline.jobs.output import FAILURES_LISTED, count_file
 from pipeline.rates import frames_to_seconds
 from pipeline.schemas import validate
 from pipeline.stages.edit import EditResult
-from pipeline.storage import output_file, output_folder, write_output_bytes
+from pipeline.storage import as_file, output_file, output_folder, write_output_bytes
 
 REPORT_REL = f"{PREP_DIR}/edit_report.json"
 
@@ -161,21 +162,21 @@ def _info(info: dict[str, Any], *, episodes: int, frames: int, tasks: int, camer
     return doc
 
 
-def _source_stats(src: Path) -> dict[str, Any]:
+def _source_stats(src: SrcRoot) -> dict[str, Any]:
     try:
         reference = json.loads((src / "meta/stats.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, PrepError):
         reference = {}
     return reference if isinstance(reference, dict) else {}
 
 
-def _global_stats(agg: StatsAggregator, src: Path, features: FeatureMap) -> dict[str, Any]:
+def _global_stats(agg: StatsAggregator, src: SrcRoot, features: FeatureMap) -> dict[str, Any]:
     """The aggregate of the kept episodes' stats, each value in the shape the source's meta/stats.json gives
     it (image stats (3, 1, 1) even where the per-episode rows store them flat), in the output's keys."""
     return shaped_like(agg.result(), features.stats(_source_stats(src)))
 
 
-def _copy_global_stats(src: Path, out: Path, features: FeatureMap) -> None:
+def _copy_global_stats(src: SrcRoot, out: Path, features: FeatureMap) -> None:
     """No per-episode stats to aggregate (an older dataset): the source's meta/stats.json, as `prep convert`
     carries it (the readers need the file; its values are the whole source's), without the features left out
     and in the output's keys."""
@@ -184,11 +185,12 @@ def _copy_global_stats(src: Path, out: Path, features: FeatureMap) -> None:
     if features.changes:
         atomic.write_lerobot_json(out / "meta/stats.json", features.stats(_source_stats(src)), root=out)
         return
-    with atomic.atomic_path(out / "meta/stats.json", out) as tmp:
-        shutil.copyfile(src / "meta/stats.json", tmp)
+    with atomic.atomic_path(out / "meta/stats.json", out) as tmp, \
+            as_file(src / "meta/stats.json").open() as fin, open(tmp, "wb") as fout:  # through its store
+        shutil.copyfileobj(fin, fout)
 
 
-def _finish(src: Path, out: Path, info_out: dict[str, Any], report: EditReport, agg: StatsAggregator | None,
+def _finish(src: SrcRoot, out: Path, info_out: dict[str, Any], report: EditReport, agg: StatsAggregator | None,
             episodes: int, frames: int, cameras: int, features: FeatureMap) -> None:
     """Either format's last files: the global stats (the kept episodes' aggregate, else the source's), the
     source's top-level files, then meta/info.json with the output's totals."""
@@ -234,7 +236,7 @@ def publish_v21(sources: Sequence[Source], out: Path, info_out: dict[str, Any], 
                     episodes += 1
                     frames += length
                 old_from += length
-    cameras = len(video_keys(info_out, sources[0].src / "meta/info.json"))
+    cameras = len(video_keys(info_out, str(sources[0].src / "meta/info.json")))
     _finish(sources[0].src, out, info_out, report, agg if with_stats else None, episodes, frames, cameras,
             sources[0].features)
 

@@ -16,9 +16,11 @@ from typing import Any
 from pipeline.errors import DatasetError, PrepError
 from pipeline.formats import format_of
 from pipeline.jobs.edit.features import FeatureMap
+from pipeline.storage import StorePath
 from pipeline.text import printable
 from pipeline.text import shown as shown_value
 
+SrcRoot = Path | StorePath  # a source dataset's root: a local folder, or where it lives (an object store's prefix)
 KEPT_RANGES_LISTED = 10_000  # edit_options.json lists the kept ranges up to this many, else their sha256
 
 
@@ -166,7 +168,7 @@ class Source:
     """One source of the output: its root, info.json, kept episodes, task numbering, the rows before it and
     what becomes of its features."""
 
-    src: Path
+    src: SrcRoot
     info: dict[str, Any]
     sel: Selection
     tasks: TaskPlan
@@ -222,7 +224,7 @@ def _report_episodes(doc: dict[str, Any], shown: str, ds: Any) -> dict[int, str]
     return failed
 
 
-def failed_in_report(report_path: Path, src: Path) -> dict[int, str]:
+def failed_in_report(report_path: Path, src: SrcRoot) -> dict[int, str]:
     """The episodes a `prep verify --out` report of `src` failed -> the checks they failed. Refuses a report
     of another dataset: its `dataset.fingerprint` (`pipeline.jobs.identity`) must be the source's, both the
     digest of every file under meta/ (info.json, the episode metadata) and that of the files of each episode it
@@ -297,7 +299,7 @@ class Members:
         return len(v) - (bisect_right(v, total - 1) - bisect_right(v, -1))
 
 
-def select(options: EditOptions, src: Path, info: dict[str, Any], *,
+def select(options: EditOptions, src: SrcRoot, info: dict[str, Any], *,
            keep_all: bool = False) -> tuple[Selection, int]:
     """The kept episodes and the source's episode count, in one pass over the episode metadata (memory: the
     selection's runs, not the corpus); refuses an index outside it and an empty result. No option given:
@@ -346,11 +348,11 @@ def select(options: EditOptions, src: Path, info: dict[str, Any], *,
 # ---- tasks ----------------------------------------------------------------------------------------
 
 
-def source_tasks(src: Path, fmt: str) -> list[str]:
+def source_tasks(src: SrcRoot, fmt: str) -> list[str]:
     return [t for _i, t in format_of(fmt).iter_tasks(src)]
 
 
-def episode_tasks(src: Path, info: dict[str, Any]) -> Iterator[tuple[int, tuple[str, ...], int]]:
+def episode_tasks(src: SrcRoot, info: dict[str, Any]) -> Iterator[tuple[int, tuple[str, ...], int]]:
     """(episode, tasks, length) in order, either format (its strict reader)."""
     return format_of(info).iter_episode_tasks(src, info)
 
@@ -363,7 +365,7 @@ class TaskPlan:
     old_to_new: dict[int, int]
     index_of: dict[str, int]  # source task text -> source task_index
 
-    def map_for(self, texts: Sequence[str], src: Path, episode: int) -> tuple[tuple[int, int], ...]:
+    def map_for(self, texts: Sequence[str], src: SrcRoot, episode: int) -> tuple[tuple[int, int], ...]:
         out = []
         for t in texts:
             old = self.index_of.get(t)
@@ -373,7 +375,7 @@ class TaskPlan:
         return tuple(sorted(set(out)))
 
 
-def plan_tasks(src: Path, info: dict[str, Any], sel: Selection) -> TaskPlan:
+def plan_tasks(src: SrcRoot, info: dict[str, Any], sel: Selection) -> TaskPlan:
     fmt = info["codebase_version"]
     tasks = source_tasks(src, fmt)
     index_of = {t: i for i, t in enumerate(tasks)}

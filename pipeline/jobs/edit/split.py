@@ -13,7 +13,7 @@ from typing import Any
 from pipeline.errors import PrepError
 from pipeline.formats.write import PREP_DIR
 from pipeline.jobs.edit.features import FeatureOptions, resolve
-from pipeline.jobs.edit.job import claim_edit_output, open_source, write_edit
+from pipeline.jobs.edit.job import claim_edit_output, open_source, output_of, source_root, write_edit
 from pipeline.jobs.edit.plan import check_cuts
 from pipeline.jobs.edit.publish import EditReport
 from pipeline.jobs.edit.selection import (
@@ -28,6 +28,7 @@ from pipeline.jobs.edit.selection import (
 )
 from pipeline.jobs.output import OutputClaim
 from pipeline.runner import Engine
+from pipeline.storage import Location, StorePath
 from pipeline.text import printable
 
 
@@ -128,6 +129,18 @@ def check_part_name(name: str) -> None:
         raise PrepError(f"--split: part name {name!r} must be a folder name of letters, digits, '_', '.', '-'"[:300])
 
 
+def part_of(out: Path | Location, name: str) -> Path | Location:
+    """A part's output: `<out>/<name>`, a folder or a prefix."""
+    return out / name if isinstance(out, Path) else out.child(name)
+
+
+def top_names(out: Path | Location) -> list[str]:
+    """The names directly in the output: a folder's entries, an object prefix's first path parts (one listing)."""
+    if isinstance(out, Path):
+        return [p.name for p in out.iterdir()] if out.exists() else []
+    return sorted({rel.split("/", 1)[0] for rel, _st in out.store().iter_files()})
+
+
 @dataclass(slots=True)
 class SplitReport:
     parts: dict[str, EditReport]
@@ -137,14 +150,16 @@ class SplitReport:
         return all(r.ok for r in self.parts.values())
 
 
-def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: EditOptions, engine: Engine, *,
+def split_dataset(src: Path | Location | StorePath, out: Path | Location, parts: Sequence[SplitPart],
+                  options: EditOptions, engine: Engine, *,
                   seed: int = 0, shuffle: bool = True, group_by_task: bool = False,
                   verify: bool = True, reencode_partial: bool = False,
                   features: FeatureOptions | None = None) -> SplitReport:
     """One dataset per part under `out/<name>` (each an edit of `src`, the same rules and checks); `options`
     (if any) first leaves episodes out of every part, `features` the same cameras and keys of every part. Every
-    part's selection and output are checked before the first is written."""
-    src, out = Path(src).absolute(), Path(out).absolute()
+    part's selection and output are checked before the first is written. `src` and `out` may be where they live
+    (a local folder, an object-store prefix: then each part is a prefix below `out`)."""
+    src, out = source_root(src), output_of(out)
     if not parts:
         raise PrepError("--split: no part given (NAME=FRACTION or NAME=EPISODES)")
     for p in parts:
@@ -179,18 +194,17 @@ def split_dataset(src: Path, out: Path, parts: Sequence[SplitPart], options: Edi
         other = f"in another part of the split (not {name!r})"
         selections[name] = Selection.of((e, None if e in members else base_sel.reason_of(e) or other)
                                         for e in range(total))
-        claims[name] = claim_edit_output(out / name)
+        claims[name] = claim_edit_output(part_of(out, name), [src])
     layout = fmap.info(info) if fmap.changes else None
     sources = {name: Source(src, info, sel, plan_tasks(src, info, sel), layout=layout, features=fmap)
                for name, sel in selections.items()}
     engine.prepare(max(sel.kept_count for sel in selections.values()))
     for name, source in sources.items():
-        check_cuts([source], out / name, engine, reencode_partial=reencode_partial)
-    if out.exists():
-        others = sorted(p.name for p in out.iterdir() if p.name not in chosen)
-        if others:
-            raise PrepError(f"output {printable(out)} holds {', '.join(printable(o) for o in others[:3])}, "
-                            "which is not a part of this split; choose another --out")
+        check_cuts([source], str(part_of(out, name)), engine, reencode_partial=reencode_partial)
+    others = sorted(n for n in top_names(out) if n not in chosen)
+    if others:
+        raise PrepError(f"output {printable(out)} holds {', '.join(printable(o) for o in others[:3])}, "
+                        "which is not a part of this split; choose another --out")
     split_settings = {"split": {p.name: (p.fraction if p.fraction is not None else ranges(list(p.episodes or ())))
                                 for p in parts}, "seed": seed, "shuffle": shuffle, "group_by_task": group_by_task,
                       **features.settings()}
