@@ -7,7 +7,8 @@ Outputs:
   `manifests/<corpus name>.json`), its Parquet table `<stem>.parquet`, the report `<stem>.md` and its plots;
 - verify: with `--out DIR`, each dataset's report `DIR/<name>/verify.json` and `DIR/corpus_verify.json`;
 - reencode: each dataset's output `OUT/<name>/`, the prepared corpus `OUT/corpus.json` (+ .parquet, .md, plots),
-  `OUT/corpus.toml` and `OUT/corpus_reencode.json` (`--out OUT` is required).
+  `OUT/corpus.toml` and `OUT/corpus_reencode.json` (`--out OUT` is required; a local folder or s3://BUCKET/PREFIX).
+Any dataset may be an object-store URL; scan's and verify's reports are local (an s3:// --out is one line, exit 2).
 Exit codes: 0 when every dataset completed (verify: passed; scan: no episode failed), 1 when some did not (each
 with its reason), 2 for a usage error or a corpus file that breaks its schema (one line naming the entry and field).
 """

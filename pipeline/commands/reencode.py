@@ -57,7 +57,8 @@ def add_parser(sub: Any) -> None:
                    help="source dataset: a path, or a name under --root (or give it as --src DATASET). Several "
                    "DATASETs are a corpus (docs/corpus.md), as --corpus FILE listing them with equal weights")
     p.add_argument("more", nargs="*", metavar="DATASET", type=source_path, help=argparse.SUPPRESS)
-    add_corpus_option(p, CORPUS_HELP + "; each dataset's output goes to DIR/<name>/ under --out DIR (required)")
+    add_corpus_option(p, CORPUS_HELP + "; each dataset's output goes to DIR/<name>/ under --out DIR (required; "
+                      "DIR may be s3://BUCKET/PREFIX)")
     p.add_argument("--src", metavar="DATASET", type=source_path,
                    help="the source dataset, as an option (same as DATASET)")
     # not required=True: argparse would name --dst alone when DATASET is missing too (run() names every one)
@@ -79,7 +80,8 @@ def add_parser(sub: Any) -> None:
                                      "(default: {encode.DEFAULT_ENGINE})"))
     p.add_argument("--format", choices=("v2.1", "v3.0"), help="output format (default: the source's): v3.0 -> "
                    "v2.1 gives every episode its own all-intra file, v2.1 -> v3.0 writes episodes consecutively into "
-                   "files up to the size limits")
+                   "files up to the size limits (source and --out may be s3://: the staged re-encode lives below "
+                   "the output)")
     p.add_argument("--keep-staged", action="store_true", help="with --format: keep the re-encode in the source's "
                    "layout (<out>/prep/reencoded) after the conversion")
     add_limit_options(p)
