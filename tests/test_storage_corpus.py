@@ -138,6 +138,7 @@ def corpus_reference(small: dict[str, Path], tmp_path_factory: pytest.TempPathFa
     return {name: local_files(base / "out" / name) for name in ("remote_v30", "v21")}
 
 
+@pytest.mark.slow  # ~25 s: three commands, two re-encodes and two verifies of the corpus
 def test_a_corpus_in_s3_and_local_is_scanned_verified_and_reencoded_into_s3(
         small: dict[str, Path], s3: S3Server, corpus_reference: dict[str, dict[str, str]], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
