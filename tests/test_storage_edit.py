@@ -269,9 +269,9 @@ def test_a_storage_option_names_the_source_endpoint(small: dict[str, Path], s3: 
 
 @pytest.fixture(scope="module")
 def longer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """40 episodes x 2 cameras at 240x320: enough files to be killed half-way."""
+    """40 episodes x 2 cameras: enough files to be killed half-way."""
     return write_synthetic(tmp_path_factory.mktemp("longer-e") / "v21",
-                           SynthSpec(version="v2.1", episodes=40, height=240, width=320, frames=60, cameras=CAMS))
+                           SynthSpec(version="v2.1", episodes=40, height=96, width=128, frames=30, cameras=CAMS))
 
 
 def child_env(s3: S3Server) -> dict[str, str]:
