@@ -196,6 +196,43 @@ def test_s3_scan_reads_at_most_two_percent(s3: S3Server, tmp_path_factory: pytes
     assert verify.bytes_out <= 1.1 * total  # streamed: nothing read twice
 
 
+def test_s3_scan_of_one_file_per_episode_reads_at_most_two_percent(
+        s3: S3Server, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A v2.1 corpus (one 480x640 mp4 of ~1.3 MB per episode and camera, moov last): each video costs its header
+    boxes alone (pipeline.video.mp4header: its first 8 kB and its moov, 2 GETs; the first unit also its first
+    sample, for the pixel format), never a sample through FFmpeg's probe, and the manifest is the local scan's."""
+    local = write_synthetic(tmp_path_factory.mktemp("episodes") / "v21",
+                            SynthSpec(version="v2.1", episodes=8, reuse_video=True))
+    url = "s3://src/episodes/v21"
+    s3.upload_tree(local, url)
+    total = corpus_bytes(local)
+    videos = [p for p in local.rglob("*.mp4")]
+    set_env(monkeypatch, s3.env(client="prep"))
+    out = local.parent
+    code, stdout, err = prep(capsys, "scan", str(local), "--out", str(out / "local.json"), "--backend", "inline")
+    assert code == 0, stdout + err
+    s3.reset_stats()
+    code, stdout, err = prep(capsys, "scan", url, "--out", str(out / "s3.json"), "--backend", "inline")
+    assert code == 0, stdout + err
+    stats = s3.stats_for("prep")
+    share = stats.bytes_out / total
+    video_gets = [r for r in s3.requests() if r.client == "prep" and r.op == "GetObject" and r.path.endswith(".mp4")]
+    with capsys.disabled():
+        print(f"\nscan of {total:,} bytes ({len(videos)} videos) read {stats.bytes_out:,} ({share:.2%}) in "
+              f"{stats.requests} requests ({len(video_gets)} GETs of videos): {stats.ops}")
+    assert share <= 0.02, (share, stats.ops)
+    assert len(video_gets) <= 2 * len(videos) + 3  # 2 a video, and the first sample of each camera once
+    assert sum(r.bytes_out for r in video_gets) <= 0.015 * sum(p.stat().st_size for p in videos)
+    assert stats.puts == 0 and stats.deletes == 0
+    manifest = read_json(out / "s3.json")
+    assert manifest["dataset"]["root"] == url
+    assert same_numbers(manifest) == same_numbers(read_json(out / "local.json", (str(local), url)))
+    table = pq.read_table(out / "s3.episodes.parquet")
+    assert table.equals(pq.read_table(out / "local.episodes.parquet"))
+    assert '"pix_fmt": "yuv420p"' in (out / "s3.json").read_text()  # the first unit's first samples, decoded
+
+
 # ---- failures are one line --------------------------------------------------------------------------------
 
 

@@ -1,7 +1,8 @@
 """The scan stage: per episode, what its files hold and weigh, without decoding a pixel or reading a packet.
 
-Videos are counted from their container index (`pipeline.video.probe.probe_index`: the header and the mp4
-sample tables, tens of kB of a file of megabytes), parquet files from their `episode_index` column. A camera
+Videos are counted from their container index: an mp4's header boxes (`pipeline.video.probe.probe_header`:
+~10 kB of a 1.3 MB episode file in 2 reads, no sample read), any other container opened as it is
+(`probe_index`), parquet files from their `episode_index` column. A camera
 stored as images (`dtype: "image"`, a struct column `{bytes, path}` of the data parquet) is counted from the
 parquet footer: its pictures are the rows whose `bytes` are not null (the column chunk statistics' null count),
 its bytes the column chunks' stored sizes, shared among a file's episodes by rows; the first unit also reads
@@ -23,8 +24,8 @@ from pipeline.checks import Status
 from pipeline.dataset.model import Dataset, Episode
 from pipeline.errors import EpisodeError
 from pipeline.stages.result import StageResult
-from pipeline.storage import HEADER_BLOCK, Location, Store
-from pipeline.video.probe import IndexProbe, VideoProbe, probe_index, probe_video
+from pipeline.storage import EXACT_READS, HEADER_BLOCK, Location, Store
+from pipeline.video.probe import IndexProbe, VideoProbe, probe_header, probe_index, probe_video
 
 
 @dataclass(slots=True)
@@ -207,9 +208,15 @@ def _rows_of(pf: pq.ParquetFile, episodes: tuple[Episode, ...], store: Store, re
 
 
 def probe_camera(store: Store, rel: str, *, episode: int | None, pix_fmt: bool) -> IndexProbe | VideoProbe:
-    """A video's header and frames, from its container index (a header read), else from a demux."""
+    """A video's header and frames, from its container index: an mp4's header boxes alone (1-3 exact reads;
+    with `pix_fmt` one more, its first sample), else the file opened as it is (a header read), else a demux."""
     size = store.stat(rel, "video file").size
     shown = store.location.child(rel).url
+    if size:
+        with store.open(rel, block_size=EXACT_READS, what="video file") as fh:
+            probe = probe_header(fh, shown=shown, size=size, episode=episode, pix_fmt=pix_fmt)
+        if probe is not None:
+            return probe
     with store.media(rel, block_size=HEADER_BLOCK, what="video file") as source:
         probe = probe_index(source, shown=shown, size=size, episode=episode, pix_fmt=pix_fmt)
     if probe is not None:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from pipeline.storage import base
 from pipeline.storage.base import (
+    EXACT_READS,
     HEADER_BLOCK,
     LOCAL,
     OBJECT_SCHEMES,
@@ -53,6 +54,7 @@ from pipeline.storage.base import (
 from pipeline.text import printable
 
 __all__ = [
+    "EXACT_READS",
     "HEADER_BLOCK",
     "LOCAL",
     "OBJECT_SCHEMES",

@@ -22,6 +22,8 @@ from pipeline.text import printable
 LOCAL = "file"
 HEADER_BLOCK = 64 << 10  # an object store's read size for a container header or a parquet footer: a few GETs
 STREAM_BLOCK = 8 << 20  # ... for a whole file streamed (decoded, copied): about one GET per block
+EXACT_READS = 0  # ... for a reader that asks for few ranges, each sized to what it needs (the mp4 header boxes,
+# pipeline.video.mp4header): every read is one ranged GET of exactly its bytes, nothing cached or read ahead
 OBJECT_SCHEMES = ("s3", "gs", "az", "hf")
 TESTED_SCHEMES = (LOCAL, "s3")  # the others go through fsspec untested (docs/storage.md)
 URL_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
@@ -271,7 +273,8 @@ class Store(ABC):
 
     @abstractmethod
     def open(self, rel: str, *, block_size: int | None = None, what: str = "file") -> IO[bytes]:
-        """A seekable binary reader (`block_size`: an object store's read size; small for header reads)."""
+        """A seekable binary reader (`block_size`: an object store's read size; small for header reads;
+        `EXACT_READS`: each read is one request of exactly its range, unbuffered)."""
 
     @contextlib.contextmanager
     def media(self, rel: str, *, block_size: int | None = None, what: str = "file") -> Iterator[str | IO[bytes]]:

@@ -96,7 +96,7 @@ class LocalStore(Store):
             if not stat_.S_ISREG(st.st_mode):
                 raise NotAFile(self.url, rel, kind_of(st.st_mode), what)
             os.set_blocking(fd, True)
-            return os.fdopen(fd, "rb", buffering=block_size or -1)
+            return os.fdopen(fd, "rb", buffering=-1 if block_size is None else block_size)  # 0: unbuffered
         except BaseException:
             os.close(fd)
             raise

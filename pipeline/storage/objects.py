@@ -8,10 +8,10 @@ Configuration is the environment's, read by each process for itself, as boto3 an
 
 Reads are ranged: `open(rel, block_size=HEADER_BLOCK)` fetches a container header or a parquet footer in a few
 small GETs (s3fs's default 50 MiB block would fetch a whole video for it), `STREAM_BLOCK` decodes a video in
-about one GET per block. Writes are whole objects: `writer()` hands out a local temp file (in the process's
-temp folder) and uploads it on success (multipart when large; s3fs aborts the multipart upload when it
-fails); `create()` is a conditional PUT (`If-None-Match: *`); `copy_in()` within one store is a server-side
-copy.
+about one GET per block, `EXACT_READS` makes each read one GET of exactly its range (an mp4's header boxes).
+Writes are whole objects: `writer()` hands out a local temp file (in the process's temp folder) and uploads it
+on success (multipart when large; s3fs aborts the multipart upload when it fails); `create()` is a conditional
+PUT (`If-None-Match: *`); `copy_in()` within one store is a server-side copy.
 
 The lock of an output (`lock`) is an object created with `If-None-Match: *` holding the holder's command,
 host, pid, start and heartbeat; a thread refreshes the heartbeat every `LEASE_S / 4` with a conditional
@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from pipeline.storage.base import (
+    EXACT_READS,
+    HEADER_BLOCK,
     STREAM_BLOCK,
     Location,
     MissingFile,
@@ -277,15 +279,17 @@ class ObjectStore(Store):
         info = self._info(rel, what)
         if int(info["size"]) <= SMALL_FILE:
             return io.BytesIO(self._small_file(rel, info))
-        block = block_size or STREAM_BLOCK
+        exact = block_size == EXACT_READS  # each read one ranged GET of its bytes (the mp4 header walk: 1-3 reads)
+        block = HEADER_BLOCK if exact else block_size or STREAM_BLOCK
         # A whole-file stream: blocks cached and never read twice (bench/storage_libs.py: 8 MiB blocks, at most 4
         # held, ~1 GET a block). A header read: 64 KiB blocks, cached too (measured here: a header whose moov is at
         # the end, then the first packets, costs 2 GETs, block 0 fetched once; read-ahead blocks cost 3 and
         # refetch block 0 after the seek to the moov).
         maxblocks = 4 if block >= STREAM_BLOCK else max(2, CACHE_BYTES // block)
+        cache: dict[str, Any] = ({"cache_type": "none"} if exact else
+                                 {"cache_type": "blockcache", "cache_options": {"maxblocks": maxblocks}})
         with translated(self._url(rel), self.location.endpoint()):
-            fh: IO[bytes] = self.fs.open(self.key(rel), "rb", block_size=block, size=int(info["size"]),
-                                         cache_type="blockcache", cache_options={"maxblocks": maxblocks})
+            fh: IO[bytes] = self.fs.open(self.key(rel), "rb", block_size=block, size=int(info["size"]), **cache)
         fh.details = info  # type: ignore[attr-defined]  # what s3fs would HEAD again (a changed ETag: refused)
         return fh
 
