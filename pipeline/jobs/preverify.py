@@ -109,10 +109,15 @@ def check_repairs(repairs: Iterable[str], codebase_version: str) -> None:
 
 
 def check_source(src: Path | Location, engine: Engine, repairs: tuple[str, ...], accept_invalid: bool,
-                 reader: str = "all") -> SourceCheck:
+                 reader: str = "all", *, index: bool = False) -> SourceCheck:
     """Run verify (no decode) on the source; raise SourceRefused when errors remain after the repairs (checked
     by `check_repairs` first) and the invalid source is not accepted. `reader` (0.4, 0.6, 0.3 or all) names the
-    reader generations whose errors refuse it, as `prep verify --reader` does."""
+    reader generations whose errors refuse it, as `prep verify --reader` does.
+
+    `index`: each video is checked from its container index (its header: a few kB to a few hundred of a file of
+    megabytes), and demuxed only where that finds anything or the index cannot stand for a demux
+    (`VerifyOptions.index`). Where the index says less than a demux would, the caller learns it from the demux it
+    makes anyway (the reencode stage's, `ReencodeResult.index_agrees`) and checks the source again without it."""
     from pipeline.formats import read_info
     from pipeline.jobs.verify import verify_dataset
     from pipeline.stages.verify import WORKER_LOST, VerifyOptions
@@ -120,7 +125,7 @@ def check_source(src: Path | Location, engine: Engine, repairs: tuple[str, ...],
     version = str(read_info(src).get("codebase_version"))
     if reader_cannot_open(version, reader) is not None:  # a FAIL for that reader, before any verify
         raise ReaderCannotOpen(reader, version)
-    report = verify_dataset(src, VerifyOptions(reader=reader), engine)
+    report = verify_dataset(src, VerifyOptions(reader=reader, index=index), engine)
     lost = next((f for f in report.failures if f.check == WORKER_LOST), None)
     if lost is not None:  # a resource problem of the cluster, never a source error: stop, name it, keep nothing
         raise ClusterError(f"the check of the source could not finish: {lost.found}; nothing was encoded", kept=False)

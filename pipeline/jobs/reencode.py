@@ -92,6 +92,7 @@ MANIFEST_REL = f"{PREP_DIR}/manifest.json"
 COMPARISON_REL = f"{PREP_DIR}/comparison.json"
 PROVENANCE_REL = f"{PREP_DIR}/provenance.json"
 FAILURES_LISTED = 10_000
+STATS_HELD = 8_192  # episode stats of the output files the reduce keeps for the metadata (~1-2 kB each)
 ENCODE_COST_S = 0.3  # seconds per 90-frame file before any is measured
 COPY_COST_S = 0.002
 
@@ -179,7 +180,15 @@ def _os_error(exc: OSError, out: Path) -> str:
 
 
 def plan_videos(ds: Dataset, out: Path | str, options: ReencodeOptions) -> Iterator[ReencodeUnit]:
-    return reencode_units(ds, out, options)
+    # an object-store source was checked from its videos' container index: each stage confirms its file's
+    return reencode_units(ds, out, options, confirm_index=indexed_check(ds.location))
+
+
+def indexed_check(src: Location) -> bool:
+    """Whether the source is checked from its videos' container index (`check_source(index=True)`): an object
+    store's, whose demux before the encode would fetch every video once more (bench/object_store.py: the corpus
+    read twice); a local file's demux costs what its index read does."""
+    return not src.is_local
 
 
 def as_output_cameras(ds: Dataset) -> Dataset:
@@ -260,6 +269,12 @@ class ReencodeReduce:
         self.quality: dict[str, QualityTally] = {}  # camera -> its sampled frames' PSNR/SSIM, combined
         self.pictures = frozenset(pictures_cameras(ds))  # cameras encoded from pictures
         self.kept_pictures: dict[str, list[int]] = {}  # --keep-images: camera -> [pictures, stored bytes]
+        self.index_disagrees: list[str] = []  # source videos whose demux found other than their index listed
+        # output file -> {episode: its image stats}, as its sidecar holds them, for the first STATS_HELD episodes:
+        # the metadata is written from these without reading the sidecars back (2 requests a file in an object
+        # store); the rest are read back (`SidecarVideos`), so memory stays bounded whatever the corpus
+        self.video_stats: dict[str, dict[int, dict[str, Any]]] = {}
+        self._stats_held = 0
 
     def fail(self, entry: dict[str, Any]) -> None:
         if len(self.report.failures) < FAILURES_LISTED:
@@ -269,6 +284,8 @@ class ReencodeReduce:
         rep = self.report
         rep.files += 1
         rep.frames += r.frames
+        if r.index_agrees is False and len(self.index_disagrees) < FAILURES_LISTED:
+            self.index_disagrees.append(r.rel)
         if r.status == "failed":
             rep.failed += 1
             self.fail({"path": r.rel, "camera": r.camera, "reason": r.reason,
@@ -287,6 +304,9 @@ class ReencodeReduce:
             self.quality.setdefault(r.camera, QualityTally()).add(r.quality)
         elif not r.copied:
             self.quality.setdefault(r.camera, QualityTally()).unmeasured += 1
+        if self._stats_held + len(r.episodes) <= STATS_HELD:  # as json.loads gives them from the sidecar
+            self.video_stats[r.rel] = {ev.episode: json.loads(json.dumps(ev.stats)) for ev in r.episodes}
+            self._stats_held += len(r.episodes)
         c = self.cam_no[r.camera]
         out = r.output
         for i, ev in enumerate(r.episodes):
@@ -417,15 +437,18 @@ class SidecarDataStats:
 
 
 class SidecarVideos:
-    """`EpisodeVideos` of the output: each episode's new span (from the reduce) and image stats (read back
-    from the stats sidecar saved beside each output file, a few files cached), so no stats of the corpus
-    are held in memory."""
+    """`EpisodeVideos` of the output: each episode's new span (from the reduce) and image stats (those the reduce
+    kept, `ReencodeReduce.video_stats`; the others read back from the stats sidecar saved beside each output file,
+    a few files cached), so the stats held in memory are bounded whatever the corpus."""
 
     def __init__(self, reduce: ReencodeReduce, out: Path | str) -> None:
         self.reduce, self.out = reduce, out
         self._cache: OrderedDict[str, dict[int, dict[str, Any]]] = OrderedDict()
 
     def _stats(self, rel: str, camera: str) -> dict[int, dict[str, Any]]:
+        held = self.reduce.video_stats.get(rel)
+        if held is not None:
+            return held
         if rel not in self._cache:
             unit = ReencodeUnit(self.reduce.ds.location, str(self.out), rel, camera, 0.0, (), self.reduce.options)
             doc = json.loads(read_output_text(stats_sidecar(unit)))
@@ -560,7 +583,9 @@ def reencode_dataset(src: Path | Location, out: Path | Location, options: Reenco
     check_repairs(options.repairs, ds.codebase_version)
     files = sum(len(ds.file_groups(cam)) for cam in ds.camera_keys)
     engine.prepare(files)  # scheduler reached, cluster started unless the encode is small: before anything is written
-    source = check_source(src, engine, options.repairs, accept_invalid_source, reader)  # verify without decode
+    # verify without decode (an object store's videos from their index; `plan_videos`)
+    source = check_source(src, engine, options.repairs, accept_invalid_source, reader,
+                          index=indexed_check(ds.location))
     if where.is_local:  # read-only, full or blocked outputs are refused before any work
         atomic.check_writable(Path(where.root) / PREP_DIR, root=Path(where.root))
     report = ReencodeReport(str(src) if isinstance(src, Path) else src.url, str(out_root), options.output_settings(),
@@ -576,6 +601,11 @@ def reencode_dataset(src: Path | Location, out: Path | Location, options: Reenco
             for unit, result in zip(batch.units, batch.results, strict=True):
                 reduce.add_video(unit, result)
         report.seconds = time.perf_counter() - t0
+        if reduce.index_disagrees:  # a video's index said less than its demux: the source is checked by demuxing
+            source = check_source(src, engine, options.repairs, accept_invalid_source, reader)  # may refuse it
+            report.source_errors, report.source_warnings = source.errors_total, source.warnings_total
+            report.accepted_invalid_source = source.accepted_invalid
+            report.repaired_checks = list(source.repaired_checks)
         claim.remove_temps(src)  # temp files of workers killed mid-task (their task was retried)
         for d in engine.results(copy_data, plan_data(ds, out_root, options), on_error=copy_failed, desc="copy data",
                                 unit_name="file", total=len(ds.file_groups("data")), cost_s=COPY_COST_S):

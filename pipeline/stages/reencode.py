@@ -70,6 +70,7 @@ from pipeline.video.encode import (
     filter_frames,
 )
 from pipeline.video.imagestats import SpanImageStats
+from pipeline.video.indexed import probe_indexed, same_packets
 from pipeline.video.pictures import Pictures, picture_frames
 from pipeline.video.probe import VideoProbe, probe_video
 from pipeline.video.quality import QualitySample
@@ -123,6 +124,9 @@ class ReencodeUnit:
     depth: bool = False  # a depth map (`pipeline.dataset.features`): copied unchanged, never lossy
     # a camera stored as images: the data parquet its pictures are read from (`rel` is then the output video)
     pictures_from: str | None = None
+    # the job checked the source from the container index (an object store's: `pipeline.jobs.preverify`): the
+    # stage tells whether this file's demux agrees with its index (`ReencodeResult.index_agrees`)
+    confirm_index: bool = False
 
 
 @dataclass(slots=True)
@@ -160,6 +164,9 @@ class ReencodeResult(StageResult):
     # sidecar), None when not measured; quality_s: the seconds the sample cost in this run
     quality: dict[str, Any] | None = None
     quality_s: float = 0.0
+    # with `ReencodeUnit.confirm_index`: whether the demux of the source found what its container index lists
+    # (`pipeline.video.indexed.same_packets`); False sends the job back to check the source by demuxing it
+    index_agrees: bool | None = None
 
 
 def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
@@ -172,7 +179,8 @@ def declared_size(cam: CameraInfo) -> tuple[int, int] | None:
     return None
 
 
-def reencode_units(ds: Dataset, out: Path | str, options: ReencodeOptions) -> Iterator[ReencodeUnit]:
+def reencode_units(ds: Dataset, out: Path | str, options: ReencodeOptions, *,
+                   confirm_index: bool = False) -> Iterator[ReencodeUnit]:
     """One unit per source video file (v3.0: with every episode it holds), lazily, in plan order."""
     cameras = {cam.key: cam for cam in ds.cameras}
     depth = {cam: cameras[cam].depth or is_depth_feature(ds.info, cam) for cam in cameras}
@@ -183,7 +191,8 @@ def reencode_units(ds: Dataset, out: Path | str, options: ReencodeOptions) -> It
         )
         pictures = episodes[0].data.rel if cameras[camera].from_images else None
         yield ReencodeUnit(ds.location, str(out), rel, camera, ds.fps, spans, options,
-                           declared_size(cameras[camera]), depth[camera], pictures)
+                           declared_size(cameras[camera]), depth[camera], pictures,
+                           confirm_index and pictures is None)
 
 
 def mean_fps(probe: VideoProbe) -> float:
@@ -394,8 +403,16 @@ def _reencode(unit: ReencodeUnit, src: StorePath, read: Source, result: Reencode
     """The stage's work for one file: `src` is the source as the dataset names it (its fingerprint, its
     sidecar's check), `read` where its bytes are read."""
     dst = output_file(unit.out_root, unit.rel)
-    # pix_fmt=False: no probe decode at open (the source's pixel format is not needed here)
-    probe = probe_video(read, episode=unit.spans[0].episode if unit.spans else None, pix_fmt=False)
+    episode = unit.spans[0].episode if unit.spans else None
+    header = probe_indexed(read, episode=episode) if unit.confirm_index else None
+    try:
+        # pix_fmt=False: no probe decode at open (the source's pixel format is not needed here)
+        probe = probe_video(read, episode=episode, pix_fmt=False)
+    except EpisodeError:
+        result.index_agrees = header is None if unit.confirm_index else None  # an index, and no demux
+        raise
+    if unit.confirm_index:
+        result.index_agrees = header is None or same_packets(header.probe, probe)
     result.src_bytes, result.src_width, result.src_height = probe.bytes, probe.width, probe.height
     result.src_codec = probe.codec
     if unit.depth or is_high_bit_gray(probe.pix_fmt):
@@ -474,6 +491,7 @@ def _encode_checked(unit: ReencodeUnit, src: StorePath, read: Source | Pictures,
         result.quality = sample.measure(written)
         save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": stats.result(),
                              "quality": result.quality, "output": file_identity(written)}, root)
+        seen["bytes"] = written.stat().st_size  # what is renamed or put whole: no stat of the output after
 
     if keep_or_write(dst, root, write, check, keep=keep, saved=checked, blame=src) == Status.KEPT:
         result.status = Status.KEPT
@@ -486,7 +504,7 @@ def _encode_checked(unit: ReencodeUnit, src: StorePath, read: Source | Pictures,
         EpisodeVideo(s.episode if s.episode is not None else -1, s.from_timestamp, s.to_timestamp, st)
         for s, st in zip(spans, span_stats, strict=True)
     ]
-    result.frames, result.out_bytes = total, output_size(dst)
+    result.frames, result.out_bytes = total, seen["bytes"] if "bytes" in seen else output_size(dst)
     result.output = output_counts(seen["probe"], spans)
 
 

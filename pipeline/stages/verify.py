@@ -36,6 +36,7 @@ from pipeline.video.checks import (
     check_coverage,
     inspect_probe,
 )
+from pipeline.video.indexed import IndexedVideo, probe_indexed
 from pipeline.video.probe import VideoProbe, probe_video
 from pipeline.video.rotation import describe, display_matrix, swaps_sides
 
@@ -52,6 +53,15 @@ class VerifyOptions:
     all_intra: bool = False
     decode: bool = False
     reader: str = "all"  # the reader lines the severity follows (`pipeline.checks.targeted`)
+    # each video checked from its container index first (`pipeline.video.indexed`: its header read, no packet),
+    # demuxed only where that finds anything or cannot stand for a demux (reencode's check of an object-store
+    # source); the verdicts are a demux's whenever the index lists the packets a demux finds
+    index: bool = False
+
+    @property
+    def indexable(self) -> bool:
+        """Whether the index may stand for the demux: no check here needs a packet's bytes or a decoded pixel."""
+        return self.index and self.size is None and not self.all_intra and not self.decode
 
 
 @dataclass(slots=True)
@@ -361,13 +371,15 @@ def _parquet_episode(ep: Episode, start: int | None, c: dict[str, np.ndarray], w
 
 
 def _inspect_camera(path: StorePath, expect: VideoExpect, spans: list[Span], cam: str,
-                    info: CameraInfo | None, codebase_version: str) -> VideoCheck:
+                    info: CameraInfo | None, codebase_version: str,
+                    indexed: IndexedVideo | None = None) -> VideoCheck:
     """`inspect_video`, except that a depth map (flagged or declared in info.json, or stored in more than 8 bits
     of gray) is checked as the copy prep makes of it: not against --size / --all-intra. A depth map found by
-    its file's pixel format only is named by an info finding (`depth_copy`)."""
+    its file's pixel format only is named by an info finding (`depth_copy`). `indexed`: the file's header-only
+    probe and display matrix, checked instead of a demux."""
     episode = spans[0].episode if spans else None
     try:
-        probe = probe_video(path, episode=episode)
+        probe = indexed.probe if indexed is not None else probe_video(path, episode=episode)
     except EpisodeError as exc:
         unreadable = CheckFailure("readable", "a readable video", exc.message, episode, cam, str(path))
         return VideoCheck(str(path), None, [unreadable], [])
@@ -380,17 +392,22 @@ def _inspect_camera(path: StorePath, expect: VideoExpect, spans: list[Span], cam
             checked.failures.append(CheckFailure("depth_copy", "--size / --all-intra", f"a depth map "
                                                  f"({probe.pix_fmt}) prep copies unchanged: checked as a copy, not "
                                                  "against these rules", episode, cam, str(path), Severity.INFO))
-    rotation = rotation_finding(probe, codebase_version, cam, episode)
+    rotation = rotation_finding(probe, codebase_version, cam, episode,
+                                matrix=indexed.matrix if indexed is not None else READ_IT)
     if rotation is not None:
         checked.failures.append(rotation)
     return checked
 
 
+READ_IT = (0,)  # rotation_finding's default: read the matrix from the file
+
+
 def rotation_finding(probe: VideoProbe, codebase_version: str, camera: str | None,
-                     episode: int | None) -> CheckFailure | None:
+                     episode: int | None, *, matrix: tuple[int, ...] | None = READ_IT) -> CheckFailure | None:
     """A display matrix: every reader loads the file, but not all hand back the same orientation (lerobot
-    0.3.x/0.4.x and 0.6.x's pyav backend: the coded frames; 0.6.x's torchcodec 0.11: rotated)."""
-    m = display_matrix(probe.source or probe.path)
+    0.3.x/0.4.x and 0.6.x's pyav backend: the coded frames; 0.6.x's torchcodec 0.11: rotated). `matrix`: the
+    file's, when already read (None: it has none)."""
+    m = display_matrix(probe.source or probe.path) if matrix is READ_IT else matrix
     severity = found_severity("display_rotation", codebase_version)
     if m is None or severity is None:
         return None
@@ -402,63 +419,106 @@ def rotation_finding(probe: VideoProbe, codebase_version: str, camera: str | Non
                         episode, camera, probe.path, severity)
 
 
+@dataclass(slots=True)
+class _CameraFindings:
+    """What the checks of one camera's file found for a unit: findings about the whole file (they fail every
+    episode of the unit), findings about one episode, and each episode's counts."""
+
+    whole: list[CheckFailure] = field(default_factory=list)
+    episodes: list[CheckFailure] = field(default_factory=list)
+    counts: dict[int, CameraCounts] = field(default_factory=dict)
+
+    @property
+    def found(self) -> bool:
+        return bool(self.whole or self.episodes)
+
+
 def _videos(unit: VerifyUnit, results: dict[int, EpisodeVerify],
             file_failures: list[tuple[CheckFailure, set[int]]]) -> None:
+    opts = unit.options
+    first = unit.episodes[0]
+    everyone = {ep.index for ep in unit.episodes}
+    for ref0 in first.videos:
+        found = None
+        if opts.indexable:  # the index first: a demux only where it finds anything, or cannot stand for one
+            found = _camera(unit, ref0.camera, ref0.rel, results, indexed=True)
+            if found is not None and found.found:
+                found = None
+        if found is None:
+            found = _camera(unit, ref0.camera, ref0.rel, results)
+        assert found is not None
+        file_failures.extend((f, everyone) for f in found.whole)
+        for f in found.episodes:
+            results[f.episode if f.episode in results else first.index].failures.append(f)
+        for episode, counts in found.counts.items():
+            results[episode].cameras[ref0.camera] = counts
+
+
+def _camera(unit: VerifyUnit, cam: str, rel: str, results: dict[int, EpisodeVerify], *,
+            indexed: bool = False) -> _CameraFindings | None:
+    """The checks of one camera's file for the unit's episodes, from a demux of it, or with `indexed` from its
+    container index alone (None where the index cannot stand for a demux: `pipeline.video.indexed`)."""
     root = StorePath(unit.location, "")
     opts = unit.options
     expect = VideoExpect(fps=unit.fps, size=opts.size, all_intra=opts.all_intra, decode=opts.decode)
     declared = {c.key: c for c in unit.cameras}
     all_spans = dict(unit.file_spans)
     first = unit.episodes[0]
-    everyone = {ep.index for ep in unit.episodes}
-    for ref0 in first.videos:
-        cam = ref0.camera
-        spans = [Span(ep.index, ep.video(cam).from_timestamp, ep.video(cam).to_timestamp, ep.frames_expected)
-                 for ep in unit.episodes]
-        path = root / ref0.rel
-        try:
-            path.store.check(path.rel)  # inside the dataset (its links too): else not read at all
-        except OutsideRoot as exc:
-            checked = None
-            failures = [CheckFailure("readable", "a video inside the dataset", exc.message, first.index, cam,
-                                     exc.path)]
+    out = _CameraFindings()
+
+    def add(f: CheckFailure) -> None:
+        if is_file_check(f.check) or f.episode is None:
+            out.whole.append(f)
         else:
-            checked = _inspect_camera(path, expect, spans, cam, declared.get(cam), unit.codebase_version)
-            failures = list(checked.failures)
-        for f in failures:
-            if is_file_check(f.check) or f.episode is None:
-                file_failures.append((f, everyone))
-            else:
-                results[f.episode if f.episode in results else first.index].failures.append(f)
-        if checked is None or checked.probe is None:
+            out.episodes.append(f)
+
+    spans = [Span(ep.index, ep.video(cam).from_timestamp, ep.video(cam).to_timestamp, ep.frames_expected)
+             for ep in unit.episodes]
+    path = root / rel
+    try:
+        path.store.check(path.rel)  # inside the dataset (its links too): else not read at all
+    except OutsideRoot as exc:
+        if indexed:
+            return None
+        add(CheckFailure("readable", "a video inside the dataset", exc.message, first.index, cam, exc.path))
+        return out
+    header = None
+    if indexed:
+        header = probe_indexed(path, episode=spans[0].episode if spans else None)
+        if header is None:
+            return None
+    checked = _inspect_camera(path, expect, spans, cam, declared.get(cam), unit.codebase_version, header)
+    for f in checked.failures:
+        add(f)
+    if checked.probe is None:
+        return out
+    probe = checked.probe
+    info = declared.get(cam)
+    if info is not None and info.width and info.height and (info.width, info.height) != (probe.width,
+                                                                                          probe.height):
+        out.whole.append(CheckFailure("declared_size", f"{info.width}x{info.height} (info.json)",
+                                      f"{probe.width}x{probe.height}", first.index, cam, str(path)))
+    if info is not None and info.codec and info.codec != probe.codec:  # LeRobot decodes what the stream is
+        out.whole.append(CheckFailure("declared_codec", f"{info.codec} (info.json)", probe.codec, first.index,
+                                      cam, str(path), Severity.WARNING))
+    if rel in all_spans:
+        for f in check_coverage(probe, list(all_spans[rel]), camera=cam):
+            if f.episode in results:  # reported by the unit that holds the blamed episode
+                out.episodes.append(f)
+    whole_file = len(all_spans.get(rel, ())) <= 1  # v2.1, or a v3.0 file of one episode
+    for span_counts in checked.spans:
+        if span_counts.episode not in results:
             continue
-        probe = checked.probe
-        info = declared.get(cam)
-        if info is not None and info.width and info.height and (info.width, info.height) != (probe.width,
-                                                                                              probe.height):
-            file_failures.append((CheckFailure("declared_size", f"{info.width}x{info.height} (info.json)",
-                                               f"{probe.width}x{probe.height}", first.index, cam, str(path)),
-                                  everyone))
-        if info is not None and info.codec and info.codec != probe.codec:  # LeRobot decodes what the stream is
-            file_failures.append((CheckFailure("declared_codec", f"{info.codec} (info.json)", probe.codec, first.index,
-                                               cam, str(path), Severity.WARNING), everyone))
-        if ref0.rel in all_spans:
-            for f in check_coverage(probe, list(all_spans[ref0.rel]), camera=cam):
-                if f.episode in results:  # reported by the unit that holds the blamed episode
-                    results[f.episode].failures.append(f)
-        whole_file = len(all_spans.get(ref0.rel, ())) <= 1  # v2.1, or a v3.0 file of one episode
-        for span_counts in checked.spans:
-            if span_counts.episode not in results:
-                continue
-            results[span_counts.episode].cameras[cam] = CameraCounts(
-                frames_from_header=probe.frames_from_header if whole_file else None,
-                frames_from_packets=span_counts.frames_from_packets,
-                frames_decoded=span_counts.frames_decoded,
-                keyframes=span_counts.keyframes,
-                codec=probe.codec,
-                width=probe.width,
-                height=probe.height,
-            )
+        out.counts[span_counts.episode] = CameraCounts(
+            frames_from_header=probe.frames_from_header if whole_file else None,
+            frames_from_packets=span_counts.frames_from_packets,
+            frames_decoded=span_counts.frames_decoded,
+            keyframes=span_counts.keyframes,
+            codec=probe.codec,
+            width=probe.width,
+            height=probe.height,
+        )
+    return out
 
 
 # ---- cameras stored as images ------------------------------------------------------------------------

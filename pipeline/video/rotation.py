@@ -71,27 +71,33 @@ def display_matrix(path: Source | str) -> tuple[int, ...] | None:
     or None when it is the identity, the file is not MP4/MOV, or its boxes cannot be read."""
     try:
         with as_file(path).open(block_size=HEADER_BLOCK, what="video file") as fh:  # the boxes: a few ranged reads
-            fh.seek(0, 2)
-            size = fh.tell()
-            moov = next(((b, e) for t, b, e in _boxes(fh, 0, size) if t == b"moov"), None)
-            if moov is None:
-                return None
-            movie: tuple[int, ...] | None = IDENTITY
-            for typ, body, end in _boxes(fh, *moov):
-                if typ == b"mvhd":
-                    fh.seek(body)
-                    version = fh.read(1)
-                    movie = _matrix_at(fh, body + (48 if version == b"\x01" else 36))
-                elif typ == b"trak":
-                    track = _video_track_matrix(fh, body, end)
-                    if track is None:
-                        continue
-                    if movie is None:
-                        return None
-                    res = _compose(track, movie)
-                    return None if res == IDENTITY else res
+            return read_display_matrix(fh)
     except (OSError, FileProblem):
         return None
+
+
+def read_display_matrix(fh: IO[bytes]) -> tuple[int, ...] | None:
+    """`display_matrix` of an open seekable reader (a file, or a header view that serves the boxes alone:
+    `pipeline.video.mp4header.HeaderView`). Raises OSError where a read fails."""
+    fh.seek(0, 2)
+    size = fh.tell()
+    moov = next(((b, e) for t, b, e in _boxes(fh, 0, size) if t == b"moov"), None)
+    if moov is None:
+        return None
+    movie: tuple[int, ...] | None = IDENTITY
+    for typ, body, end in _boxes(fh, *moov):
+        if typ == b"mvhd":
+            fh.seek(body)
+            version = fh.read(1)
+            movie = _matrix_at(fh, body + (48 if version == b"\x01" else 36))
+        elif typ == b"trak":
+            track = _video_track_matrix(fh, body, end)
+            if track is None:
+                continue
+            if movie is None:
+                return None
+            res = _compose(track, movie)
+            return None if res == IDENTITY else res
     return None
 
 
