@@ -197,6 +197,22 @@ def test_to_v30_from_s3_into_s3(small: dict[str, Path], s3: S3Server, env: None,
     clean_output(s3, out_url, capsys, stdout, err)
 
 
+def test_drop_failed_takes_a_report_of_the_s3_dataset(s3: S3Server, env: None, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A `prep verify --out REPORT` of the s3 dataset is its report (the fingerprint is taken through the store);
+    one of another dataset is refused."""
+    report = tmp_path / "r.json"
+    code, stdout, err = prep(capsys, "verify", "s3://esrc/ds/v21", "--out", str(report), "--backend", "inline")
+    assert code == 0, stdout + err
+    out_url = "s3://eout/dropfailed/v21"
+    code, stdout, err = prep(capsys, "edit", "s3://esrc/ds/v21", "--drop-failed", str(report), "--drop", "0",
+                             "--out", out_url, "--backend", "inline")
+    assert code == 0 and "verify    PASSED" in stdout, stdout + err
+    line = one_line(*prep(capsys, "edit", "s3://esrc/ds/v30", "--drop-failed", str(report), "--out",
+                          str(tmp_path / "o"), "--backend", "inline"))
+    assert "--drop-failed" in line and "another dataset" in line, line
+
+
 # ---- refusals: one line, exit 2, nothing written --------------------------------------------------------------
 
 
