@@ -145,7 +145,7 @@ def test_budget_bad_s3_input_is_one_line(case: str, manifests: Path, s3_prep: S3
         "missing object": (["--native", "s3://man/nowhere/native.manifest.json", "--out", out],
                            ["s3://man/nowhere/native.manifest.json: manifest not found"]),
         "missing bucket": (["--corpus", "s3://no-such-bucket/c.json", "--out", out],
-                           ["s3://no-such-bucket", "no such bucket"]),
+                           ["s3://no-such-bucket", "bucket 'no-such-bucket' not found"]),
         "s3 --out": (["--native", str(manifests / "native.manifest.json"), "--out", "s3://man/reports"],
                      ["--out s3://man/reports", "local folder"]),
         "option for a local file": (["--native", str(manifests / "native.manifest.json"), "--storage-option",

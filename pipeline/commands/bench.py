@@ -165,10 +165,7 @@ def locate(given: Path | str, args: argparse.Namespace, flag: str) -> tuple[Path
             raise PrepError(f"{flag} {loc.shown}: --loader lerobot reads a local folder (LeRobotDataset opens its "
                             "files by path); use --loader prep, which reads the object store through prep's "
                             f"storage, or copy it first (prep reencode {loc.shown} --out /local/folder)")
-        try:
-            loc.store().check_reachable()
-        except FileNotFoundError:  # s3fs's answer to a listing of a bucket that does not exist
-            raise PrepError(f"{flag} {loc.shown}: no such bucket") from None
+        loc.store().check_reachable()  # a missing bucket, dead endpoint or bad credentials: one line
     if not (as_root(loc) / "meta/info.json").is_file():
         raise PrepError(f"{loc.shown if not loc.is_local else text}: not a LeRobot dataset (no meta/info.json)")
     if not loc.is_local:

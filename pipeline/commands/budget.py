@@ -139,10 +139,7 @@ def locate_inputs(args: argparse.Namespace) -> None:
     for m in (args.dataset, *(args.native or []), *(args.prepared or []), args.corpus, args.corpus_prepared):
         if isinstance(m, StorePath) and m.location not in asked:
             asked.add(m.location)
-            try:
-                m.location.store().check_reachable()
-            except FileNotFoundError:  # s3fs's answer to a listing of a bucket that does not exist
-                raise PrepError(f"{printable(str(m))}: no such bucket {m.location.shown}") from None
+            m.location.store().check_reachable()  # a missing bucket, dead endpoint or bad credentials: one line
 
 
 def beside(manifest: Manifest, rel: str) -> Manifest:
