@@ -14,6 +14,7 @@ demux's, a source the demux would refuse is refused with the same lines, and the
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -56,10 +57,20 @@ def same_report(root: Path) -> VerifyReport:
     return demuxed
 
 
+def rotate(root: Path, degrees: int) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "compat"))
+    from parity_cases import mp4
+
+    for path in sorted((root / "videos").rglob("*.mp4")):
+        mp4.set_rotation(path, degrees)
+
+
 FAULTS = [("v2.1", name, fault) for name, fault, *_ in V21_FAULTS] + \
          [("v3.0", name, fault) for name, fault, *_ in V30_FAULTS] + [
     ("v3.0", "a frame outside every span", lambda r: add_frame(r, 1, HIGH)),
     ("v2.1", "a frame added", lambda r: add_frame(r, 0, LEFT)),
+    ("v2.1", "rotated 90 degrees", lambda r: rotate(r, 90)),
+    ("v3.0", "rotated 270 degrees", lambda r: rotate(r, 270)),
 ]
 
 

@@ -1,12 +1,13 @@
 """A video's packets as its container index lists them, for the per-file checks of a source that a demux would
 otherwise read whole: `prep reencode`'s check of an object-store source (`pipeline.jobs.preverify`).
 
-`probe_indexed` reads an mp4's header alone (its first and last blocks: ~130 kB of a 1.4 MB episode file, where a
-demux reads every byte) and makes of its sample index the `VideoProbe` a demux would give: each sample's
-presentation time and sync flag, the frames the header counts, the samples its edit list hides. It declines
-(None) where the index cannot stand for the packets: not an mp4/mov, an index shorter than the header's count, or
-a sample that lies past the end of the file (a truncated copy whose index survived: the demux would find fewer
-packets). Its display matrix is read from the same header blocks.
+`probe_indexed` reads an mp4's header boxes alone (`pipeline.video.mp4header`: 1-3 exact ranges, ~10 kB of a 1.4 MB
+episode file, where a demux reads every byte) and makes of its sample index the `VideoProbe` a demux would give:
+each sample's presentation time and sync flag, the frames the header counts, the samples its edit list hides. It
+declines (None) where the index cannot stand for the packets: no plain mp4 (another container, fragmented, a box
+past the end of the file), an index shorter than the header's count, or a sample that lies past the end of the file
+(a truncated copy whose index survived: the demux would find fewer packets). Its display matrix is read from the
+same header boxes.
 
 What the index says is the demux's only as far as FFmpeg builds both from the same tables; `same_packets` tells,
 for a file whose bytes are at hand, whether the two agree on everything the checks read (the reencode stage asks
@@ -22,7 +23,8 @@ import av
 import numpy as np
 
 from pipeline.errors import EpisodeError
-from pipeline.storage import HEADER_BLOCK, FileProblem, Source, as_file
+from pipeline.storage import EXACT_READS, FileProblem, Source, as_file
+from pipeline.video import mp4header
 from pipeline.video.probe import INDEX_OPEN_OPTIONS, IndexProbe, VideoProbe, probe_index
 from pipeline.video.rotation import read_display_matrix
 
@@ -44,13 +46,13 @@ def probe_indexed(source: Source | str, *, episode: int | None = None) -> Indexe
         size = src.stat("video file").size
         if size == 0:
             return None
-        with src.open(block_size=HEADER_BLOCK, what="video file") as fh:  # head and tail blocks, cached by the reader
-            index = probe_index(fh, shown=str(src), size=size, episode=episode)
-            if index is None or _samples_end(fh) > size:
-                return None
-            fh.seek(0)
-            matrix = read_display_matrix(fh)
-    except (EpisodeError, FileProblem, OSError, av.FFmpegError, ValueError):
+        with src.open(block_size=EXACT_READS, what="video file") as fh:  # the header boxes: 1-3 exact reads
+            view = mp4header.walk(mp4header.read_at_of(fh), size)
+        index = probe_index(view, shown=str(src), size=size, episode=episode)
+        if index is None or _samples_end(view) > size:
+            return None
+        matrix = read_display_matrix(view)
+    except (EpisodeError, FileProblem, OSError, av.FFmpegError, ValueError):  # NotPlainMp4 is a ValueError
         return None
     return IndexedVideo(as_video_probe(index, src), matrix)
 
