@@ -331,10 +331,12 @@ def test_a_killed_runs_multipart_upload_is_aborted(small: dict[str, Path], s3: S
     assert first[0] == 0, first
     key = f"{PREFIX}/multipart/videos/chunk-000/observation.images.top/episode_000009.mp4"
     s3.client.create_multipart_upload(Bucket="wout", Key=key)  # what a run killed mid-upload leaves
-    assert [k for k, _ in s3.multipart_uploads("wout")] == [key]
+    sibling = f"{PREFIX}/multipart_b/videos/episode_000000.mp4"  # another output's upload, in flight: not ours
+    s3.client.create_multipart_upload(Bucket="wout", Key=sibling)
+    assert sorted(k for k, _ in s3.multipart_uploads("wout")) == sorted([key, sibling])
     again = prep(capsys, "reencode", str(small["v21"]), "--dst", "64", "--out", out_url, "--backend", "inline")
     assert again[0] == 0, again
-    assert s3.multipart_uploads("wout") == []
+    assert [k for k, _ in s3.multipart_uploads("wout")] == [sibling]
 
 
 def test_a_corpus_reencode_reads_an_s3_dataset_beside_a_local_one(small: dict[str, Path], s3: S3Server,

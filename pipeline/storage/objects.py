@@ -443,6 +443,7 @@ class ObjectStore(Store):
         if self.location.scheme != "s3":
             return 0
         bucket, _, prefix = self.location.root.partition("/")
+        prefix = f"{prefix.rstrip('/')}/" if prefix else ""  # this output's keys: never a sibling's (out/a vs out/ab)
         n = 0
         with translated(self.url, self.location.endpoint()):
             marker: dict[str, str] = {}
