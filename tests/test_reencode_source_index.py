@@ -237,8 +237,8 @@ def test_each_source_video_costs_one_download_and_its_header(clean: dict[str, Pa
                                                              monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """Counted by the server, per file: a source video is read whole once (the stage's download) besides its
-    header (the check: at most 2 ranged GETs, ~2 blocks); no stats sidecar is read back; an output video is asked
-    for once (whether a rerun finds it) and put once."""
+    header (the check: at most 2 ranged GETs) and never HEADed (its stat from a listing of its folder); no stats
+    sidecar is read back; an output video is asked for once (whether a rerun finds it) and put once."""
     from pipeline.storage import HEADER_BLOCK
     from pipeline.storage.objects import SMALL_FILE
 
@@ -261,7 +261,7 @@ def test_each_source_video_costs_one_download_and_its_header(clean: dict[str, Pa
         whole = [r for r in gets if r.bytes_out == size]
         assert len(whole) == 1, (rel, [(r.range, r.bytes_out) for r in gets])
         assert len(gets) <= 3 and sum(r.bytes_out for r in gets) <= size + 2 * HEADER_BLOCK, rel
-        assert sum(r.op == "HeadObject" for r in src) <= 1, rel
+        assert sum(r.op == "HeadObject" for r in src) == 0, rel  # stats from a listing of its folder
         dst = [r for r in reqs if r.path == f"/iout/counted/{rel}"]
         assert sum(r.op == "PutObject" for r in dst) == 1, rel
         first = rel.endswith("episode_000000.mp4")  # the manifest reads each camera's first output's header
@@ -269,4 +269,4 @@ def test_each_source_video_costs_one_download_and_its_header(clean: dict[str, Pa
         assert sum(r.op == "GetObject" for r in dst) <= 2 * first, rel
     sidecars = [r for r in reqs if "/prep/stats/" in r.path and r.op in ("GetObject", "HeadObject")]
     assert sidecars == []
-    assert len(reqs) <= 12 * len(videos) + 60, len(reqs)
+    assert len(reqs) <= 10 * len(videos) + 60, len(reqs)  # measured: 107 (6 videos, 3 parquets, the metadata)

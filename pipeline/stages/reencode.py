@@ -392,6 +392,7 @@ def readable(src: StorePath, what: str = "video file") -> Iterator[Source]:
     if src.location.is_local:
         yield src
         return
+    src.store.learn_folder(src.rel)  # the source is never written: its stats from a listing, not a HEAD a file
     with src.local_copy(what) as path:
         try:
             yield path

@@ -196,6 +196,10 @@ def verify_unit(unit: VerifyUnit) -> list[EpisodeVerify]:
             results[ep.index].failures.append(
                 CheckFailure("frames_expected", f"{n} (--expect-frames)", str(ep.frames_expected), ep.index,
                              None, None))
+    if unit.options.index and unit.episodes:  # a source read by its job alone: its files' stats from listings
+        store = unit.location.store()
+        for rel in (unit.episodes[0].data.rel, *(ref.rel for ref in unit.episodes[0].videos)):
+            store.learn_folder(rel)
     rows = _parquet(unit, results, file_failures)
     _videos(unit, results, file_failures)
     if rows is not None:  # else the data file failed already (unreadable, or without its columns)

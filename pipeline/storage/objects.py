@@ -256,6 +256,31 @@ class ObjectStore(Store):
     def stat(self, rel: str, what: str = "file") -> Stat:
         return _stat_of(self._info(rel, what))
 
+    def learn_folder(self, rel: str) -> None:
+        """One LIST of `rel`'s folder from `rel` on (at most 1,000 objects, sorted by key: the files a plan in
+        key order reads next), each remembered as `iter_files` remembers them; none when `rel` is known."""
+        try:
+            key = self.key(rel)
+        except OutsideRoot:
+            return  # the read that follows names it
+        with self._infos_lock:
+            if key in self._infos:
+                return
+        if self.location.scheme != "s3" or not rel:
+            return
+        bucket, _, name = key.partition("/")
+        folder = name.rpartition("/")[0]
+        try:  # name[:-1] sorts just before name
+            page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=f"{folder}/" if folder else "",
+                                   Delimiter="/", StartAfter=name[:-1], MaxKeys=1000)
+        except Exception:  # only a shortcut: the HEAD that follows meets (and names) the failure
+            return
+        base = self.location.root.rstrip("/") + "/"
+        for obj in page.get("Contents", []):
+            found = f"{bucket}/{obj['Key']}"
+            if found.startswith(base) and not obj["Key"].endswith("/"):
+                self._remember(found, {**obj, "size": obj.get("Size"), "type": "file", "name": found})
+
     def has_file(self, rel: str) -> bool:
         """One HEAD (s3fs's `info` lists the prefix after a 404, to tell a folder: a writer asking whether its
         output exists needs no such answer)."""
