@@ -87,6 +87,26 @@ def _bool(key: str, value: str) -> bool:
     raise StorageError(f"--storage-option {key}={printable(value)}: expected true or false")
 
 
+_SESSIONS: dict[tuple[int, int, str | None], Any] = {}
+
+
+def _session(profile: str | None) -> Any:
+    """The aiobotocore session of this process, environment and profile, shared by its S3 clients (the
+    reachability probe's and the store's): botocore loads its endpoint and service models once a session, so a
+    second client costs ~0.07 s instead of ~0.35 s (measured: moto on loopback, 2 cores)."""
+    from aiobotocore.session import AioSession
+
+    from pipeline.storage import _env_key
+
+    key = (os.getpid(), _env_key(), profile)  # a forked child, a changed environment: a session of its own
+    session = _SESSIONS.get(key)
+    if session is None:
+        if len(_SESSIONS) >= 16:
+            _SESSIONS.clear()
+        session = _SESSIONS[key] = AioSession(profile=profile) if profile else AioSession()
+    return session
+
+
 def filesystem(location: Location, *, probe: bool = False) -> Any:
     """The fsspec filesystem for `location` (`probe`: one attempt and short timeouts)."""
     opts = dict(location.options)
@@ -108,8 +128,8 @@ def filesystem(location: Location, *, probe: bool = False) -> Any:
                 kw["endpoint_url"] = opts.pop("endpoint_url")
             if "region" in opts:
                 client["region_name"] = opts.pop("region")
-            if "profile" in opts:
-                kw["profile"] = opts.pop("profile")
+            profile = opts.pop("profile", None)
+            kw["session"] = _session(profile)  # shared by this process's clients
             for key in ("anon", "requester_pays"):
                 if key in opts:
                     kw[key] = _bool(key, opts.pop(key))
@@ -117,6 +137,9 @@ def filesystem(location: Location, *, probe: bool = False) -> Any:
                 kw["client_kwargs"] = client
             kw["config_kwargs"] = config
             fs = s3fs.S3FileSystem(**kw)
+            # pickled (fsspec: the constructor's arguments), it builds a session of its own where it is unpickled
+            fs.storage_options = {**{k: v for k, v in fs.storage_options.items() if k != "session"},
+                                  **({"profile": profile} if profile else {})}
             fs.retries = attempts  # s3fs's own retries of transient errors (a class attribute)
             return fs
         import fsspec
