@@ -8,7 +8,8 @@ Outputs:
 - verify: with `--out DIR`, each dataset's report `DIR/<name>/verify.json` and `DIR/corpus_verify.json`;
 - reencode: each dataset's output `OUT/<name>/`, the prepared corpus `OUT/corpus.json` (+ .parquet, .md, plots),
   `OUT/corpus.toml` and `OUT/corpus_reencode.json` (`--out OUT` is required; a local folder or s3://BUCKET/PREFIX).
-Any dataset may be an object-store URL; scan's and verify's reports are local (an s3:// --out is one line, exit 2).
+Any dataset may be an object-store URL, and every --out too (scan: s3://BUCKET/KEY.json, the corpus files made
+locally and put, the corpus manifest last; verify and reencode: s3://BUCKET/PREFIX).
 Exit codes: 0 when every dataset completed (verify: passed; scan: no episode failed), 1 when some did not (each
 with its reason), 2 for a usage error or a corpus file that breaks its schema (one line naming the entry and field).
 """
@@ -26,10 +27,12 @@ from pipeline.text import printable, printable_lines
 if TYPE_CHECKING:
     from pipeline.corpus.spec import Corpus
     from pipeline.jobs.corpus import CorpusRun
+    from pipeline.storage import Location, StorePath
 
 CORPUS_HELP = ("a corpus file (TOML, docs/corpus.md): the datasets of a training mixture, each with its weight, "
                "label and camera mapping; every dataset runs through one engine session")
 SCAN_DEFAULT_DIR = Path("manifests")
+OUT_RECORDS = "a local --out (its job records need a folder the nodes share)"  # --cluster slurm, an s3:// --out
 
 
 def add_corpus_option(p: Any, help_text: str = CORPUS_HELP) -> None:
@@ -37,18 +40,21 @@ def add_corpus_option(p: Any, help_text: str = CORPUS_HELP) -> None:
 
 
 def report_path(text: str) -> Path | str:
-    """`--out` of scan and verify as typed: a local path, or an object-store URL kept as text (refused by
-    `refuse_object_report`, naming it, rather than written to a local folder named `s3:`)."""
+    """`--out` of scan and verify as typed: a local path, or an object-store URL kept as text (`object_report`
+    makes it a `StorePath` once the command runs: never a local folder named `s3:`)."""
     return text if is_url(text) else Path(text)
 
 
-def refuse_object_report(args: argparse.Namespace, command: str) -> None:
-    """scan and verify write their reports (a manifest and its table, a corpus manifest and its report) to a local
-    path: an object-store --out is one line (exit 2), before anything is read."""
-    if isinstance(args.out, str):
-        raise PrepError(f"--out {printable(args.out)}: prep {command} writes its reports to a local path (copy them to "
-                        "the object store afterwards); the datasets themselves may be s3:// (a corpus re-encode writes "
-                        "its outputs and its corpus manifest there: prep reencode --corpus FILE --out s3://...)")
+def object_report(args: argparse.Namespace) -> StorePath | None:
+    """scan's and verify's `--out` when it is an object (`s3://BUCKET/KEY`): the report's `StorePath` in its bucket
+    (configured by the environment, as every object-store output is); None for a local path. A URL naming a bucket
+    alone, or with credentials in it, is one line."""
+    if not isinstance(args.out, str):
+        return None
+    from pipeline.storage import StorePath, parse_file
+
+    out = parse_file(args.out, what="--out")
+    return out if isinstance(out, StorePath) else None
 
 
 def datasets_of(args: argparse.Namespace) -> list[str]:
@@ -101,9 +107,9 @@ def _report_files(manifest: Path) -> list[str]:
 # ---- scan ---------------------------------------------------------------------------------------------------
 
 
-def scan_out(args: argparse.Namespace, corpus: Corpus) -> Path:
+def scan_out(args: argparse.Namespace, corpus: Corpus) -> Path | StorePath:
     if args.out is not None:
-        return Path(args.out).absolute()
+        return object_report(args) or Path(args.out).absolute()
     return default_in_cwd(SCAN_DEFAULT_DIR / f"{corpus.name}.json").absolute()
 
 
@@ -136,22 +142,31 @@ def run_scan(args: argparse.Namespace, corpus: Corpus) -> int:
     from pipeline.runner import open_engine
 
     out = scan_out(args, corpus)
-    check_scan_defaults(args, corpus, out)
-    config = run_config(args, records=report_records(out), shared=_shared(corpus))
+    written: list[str] = []
+    if isinstance(out, Path):
+        check_scan_defaults(args, corpus, out)
+        config = run_config(args, records=report_records(out), shared=_shared(corpus))
+    else:  # an object: the corpus files are made in a local temp folder (the report too) and put
+        config = run_config(args, shared=_shared(corpus), records_flag=OUT_RECORDS)
     with open_engine(config) as engine:
-        run = scan_corpus(corpus, out, engine, resume=not args.fresh, quiet=args.no_progress)
-    files = _report_files(out)
+        run = scan_corpus(corpus, out, engine, resume=not args.fresh, quiet=args.no_progress,
+                          report=lambda manifest: written.extend(_report_files(manifest)) or written)
+    files = _report_files(out) if isinstance(out, Path) else written
     print(scan_summary(run, out, files))
     failed_episodes = sum(d.summary.get("episodes_failed", 0) for d in run.datasets if d.ok)
     return 0 if run.ok and not failed_episodes else 1
 
 
-def scan_summary(run: CorpusRun, out: Path, files: list[str]) -> str:
-    import json
+def _beside(out: Path | StorePath, suffix: str) -> str:
+    """A corpus file beside the corpus manifest: m.json -> m.parquet, m.md (a local path or a URL)."""
+    return str(out.parent / f"{out.stem}{suffix}")
 
+
+def scan_summary(run: CorpusRun, out: Path | StorePath, files: list[str]) -> str:
     from pipeline.budget import fmt
+    from pipeline.corpus.manifest import load_corpus_manifest
 
-    doc = json.loads(out.read_text(encoding="utf-8"))
+    doc = load_corpus_manifest(out)
     t = doc["totals"]
     lines = [f"corpus    {run.corpus.name}: {plural(len(run.datasets), 'dataset')} ({run.corpus.shown}), weights "
              f"{doc['corpus']['weights']}"]
@@ -171,8 +186,8 @@ def scan_summary(run: CorpusRun, out: Path, files: list[str]) -> str:
     lines.append("labels    " + ", ".join(f"{k}: {fmt.hours(v['hours'])}, share {fmt.share(v['share'])}"
                                           for k, v in t["by_label"].items()))
     lines.append("cameras   " + ", ".join(f"{k} {fmt.size(v)}" for k, v in t["bytes_per_slot"].items() if v))
-    lines.append(f"manifest  {out} (+ {out.with_suffix('.parquet').name}; each dataset's beside it)")
-    lines.append(f"report    {out.with_suffix('.md')}" + (f", {plural(len(files) - 1, 'plot')}" if files else ""))
+    lines.append(f"manifest  {out} (+ {out.stem}.parquet; each dataset's beside it)")
+    lines.append(f"report    {_beside(out, '.md')}" + (f", {plural(len(files) - 1, 'plot')}" if files else ""))
     return printable_lines(lines)
 
 
@@ -184,10 +199,16 @@ def run_verify(args: argparse.Namespace, corpus: Corpus) -> int:
     from pipeline.runner import open_engine
     from pipeline.stages.verify import VerifyOptions
 
-    out = args.out.absolute() if args.out else None
     options = VerifyOptions(expect_frames=args.expect_frames, size=args.size, all_intra=args.all_intra,
                             decode=args.decode, reader=args.reader)
-    config = run_config(args, records=(out / "prep" / "slurm") if out else None, shared=_shared(corpus))
+    out: Path | Location | None = args.out.absolute() if isinstance(args.out, Path) else None
+    if isinstance(args.out, str):  # an object-store prefix: each dataset's report below it, corpus_verify.json last
+        from pipeline.storage import output_location
+
+        out = output_location(args.out)
+        config = run_config(args, shared=_shared(corpus), records_flag=OUT_RECORDS)
+    else:
+        config = run_config(args, records=(out / "prep" / "slurm") if out else None, shared=_shared(corpus))
     with open_engine(config) as engine:
         run = verify_corpus(corpus, options, engine, out=out, resume=not args.fresh, fingerprint=args.fingerprint,
                             quiet=args.no_progress)

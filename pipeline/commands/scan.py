@@ -1,6 +1,6 @@
 """`prep scan DATASET [--out PATH]`: the storage/hours manifest of a dataset (the job: pipeline.jobs.scan).
 DATASET is a folder, a hub-cache snapshot, a hub repo id or an s3:// URL (`pipeline.commands.where`); the
-manifest is written locally."""
+manifest is a local path (default: manifests/<name>.manifest.json) or an object, --out s3://BUCKET/KEY.json."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from pipeline.commands.common import (
     report_records,
     run_config,
 )
-from pipeline.commands.corpus import add_corpus_option, corpus_of, refuse_object_report, report_path
+from pipeline.commands.corpus import OUT_RECORDS, add_corpus_option, corpus_of, object_report, report_path
 from pipeline.commands.corpus import resume_note as corpus_resume_note
 from pipeline.commands.corpus import run_scan as run_corpus_scan
 from pipeline.commands.where import add_location_options, dataset_location, default_name, shared_paths
-from pipeline.storage import Location
+from pipeline.storage import Location, StorePath
 from pipeline.text import printable_lines
 
 DEFAULT_DIR = Path("manifests")
@@ -35,9 +35,10 @@ def add_parser(sub: Any) -> None:
     add_location_options(p, several=True)
     add_corpus_option(p)
     p.add_argument("--out", type=report_path, metavar="PATH",
-                   help="manifest file, a local path, not s3:// (default: "
+                   help="manifest file: a local path or an object, s3://BUCKET/KEY.json (put last, after its "
+                   "table; configured by the environment, docs/storage.md). Default: "
                    f"{DEFAULT_DIR}/<DATASET name>.manifest.json in the current folder; the per-episode table goes "
-                   f"beside it). A corpus: the corpus manifest (default: {DEFAULT_DIR}/<corpus name>.json), each "
+                   f"beside it. A corpus: the corpus manifest (default: {DEFAULT_DIR}/<corpus name>.json), each "
                    "dataset's manifest beside it")
     p.add_argument("--fresh", action="store_true", help="ignore the finished batches of an interrupted run")
     add_run_options(p, SmallInput(256, "file sets (a v2.1 episode; in v3.0, the episodes that share their files)"))
@@ -49,9 +50,9 @@ def default_out(src: Path | Location) -> Path:
     return default_in_cwd(DEFAULT_DIR / f"{name}.manifest.json")
 
 
-def output_of(args: argparse.Namespace) -> Path:
+def output_of(args: argparse.Namespace) -> Path | StorePath:
     if args.out is not None:
-        return Path(args.out).absolute()
+        return object_report(args) or Path(args.out).absolute()
     return default_out(dataset_location(args, reachable=False)).absolute()
 
 
@@ -90,7 +91,7 @@ def _declared(camera: dict[str, Any]) -> str:
     return f" (info.json declares {', '.join(diff)})" if diff else ""
 
 
-def summary(m: dict[str, Any], out: Path) -> str:
+def summary(m: dict[str, Any], out: Path | StorePath) -> str:
     t, d, b = m["totals"], m["dataset"], m["totals"]["bytes"]
     cams = d["cameras"]
     n_images = sum(1 for c in cams if c.get("stored") == "image")
@@ -128,15 +129,17 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.jobs.scan import scan_dataset
     from pipeline.runner import open_engine
 
-    refuse_object_report(args, "scan")
     corpus = corpus_of(args, "scan")
     if corpus is not None:
         return run_corpus_scan(args, corpus)
     src = dataset_location(args)  # an object store: reachable with these credentials, or one line now
     out = output_of(args)
-    if args.out is None:
-        check_default_manifest(out)
-    config = run_config(args, records=report_records(out), shared=shared_paths(src))
+    if isinstance(out, StorePath):
+        config = run_config(args, shared=shared_paths(src), records_flag=OUT_RECORDS)
+    else:
+        if args.out is None:
+            check_default_manifest(out)
+        config = run_config(args, records=report_records(out), shared=shared_paths(src))
     with open_engine(config) as engine:  # `cd DATASET && prep scan .`: the default is refused, said so
         manifest, _ = scan_dataset(src, out, engine, resume=not args.fresh, out_is_default=args.out is None)
     print(summary(manifest, out))

@@ -10,13 +10,14 @@ The job (plan, stage, reduce, publish) is `pipeline.jobs.verify`; this module pa
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.checks import READER_CHOICES, Reader, refusal_line
 from pipeline.commands import help_of
 from pipeline.commands.argtypes import parse_size, positive_int
 from pipeline.commands.common import SmallInput, add_run_options, plural, report_records, run_config
-from pipeline.commands.corpus import add_corpus_option, corpus_of, refuse_object_report, report_path
+from pipeline.commands.corpus import OUT_RECORDS, add_corpus_option, corpus_of, object_report, report_path
 from pipeline.commands.corpus import resume_note as corpus_resume_note
 from pipeline.commands.corpus import run_verify as run_corpus_verify
 from pipeline.commands.where import add_location_options, dataset_location, shared_paths
@@ -170,11 +171,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--decode", action="store_true", help="also decode every frame (slower; catches corrupt "
                    "packets a demux cannot see)")
     p.add_argument("--out", "--json", dest="out", type=report_path, metavar="PATH",
-                   help="report file to write, a local path, not s3:// (JSON, schemas/verify.schema.json) with a "
+                   help="report file to write, a local path or an object, s3://BUCKET/KEY.json (JSON, "
+                   "schemas/verify.schema.json; put last, configured by the environment: docs/storage.md) with a "
                    "per-episode Parquet table beside it (<name>.episodes.parquet); a killed run rerun with the same "
                    "arguments resumes from its finished batches (<report>.parts/). Default: no file, the verdict is "
-                   "printed and the exit code says it (--json is the former name). A corpus: a folder, each "
-                   "dataset's report in DIR/<name>/verify.json, the corpus's verdicts in DIR/corpus_verify.json")
+                   "printed and the exit code says it (--json is the former name). A corpus: a folder or "
+                   "s3://BUCKET/PREFIX, each dataset's report in DIR/<name>/verify.json, the corpus's verdicts in "
+                   "DIR/corpus_verify.json")
     p.add_argument("--reader", choices=READER_CHOICES, default="all",
                    help="the reader generation the severities and the exit code follow: 0.4 or 0.6 (lerobot 0.4.x / "
                    "0.6.x, v3.0 datasets), 0.3 (lerobot 0.3.x / openpi, v2.1), or all (default: the strictest of the "
@@ -196,7 +199,7 @@ def resume_note(args: argparse.Namespace) -> str | None:
         return corpus_resume_note(args, "verify")
     if args.out is None:
         return None  # without a report file nothing is kept
-    return f"finished batches are kept in {args.out.absolute()}.parts/"
+    return f"finished batches are kept in {object_report(args) or args.out.absolute()}.parts/"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -204,15 +207,17 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.runner import open_engine
     from pipeline.stages.verify import VerifyOptions
 
-    refuse_object_report(args, "verify")
     corpus = corpus_of(args, "verify")
     if corpus is not None:
         return run_corpus_verify(args, corpus)
     src = dataset_location(args)  # an object store: reachable with these credentials, or one line now
-    out = args.out.absolute() if args.out else None
+    out = (object_report(args) or args.out.absolute()) if args.out else None
     options = VerifyOptions(expect_frames=args.expect_frames, size=args.size, all_intra=args.all_intra,
                             decode=args.decode, reader=args.reader)
-    config = run_config(args, records=report_records(out) if out else None, shared=shared_paths(src))
+    if isinstance(out, Path) or out is None:
+        config = run_config(args, records=report_records(out) if out else None, shared=shared_paths(src))
+    else:
+        config = run_config(args, shared=shared_paths(src), records_flag=OUT_RECORDS)
     with open_engine(config) as engine:
         report = verify_dataset(src, options, engine, json_path=out, resume=not args.fresh,
                                 fingerprint=args.fingerprint)

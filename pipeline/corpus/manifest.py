@@ -29,7 +29,7 @@ from pipeline.corpus.spec import SLOTS
 from pipeline.errors import PrepError
 from pipeline.jobs.manifest import load_manifest, read_json_at
 from pipeline.schemas import validate
-from pipeline.storage import HEADER_BLOCK, URL_RE, MissingFile, StorePath, output_file
+from pipeline.storage import HEADER_BLOCK, LOCAL, URL_RE, MissingFile, StorePath, output_file
 from pipeline.text import printable
 
 # A `pipeline.jobs.corpus.CorpusRun` / `DatasetRun` (not imported: the corpus job imports this module)
@@ -60,6 +60,10 @@ def dataset_manifest(run: DatasetRun, role: str) -> Path | StorePath:
     assert run.output is not None
     if role != "native":
         return output_file(run.output, "prep/manifest.json")
+    m = URL_RE.match(run.output)
+    if m is not None and m.group("scheme") != LOCAL:  # scan's manifest put in an object store
+        folder, _, name = run.output.rpartition("/")
+        return output_file(folder, name)
     return Path(run.output)
 
 

@@ -43,7 +43,7 @@ from pipeline.jobs import parts
 from pipeline.jobs.output import check_outside
 from pipeline.runner import Engine
 from pipeline.schemas import validate
-from pipeline.storage import Location, MissingFile, Store, as_root, local_location, publish_tree
+from pipeline.storage import Location, MissingFile, Store, StorePath, as_root, local_location, publish_tree
 from pipeline.text import one_line, printable
 
 RUN_SCHEMA = "corpus_run"
@@ -163,7 +163,7 @@ class StoreLedger(Ledger):
     (`done/<name>.json`, and `plan.json`, the fingerprint: another one clears the records), written by the one run
     that holds the corpus output's lock."""
 
-    def __init__(self, store: Store, rel: str, fingerprint: str) -> None:
+    def __init__(self, store: Store, rel: str, fingerprint: str, *, resume: bool = True) -> None:
         super().__init__(None)
         self.store, self.rel = store, rel
         plan = f"{rel}/{parts.PLAN_FILE}"
@@ -171,7 +171,7 @@ class StoreLedger(Ledger):
             previous = json.loads(store.read_bytes(plan, limit=1 << 16)).get("fingerprint")
         except (OSError, ValueError, AttributeError, PrepError):
             previous = None
-        if previous != fingerprint:
+        if previous != fingerprint or not resume:
             self.remove()
             store.write_bytes(plan, json.dumps({"fingerprint": fingerprint}).encode())
 
@@ -339,13 +339,15 @@ def count_tasks(location: Location, codebase_version: str) -> int | None:
         return None
 
 
-def scan_corpus(corpus: Corpus, out: Path, engine: Engine, *, resume: bool = True,
-                quiet: bool = False) -> CorpusRun:
+def scan_corpus(corpus: Corpus, out: Path | StorePath, engine: Engine, *, resume: bool = True,
+                quiet: bool = False, report: Callable[[Path], list[str]] | None = None) -> CorpusRun:
     """Scan every dataset of `corpus` into `<folder of out>/<name>.manifest.json` through `engine`, then write the
-    corpus manifest `out` (+ its Parquet table) last. Resumable across datasets (`<out>.parts/`)."""
+    corpus manifest `out` (+ its Parquet table) last. Resumable across datasets (`<out>.parts/`). `out` may be an
+    object: see `scan_corpus_in_store` (`report` is called there only)."""
     from pipeline.corpus.manifest import publish_corpus_manifest
-    from pipeline.jobs.scan import scan_dataset
 
+    if isinstance(out, StorePath):
+        return scan_corpus_in_store(corpus, out, engine, resume=resume, quiet=quiet, report=report)
     out = Path(out).absolute()
     folder = out.parent
     run = CorpusRun("scan", corpus, out)
@@ -355,17 +357,7 @@ def scan_corpus(corpus: Corpus, out: Path, engine: Engine, *, resume: bool = Tru
     atomic.make_dirs(folder)
     fp = corpus_fingerprint("scan", corpus, out=str(out))
     with parts.WorkFolder(parts.work_folder_for(out), fingerprint=fp, resume=resume) as work:
-
-        def job(entry: Entry, location: Location) -> DatasetRun:
-            path = manifest_path(folder, entry)
-            manifest, _table = scan_dataset(location, path, engine, resume=resume)
-            tasks = count_tasks(location, manifest["dataset"]["codebase_version"])
-            return DatasetRun(entry, OK, output=str(path),
-                              summary={"episodes": manifest["totals"]["episodes"],
-                                       "episodes_failed": manifest["totals"]["episodes_failed"],
-                                       "hours": manifest["totals"]["hours"], "tasks": tasks,
-                                       "manifest": path.name})
-
+        job = scan_job(engine, lambda entry: manifest_path(folder, entry), resume=resume)
         run.datasets = list(each_dataset(corpus, Ledger(work), job, quiet=quiet))
         run.seconds = time.monotonic() - t0
         run.manifest = publish_corpus_manifest(run, out, role="native")
@@ -374,10 +366,66 @@ def scan_corpus(corpus: Corpus, out: Path, engine: Engine, *, resume: bool = Tru
     return run
 
 
+def scan_job(engine: Engine, target_of: Callable[[Entry], Path | StorePath], *,
+             resume: bool) -> Callable[[Entry, Location], DatasetRun]:
+    """One dataset of a corpus scan: `prep scan` of its source into `target_of(entry)` (a local path or an object)."""
+    from pipeline.jobs.scan import scan_dataset
+
+    def job(entry: Entry, location: Location) -> DatasetRun:
+        path = target_of(entry)
+        manifest, _table = scan_dataset(location, path, engine, resume=resume)
+        tasks = count_tasks(location, manifest["dataset"]["codebase_version"])
+        return DatasetRun(entry, OK, output=str(path),
+                          summary={"episodes": manifest["totals"]["episodes"],
+                                   "episodes_failed": manifest["totals"]["episodes_failed"],
+                                   "hours": manifest["totals"]["hours"], "tasks": tasks,
+                                   "manifest": path.name})
+
+    return job
+
+
+def scan_corpus_in_store(corpus: Corpus, out: StorePath, engine: Engine, *, resume: bool = True,
+                         quiet: bool = False, report: Callable[[Path], list[str]] | None = None) -> CorpusRun:
+    """`scan_corpus` into an object store: each dataset's manifest `<folder of out>/<name>.manifest.json` written as
+    `prep scan DATASET --out s3://...` writes it (its own lock and records, its table put before it); the corpus's
+    completion records below `<out>.parts/`, written under the corpus manifest's one lock (`<out>.parts.lock`, the
+    store's conditional-create lock); the corpus files (the Parquet table, the report and plots that `report(manifest)`
+    writes beside a manifest made locally, then the corpus manifest `out` last) made in a local temp folder and put."""
+    import tempfile
+
+    from pipeline.corpus.manifest import publish_corpus_manifest
+    from pipeline.jobs.output import command_line
+
+    run = CorpusRun("scan", corpus, out.url)
+    t0 = time.monotonic()
+    check_corpus_store(corpus, parts.file_location(out))  # no output inside a source, none holding one
+    out.store.check_reachable()  # credentials, endpoint, bucket: one line now
+    engine.prepare()
+    folder = out.parent
+    fp = corpus_fingerprint("scan", corpus, out=out.url)
+    store = out.store
+    with store.lock(f"{out.rel}.parts.lock", f"the corpus manifest {printable(out.url)}",
+                    command=command_line("scan")):
+        ledger = StoreLedger(store, f"{out.rel}.parts", fp, resume=resume)
+        job = scan_job(engine, lambda entry: folder / f"{entry.name}.manifest.json", resume=resume)
+        run.datasets = list(each_dataset(corpus, ledger, job, quiet=quiet))
+        run.seconds = time.monotonic() - t0
+        with tempfile.TemporaryDirectory(prefix="prep-corpus-") as tmp:
+            spool = Path(tmp)
+            manifest = publish_corpus_manifest(run, spool / out.name, role="native", root=spool, folder=folder.url)
+            if report is not None:
+                report(manifest)
+            parts.put_report(spool, out)
+        run.manifest = out.url
+        if run.ok:
+            ledger.remove()
+    return run
+
+
 # ---- verify -------------------------------------------------------------------------------------------
 
 
-def verify_summary(report: Any, path: Path | None) -> dict[str, Any]:
+def verify_summary(report: Any, path: Path | StorePath | None) -> dict[str, Any]:
     """A dataset's verify verdict in a few fields (`VerifyReport.head_json`)."""
     head = report.head_json()
     t = head["totals"]
@@ -392,17 +440,22 @@ def verify_summary(report: Any, path: Path | None) -> dict[str, Any]:
             "report": str(path) if path is not None else None}
 
 
-def verify_corpus(corpus: Corpus, options: Any, engine: Engine, *, out: Path | None = None, resume: bool = True,
-                  fingerprint: str = "mtime", quiet: bool = False) -> CorpusRun:
+def verify_corpus(corpus: Corpus, options: Any, engine: Engine, *, out: Path | Location | None = None,
+                  resume: bool = True, fingerprint: str = "mtime", quiet: bool = False) -> CorpusRun:
     """Verify every dataset of `corpus` through `engine`. With `out` (a folder): each dataset's report in
     `<out>/<name>/verify.json` (+ its per-episode table), `<out>/corpus_verify.json` last, resumable across datasets
     (`<out>/prep/corpus.parts/`); without, nothing is written. A dataset that cannot be verified (its metadata
     refused, a camera mapping that does not fit) is failed with its reason; one verified with errors is complete,
-    its verdict failed."""
+    its verdict failed. `out` may be an object-store prefix (`Location`): see `verify_corpus_in_store`."""
     from dataclasses import asdict
 
     from pipeline.jobs.verify import verify_dataset
 
+    if isinstance(out, Location):
+        if not out.is_local:
+            return verify_corpus_in_store(corpus, options, engine, out, resume=resume, fingerprint=fingerprint,
+                                          quiet=quiet)
+        out = out.path
     run = CorpusRun("verify", corpus, out)
     t0 = time.monotonic()
     if out is not None:
@@ -441,6 +494,45 @@ def verify_corpus(corpus: Corpus, options: Any, engine: Engine, *, out: Path | N
     finally:
         if work is not None:
             work.release()
+    return run
+
+
+def verify_corpus_in_store(corpus: Corpus, options: Any, engine: Engine, out: Location, *, resume: bool = True,
+                           fingerprint: str = "mtime", quiet: bool = False) -> CorpusRun:
+    """`verify_corpus` into an object-store prefix: each dataset's report `<out>/<name>/verify.json` written as
+    `prep verify DATASET --out s3://...` writes it (its own lock and records, its table put before it); the completion
+    records below `<out>/prep/corpus.parts/` under the corpus output's one lock (`<out>/prep/corpus.parts.lock`);
+    `corpus_verify.json` made in a local temp folder and put last."""
+    import tempfile
+    from dataclasses import asdict
+
+    from pipeline.jobs.output import command_line
+    from pipeline.jobs.verify import verify_dataset
+
+    run = CorpusRun("verify", corpus, out.url)
+    t0 = time.monotonic()
+    check_corpus_store(corpus, out)
+    store = out.store()
+    store.check_reachable()  # credentials, endpoint, bucket: one line now
+    engine.prepare()
+    fp = corpus_fingerprint("verify", corpus, options=asdict(options), fingerprint=fingerprint)
+    root = StorePath(out, "")
+    with store.lock(f"{WORK_REL}.lock", f"corpus output {printable(out.url)}", command=command_line("verify")):
+        ledger = StoreLedger(store, WORK_REL, fp, resume=resume)
+
+        def job(entry: Entry, location: Location) -> DatasetRun:
+            path = root / entry.name / "verify.json"
+            report = verify_dataset(location, options, engine, json_path=path, resume=resume, fingerprint=fingerprint)
+            return DatasetRun(entry, OK, output=path.url, summary=verify_summary(report, path))
+
+        run.datasets = list(each_dataset(corpus, ledger, job, quiet=quiet))
+        run.seconds = time.monotonic() - t0
+        with tempfile.TemporaryDirectory(prefix="prep-corpus-") as tmp:
+            publish_run(run, Path(tmp) / "corpus_verify.json", Path(tmp), verdict=corpus_verdict(run))
+            publish_tree(Path(tmp), out, last="corpus_verify.json")
+        run.report = f"{out.url}/corpus_verify.json"
+        if run.ok:
+            ledger.remove()
     return run
 
 

@@ -8,6 +8,10 @@ publish  the per-episode table, then the manifest JSON (the file that says compl
 Resumable: finished batches are recorded in the work folder `<manifest>.parts/` (see
 `pipeline.jobs.parts`); a rerun with the same dataset and output redoes only the rest, and the folder
 is removed once the manifest is written.
+
+The manifest may be an object (`s3://BUCKET/KEY.json`, a `StorePath`): its records are objects below
+`<manifest>.parts/` under the store's lock, the table and the manifest are made in a local temp folder and put
+beside it, the manifest last.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pipeline.jobs.manifest import (
 )
 from pipeline.runner import Engine
 from pipeline.stages.scan import CameraScan, EpisodeScan, ImageScan, ScanUnit, scan_unit, scan_unit_failed, scan_units
-from pipeline.storage import Location, local_root
+from pipeline.storage import Location, StorePath, local_root
 from pipeline.tables import RowGroupWriter
 
 COST_S = 0.004  # stage seconds per v2.1 episode (3 cameras), before any is measured
@@ -62,18 +66,22 @@ def decode(obj: list[dict[str, Any]]) -> list[EpisodeScan]:
                         images={k: ImageScan(*v) for k, v in d.get("images", {}).items()}) for d in obj]
 
 
-def scan_dataset(src: Path | Location, out: Path, engine: Engine, *, resume: bool = True,
-                 out_is_default: bool = False) -> tuple[dict[str, Any], Path]:
-    """Scan `src` through `engine` and write its manifest to `out`; returns (manifest, per-episode table).
-    The manifest may not be written inside `src` (the source is read-only; `out_is_default`: the refusal says
-    that `out` is the command's default)."""
-    out = Path(out).absolute()
+def scan_dataset(src: Path | Location, out: Path | StorePath, engine: Engine, *, resume: bool = True,
+                 out_is_default: bool = False) -> tuple[dict[str, Any], Path | StorePath]:
+    """Scan `src` through `engine` and write its manifest to `out` (a local path, or an object: its table put
+    beside it first); returns (manifest, per-episode table). The manifest may not be written inside `src` (the
+    source is read-only; `out_is_default`: the refusal says that `out` is the command's default)."""
     ds, rejected = open_validated(src, "scan")  # metadata checked before any unit (scan refuses fewer rules)
-    parts.check_report_place([local_root(ds)], out, table_path_for(out), default=out_is_default)  # in the source
+    if isinstance(out, StorePath):
+        parts.check_object_report([ds.location], out)  # in the source, or a bucket out of reach: refused now
+    else:
+        out = Path(out).absolute()
+        parts.check_report_place([local_root(ds)], out, table_path_for(out), default=out_is_default)  # in the source
     engine.prepare()  # a scheduler that cannot be reached: refused before anything is written
-    atomic.check_target(Path(out).absolute())  # a read-only, full or blocked output: refused before any work
-    fp = parts.fingerprint("scan", RECORD_VERSION, ds, out=str(Path(out).absolute()))
-    with parts.WorkFolder(parts.work_folder_for(out), fingerprint=fp, resume=resume) as work:
+    if isinstance(out, Path):
+        atomic.check_target(out)  # a read-only, full or blocked output: refused before any work
+    fp = parts.fingerprint("scan", RECORD_VERSION, ds, out=str(out))
+    with parts.work_folder(out, fingerprint=fp, resume=resume) as work:
         cameras = ds.camera_keys
         totals = ScanTotals(cameras)
         table = RowGroupWriter(work.path / "episodes.parquet", episodes_schema(cameras, ds.image_camera_keys))
@@ -89,9 +97,23 @@ def scan_dataset(src: Path | Location, out: Path, engine: Engine, *, resume: boo
         except BaseException:
             table.abort()
             raise
-        target = Path(out).absolute()  # a manifest written inside the dataset is not the dataset's
-        disk = bytes_on_disk(ds, skip=[work.path, work.lock_path, target, table_path_for(target)])
+        skip: list[Path] = []  # a manifest written inside the dataset is not the dataset's (an object's never is)
+        if isinstance(work, parts.WorkFolder) and isinstance(out, Path):
+            skip = [work.path, work.lock_path, out, table_path_for(out)]
+        disk = bytes_on_disk(ds, skip=skip)
         manifest = build_manifest(ds, totals, rejected, disk, rejected_count=ds.rejected_count)
-        table_path = publish_manifest(manifest, table.path, out)
+        if isinstance(out, StorePath):
+            table_path: Path | StorePath = publish_in_store(manifest, table.path, out, work.path)
+        else:
+            table_path = publish_manifest(manifest, table.path, out)
         work.remove()
     return manifest, table_path
+
+
+def publish_in_store(manifest: dict[str, Any], table: Path, out: StorePath, spool: Path) -> StorePath:
+    """The manifest and its table made in the local folder `spool`, then put beside `out`, the manifest last."""
+    folder = spool / "publish"
+    atomic.make_dirs(folder)
+    local = publish_manifest(manifest, table, folder / out.name, root=folder)
+    parts.put_report(folder, out)
+    return out.parent / local.name

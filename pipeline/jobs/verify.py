@@ -62,7 +62,7 @@ from pipeline.stages.verify import (
     verify_unit_failed,
     verify_units,
 )
-from pipeline.storage import Location, local_root
+from pipeline.storage import Location, StorePath, local_root
 from pipeline.tables import RowGroupWriter
 from pipeline.video.checks import CheckFailure
 
@@ -456,30 +456,47 @@ def _take(it: Iterator[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 # ---- the job -----------------------------------------------------------------------------------
 
 
-def verify_dataset(src: Path | Location, options: VerifyOptions, engine: Engine, *, json_path: Path | None = None,
-                   resume: bool = True, fingerprint: str = DEFAULT_FILE_MODE) -> VerifyReport:
+def verify_dataset(src: Path | Location, options: VerifyOptions, engine: Engine, *,
+                   json_path: Path | StorePath | None = None, resume: bool = True,
+                   fingerprint: str = DEFAULT_FILE_MODE) -> VerifyReport:
     """Verify every episode of `src` through `engine`; with `json_path`, write the JSON report (and the
-    per-episode table beside it) and resume from `<json_path>.parts/`. Raises PrepError when the
+    per-episode table beside it) and resume from `<json_path>.parts/`. `json_path` may be an object
+    (`s3://BUCKET/KEY.json`): its records are objects below `<json_path>.parts/` under the store's lock, and the
+    table and the report are made locally and put beside it, the report last. Raises PrepError when the
     dataset's metadata as a whole is unreadable. `fingerprint`: how the report identifies the files of the
     failed episodes (`pipeline.jobs.identity`: mtime = size and mtime, content = a hash of every byte)."""
     t0 = time.monotonic()
     ds, rejected = open_validated(src, "verify", options.reader)  # metadata checked before any unit
-    if json_path is not None:  # in the source, or a link in its place: refused before anything is written
+    if isinstance(json_path, StorePath):  # in the source, or a bucket out of reach: refused now
+        parts.check_object_report([ds.location], json_path)
+    elif json_path is not None:  # in the source, or a link in its place: refused before anything is written
         json_path = Path(json_path).absolute()
         parts.check_report_place([local_root(ds)], json_path, table_path_for(json_path))
     engine.prepare()  # a scheduler that cannot be reached: refused before anything is written
-    if json_path is not None:
-        atomic.check_target(Path(json_path).absolute())  # read-only, full, a folder: refused before any work
+    if isinstance(json_path, Path):
+        atomic.check_target(json_path)  # read-only, full, a folder: refused before any work
     first = dataset_failures(ds, rejected, options)
-    work: parts.WorkFolder | None = None
-    if json_path is not None:
-        json_path = Path(json_path).absolute()
+    work: parts.WorkFolder | parts.StoreWorkFolder | None = None
+    keep: Path | None = None  # where the table lives as long as the report: a temp folder
+    if json_path is None:
+        keep = Path(tempfile.mkdtemp(prefix="prep-verify-"))
+        table_path = keep / "episodes.parquet"
+    elif isinstance(json_path, StorePath):  # the report and its table made here, then put beside json_path
+        keep = Path(tempfile.mkdtemp(prefix="prep-verify-"))
+        (keep / "publish").mkdir()
+        table_path = keep / "publish" / f"{json_path.stem}.episodes.parquet"
+    else:
         table_path = table_path_for(json_path)
+    if json_path is not None:
         fp = parts.fingerprint("verify", RECORD_VERSION, ds, options=asdict(options), out=str(json_path))
-        work = parts.WorkFolder(parts.work_folder_for(json_path), fingerprint=fp, resume=resume)
+        try:
+            work = parts.work_folder(json_path, fingerprint=fp, resume=resume)
+        except BaseException:
+            if keep is not None:
+                shutil.rmtree(keep, ignore_errors=True)
+            raise
         spool = work.path / "episodes.parquet"
-    else:  # the table lives as long as the report
-        table_path = Path(tempfile.mkdtemp(prefix="prep-verify-")) / "episodes.parquet"
+    else:
         spool = table_path
     table = RowGroupWriter(spool, TABLE_SCHEMA, rows_per_group=8192)
     try:
@@ -500,19 +517,27 @@ def verify_dataset(src: Path | Location, options: VerifyOptions, engine: Engine,
             failed_ids=failed_ids, dataset_failures=first, tally=reduce.tally,
             trains_wrong_total=reduce.trains_wrong, non_finite_by_feature=reduce.non_finite,
             identity=identity(ds, (int(e) for e in failed_ids), fingerprint))
+        if keep is not None:
+            report._cleanup = weakref.finalize(report, shutil.rmtree, str(keep), True)
         if work is None:
-            report._cleanup = weakref.finalize(report, shutil.rmtree, str(table_path.parent), True)
             return report
         assert json_path is not None
-        with atomic.atomic_path(table_path) as tmp_table:
-            spool.replace(tmp_table)
-        write_report_file(report, json_path)  # the report last: it says the run is complete
+        if isinstance(json_path, StorePath):
+            spool.replace(table_path)
+            local = table_path.parent / json_path.name
+            write_report_file(report, local)  # checked as a local report is
+            parts.put_report(table_path.parent, json_path)  # the table, then the report last
+            local.unlink()  # the table stays as long as the report (`report.episodes`)
+        else:
+            with atomic.atomic_path(table_path) as tmp_table:
+                spool.replace(tmp_table)
+            write_report_file(report, json_path)  # the report last: it says the run is complete
         work.remove()
         return report
     except BaseException:
         table.abort()
-        if work is None:
-            shutil.rmtree(table_path.parent, ignore_errors=True)
+        if keep is not None:
+            shutil.rmtree(keep, ignore_errors=True)
         raise
     finally:
         if work is not None:
