@@ -223,6 +223,7 @@ def test_s3_scan_of_one_file_per_episode_reads_at_most_two_percent(
               f"{stats.requests} requests ({len(video_gets)} GETs of videos): {stats.ops}")
     assert share <= 0.02, (share, stats.ops)
     assert len(video_gets) <= 2 * len(videos) + 3  # 2 a video, and the first sample of each camera once
+    assert stats.heads < len(videos) // 2  # a LIST per folder (stages/scan.py), not a HEAD per file
     assert sum(r.bytes_out for r in video_gets) <= 0.015 * sum(p.stat().st_size for p in videos)
     assert stats.puts == 0 and stats.deletes == 0
     manifest = read_json(out / "s3.json")

@@ -173,10 +173,30 @@ def image_columns(pf: pq.ParquetFile, cameras: tuple[str, ...], *, header: bool)
     return out
 
 
+LISTED_AT_MOST = 2_000  # files of a folder an object-store process lists before it stats one of them (2 LISTs)
+_LISTED: set[tuple[int, str]] = set()
+
+
+def _list_folder_once(store: Store, rel: str) -> None:
+    """On an object store, list the folder of `rel` once a process (its first `LISTED_AT_MOST` files): the store
+    then knows their sizes and ETags, and a file read needs no HEAD (v2.1: a folder per camera and chunk, up to
+    1,000 episode files, one LIST request instead of a HEAD a file)."""
+    if store.location.is_local:
+        return
+    folder = rel.rpartition("/")[0]
+    if (id(store), folder) in _LISTED:
+        return
+    _LISTED.add((id(store), folder))
+    for n, _ in enumerate(store.iter_files(folder)):
+        if n + 1 >= LISTED_AT_MOST:
+            break
+
+
 def _parquet_rows(store: Store, rel: str, episodes: tuple[Episode, ...], images: tuple[str, ...] = (),
                   header: bool = False) -> tuple[dict[int, int], int, dict[str, ImageColumn]]:
     """Rows per episode index in a parquet file, as the readers would get them (counted from the pages,
     streaming, never from the footer's claim alone), the file's size, and its image cameras' columns."""
+    _list_folder_once(store, rel)
     size = store.stat(rel, "parquet file").size
     with store.media(rel, block_size=HEADER_BLOCK, what="parquet file") as source:
         pf = pq.ParquetFile(source)
@@ -210,6 +230,7 @@ def _rows_of(pf: pq.ParquetFile, episodes: tuple[Episode, ...], store: Store, re
 def probe_camera(store: Store, rel: str, *, episode: int | None, pix_fmt: bool) -> IndexProbe | VideoProbe:
     """A video's header and frames, from its container index: an mp4's header boxes alone (1-3 exact reads;
     with `pix_fmt` one more, its first sample), else the file opened as it is (a header read), else a demux."""
+    _list_folder_once(store, rel)
     size = store.stat(rel, "video file").size
     shown = store.location.child(rel).url
     if size:
