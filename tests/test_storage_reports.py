@@ -1,0 +1,308 @@
+"""scan's and verify's reports where the data lives (issue 34): `--out s3://BUCKET/KEY.json` for one dataset,
+`--out s3://BUCKET/PREFIX/mix.json` (scan) and `--out s3://BUCKET/PREFIX` (verify) for a corpus, against a real S3
+server (moto) on loopback, with the promises a local report keeps.
+
+- scan s3 -> s3 and local -> s3: the manifest and its per-episode table equal the local scan's (but paths and
+  times); the manifest is the last object prep writes (the server's request log: only deletes of its records and
+  lock follow it); no record or lock left; the source's objects and ETags unchanged; no secret in any object;
+- verify's report into s3 equals the local report, its table put before it;
+- a corpus scanned into s3 is read by `prep budget --corpus s3://.../mix.json`; a corpus verified into s3 puts each
+  dataset's report and corpus_verify.json last;
+- a run stopped before it publishes resumes from its records in the store, and equals an uninterrupted run;
+- two writers on one --out: the second is refused in one line naming the first;
+- what is refused is one line, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from support.s3 import S3Server
+from support.storage import prep, set_env
+
+from pipeline.synth import SynthSpec, write_synthetic
+
+SECRET = "prep-reports-secret-7a1c33e0b5f24d96"
+CAMS = ("observation.images.top", "observation.images.wrist ü")
+VOLATILE = {"created_utc", "prep_version", "seconds", "episodes_per_s", "root", "table", "episodes_table"}
+
+
+def same_numbers(doc: Any) -> Any:
+    """A manifest or report without what differs between two runs on two copies (times, the root's name)."""
+    if isinstance(doc, dict):
+        return {k: same_numbers(v) for k, v in doc.items() if k not in VOLATILE}
+    if isinstance(doc, list):
+        return [same_numbers(v) for v in doc]
+    return doc
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("small-r")
+    return {"v21": write_synthetic(base / "v21", SynthSpec(version="v2.1", episodes=3, height=96, width=128,
+                                                           cameras=CAMS, frames=20)),
+            "v30": write_synthetic(base / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2,
+                                                           height=96, width=128, cameras=CAMS, frames=20))}
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with S3Server() as server:
+        server.make_bucket("rsrc")
+        server.make_bucket("rout")
+        yield server
+
+
+def s3_json(s3: S3Server, url: str) -> Any:
+    return json.loads(s3.get_bytes(url))
+
+
+def s3_table(s3: S3Server, url: str) -> pa.Table:
+    return pq.read_table(pa.BufferReader(s3.get_bytes(url)))
+
+
+def writes_after(s3: S3Server, key: str) -> list[tuple[str, str]]:
+    """prep's write requests after its PutObject of `key` (op, path); the key must have been put once."""
+    writes = [(r.op, r.path) for r in s3.requests() if r.client == "prep"
+              and r.op in ("PutObject", "CopyObject", "CompleteMultipartUpload", "DeleteObject", "UploadPart")]
+    puts = [i for i, (op, path) in enumerate(writes) if op == "PutObject" and path == key]
+    assert len(puts) == 1, writes
+    return writes[puts[0] + 1:]
+
+
+def budget(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`prep budget ARGS --no-plots` in this process (budget has no --no-progress)."""
+    from pipeline.cli import main
+
+    capsys.readouterr()
+    code = main(["budget", *args, "--no-plots"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(code: int, stdout: str, err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, stdout, err)
+    return lines[0]
+
+
+# ---- one dataset ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["s3", "local"])
+@pytest.mark.parametrize("version", ["v21", "v30"])
+def test_scan_into_s3_equals_the_local_scan_manifest_last(version: str, source: str, small: dict[str, Path],
+                                                          s3: S3Server, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    src_url = f"s3://rsrc/scan/{version}-{source}"
+    s3.upload_tree(small[version], src_url)
+    before = s3.snapshot(src_url)
+    set_env(monkeypatch, {**s3.env(client="prep"), "AWS_SECRET_ACCESS_KEY": SECRET})
+    src = src_url if source == "s3" else str(small[version])
+    code, stdout, err = prep(capsys, "scan", src, "--out", str(tmp_path / "m.json"), "--backend", "inline")
+    assert code == 0, stdout + err
+    out = f"s3://rout/manifests/{version}-{source}.json"
+    s3.reset_stats()
+    code, stdout, err = prep(capsys, "scan", src, "--out", out, "--backend", "inline")
+    assert code == 0, stdout + err
+    assert f"manifest  {out}" in stdout, stdout
+    got = s3_json(s3, out)
+    assert got["episodes_table"] == f"{version}-{source}.episodes.parquet"
+    assert same_numbers(got) == same_numbers(json.loads((tmp_path / "m.json").read_text()))
+    table_url = f"s3://rout/manifests/{version}-{source}.episodes.parquet"
+    assert s3_table(s3, table_url).equals(pq.read_table(tmp_path / "m.episodes.parquet"))
+    # the manifest is the last object written: only its records and its lock are deleted after it
+    after = writes_after(s3, f"/rout/manifests/{version}-{source}.json")
+    assert after and all(op == "DeleteObject" and ".json.parts" in path for op, path in after), after
+    keys = s3.list_keys("s3://rout/manifests")
+    assert not any(".parts" in k for k in keys), keys  # records and lock gone
+    assert s3.snapshot(src_url) == before  # the source: same objects, same ETags
+    for key in keys:
+        assert SECRET.encode() not in s3.get_bytes(f"s3://rout/{key}")
+    assert SECRET not in stdout + err
+    # read where it lies: budget takes it
+    code, stdout, err = budget(capsys, "--native", out, "--out", str(tmp_path / "budget"))
+    assert code == 0, stdout + err
+
+
+def test_verify_into_s3_equals_the_local_report_report_last(small: dict[str, Path], s3: S3Server, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    src_url = "s3://rsrc/verify/v30"
+    s3.upload_tree(small["v30"], src_url)
+    before = s3.snapshot(src_url)
+    set_env(monkeypatch, s3.env(client="prep"))
+    code, stdout, err = prep(capsys, "verify", src_url, "--out", str(tmp_path / "v.json"), "--backend", "inline")
+    assert code == 0, stdout + err
+    out = "s3://rout/reports/v30 report.json"
+    s3.reset_stats()
+    code, stdout, err = prep(capsys, "verify", src_url, "--out", out, "--backend", "inline")
+    assert code == 0 and "PASSED" in stdout and f"report    {out}" in stdout, stdout + err
+    assert same_numbers(s3_json(s3, out)) == same_numbers(json.loads((tmp_path / "v.json").read_text()))
+    assert s3_table(s3, "s3://rout/reports/v30 report.episodes.parquet").equals(
+        pq.read_table(tmp_path / "v.episodes.parquet"))
+    after = writes_after(s3, "/rout/reports/v30 report.json")
+    assert all(op == "DeleteObject" and ".json.parts" in path for op, path in after), after
+    assert sorted(s3.list_keys("s3://rout/reports")) == ["reports/v30 report.episodes.parquet",
+                                                         "reports/v30 report.json"]
+    assert s3.snapshot(src_url) == before
+
+
+def test_a_scan_stopped_before_it_publishes_resumes_from_its_records_in_the_store(
+        small: dict[str, Path], s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import pipeline.jobs.scan as scan_job
+
+    set_env(monkeypatch, s3.env(client="prep"))
+    src = str(small["v21"])
+    code, stdout, err = prep(capsys, "scan", src, "--out", str(tmp_path / "m.json"), "--backend", "inline",
+                             "--batch", "1")
+    assert code == 0, stdout + err
+    out = "s3://rout/resumed/m.json"
+
+    def stopped(*_a: Any, **_k: Any) -> Any:
+        raise KeyboardInterrupt  # as Ctrl-C between the last batch and the publish
+
+    with monkeypatch.context() as m:
+        m.setattr(scan_job, "publish_in_store", stopped)
+        code, stdout, err = prep(capsys, "scan", src, "--out", out, "--backend", "inline", "--batch", "1")
+    assert code != 0
+    keys = s3.list_keys("s3://rout/resumed")
+    assert "resumed/m.json" not in keys and not any(k.endswith(".lock") for k in keys), keys
+    records = [k for k in keys if k.startswith("resumed/m.json.parts/part-")]
+    assert len(records) == 3, keys  # one per batch of one episode
+    code, stdout, err = prep(capsys, "scan", src, "--out", out, "--backend", "inline", "--batch", "1")
+    assert code == 0, stdout + err
+    assert "3 file-sets from 3 completion records in s3://rout/resumed/m.json.parts/" in err, err
+    assert same_numbers(s3_json(s3, out)) == same_numbers(json.loads((tmp_path / "m.json").read_text()))
+    assert sorted(s3.list_keys("s3://rout/resumed")) == ["resumed/m.episodes.parquet", "resumed/m.json"]
+    # --fresh ignores them: another stopped run, then a fresh one scans every episode again
+    with monkeypatch.context() as m:
+        m.setattr(scan_job, "publish_in_store", stopped)
+        prep(capsys, "scan", src, "--out", out, "--backend", "inline", "--batch", "1")
+    code, stdout, err = prep(capsys, "scan", src, "--out", out, "--backend", "inline", "--fresh")
+    assert code == 0 and "completion records" not in err, stdout + err
+
+
+def test_two_writers_on_one_report_the_second_is_refused(small: dict[str, Path], s3: S3Server,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The first writer holds the report's lock (as a run in progress does); the second is refused, naming it."""
+    from pipeline.storage import parse_file
+
+    set_env(monkeypatch, s3.env(client="prep"))
+    out = "s3://rout/racing/m.json"
+    report = parse_file(out)
+    assert not isinstance(report, Path)
+    with report.store.lock(f"{report.rel}.parts.lock", "the first writer", command="prep scan first --out m.json"):
+        for command in ("scan", "verify"):
+            line = one_line(*prep(capsys, command, str(small["v30"]), "--out", out, "--backend", "inline"))
+            assert "in use by another prep run" in line and "prep scan first" in line, line
+        assert sorted(s3.list_keys("s3://rout/racing")) == ["racing/m.json.parts.lock"]  # nothing else written
+    code, stdout, err = prep(capsys, "scan", str(small["v30"]), "--out", out, "--backend", "inline")
+    assert code == 0, stdout + err  # the lock released: the next writer runs
+
+
+# ---- a corpus ------------------------------------------------------------------------------------------------
+
+
+def test_a_corpus_scanned_into_s3_is_budgeted_from_there(small: dict[str, Path], s3: S3Server, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    src_url = "s3://rsrc/corpus/remote_v30"
+    s3.upload_tree(small["v30"], src_url)
+    before = s3.snapshot("s3://rsrc/corpus")
+    set_env(monkeypatch, s3.env(client="prep"))
+    datasets = [src_url, str(small["v21"])]
+    code, stdout, err = prep(capsys, "scan", *datasets, "--out", str(tmp_path / "mix.json"), "--backend", "inline")
+    assert code == 0, stdout + err
+    out = "s3://rout/corpus/mix.json"
+    s3.reset_stats()
+    code, stdout, err = prep(capsys, "scan", *datasets, "--out", out, "--backend", "inline")
+    assert code == 0 and "totals    2 of 2 datasets" in stdout, stdout + err
+    assert f"manifest  {out}" in stdout and "report    s3://rout/corpus/mix.md, 5 plots" in stdout, stdout
+    keys = {k.removeprefix("corpus/") for k in s3.list_keys("s3://rout/corpus")}
+    assert keys == {"mix.json", "mix.parquet", "mix.md", "mix-hours.png", "mix-labels.png", "mix-cameras.png",
+                    "mix-lengths.png", "mix-shares.png", "remote_v30.manifest.json",
+                    "remote_v30.manifest.episodes.parquet", "v21.manifest.json", "v21.manifest.episodes.parquet"}
+    after = writes_after(s3, "/rout/corpus/mix.json")
+    assert all(op == "DeleteObject" and ".json.parts" in path for op, path in after), after
+    doc = s3_json(s3, out)
+    assert [r["manifest"] for r in doc["datasets"]] == ["remote_v30.manifest.json", "v21.manifest.json"]
+    assert same_numbers(doc) == same_numbers(json.loads((tmp_path / "mix.json").read_text()))
+    assert s3.snapshot("s3://rsrc/corpus") == before
+    # budget reads the corpus manifest and its datasets' manifests where they lie: the local corpus's report
+    reports = {}
+    for name, where in (("local", str(tmp_path / "mix.json")), ("s3", out)):
+        code, stdout, err = budget(capsys, "--corpus", where, "--out", str(tmp_path / f"budget-{name}"))
+        assert code == 0, stdout + err
+        text = (tmp_path / f"budget-{name}" / "report.json").read_text()  # the URL as the folder it mirrors
+        reports[name] = json.loads(text.replace("s3://rout/corpus", str(tmp_path)))
+    assert reports["s3"]["mixture"] == reports["local"]["mixture"]
+    assert reports["s3"]["manifests"] == reports["local"]["manifests"]
+    # a rerun keeps both datasets
+    code, stdout, err = prep(capsys, "scan", *datasets, "--out", out, "--backend", "inline")
+    assert code == 0, stdout + err
+
+
+def test_a_corpus_verified_into_s3_puts_each_report_and_the_verdicts_last(
+        small: dict[str, Path], s3: S3Server, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    src_url = "s3://rsrc/vcorpus/remote_v30"
+    s3.upload_tree(small["v30"], src_url)
+    set_env(monkeypatch, s3.env(client="prep"))
+    out = "s3://rout/vcorpus"
+    s3.reset_stats()
+    code, stdout, err = prep(capsys, "verify", src_url, str(small["v21"]), "--out", out, "--backend", "inline")
+    assert code == 0 and "corpus    PASSED: 2 of 2 datasets pass" in stdout, stdout + err
+    assert f"report    {out}/corpus_verify.json" in stdout and f"report {out}/v21/verify.json" in stdout, stdout
+    keys = set(s3.list_keys(out))
+    assert keys == {f"vcorpus/{n}/verify{s}" for n in ("remote_v30", "v21") for s in (".json", ".episodes.parquet")} \
+        | {"vcorpus/corpus_verify.json"}, keys
+    after = writes_after(s3, "/rout/vcorpus/corpus_verify.json")
+    assert all(op == "DeleteObject" and "/prep/corpus.parts" in path for op, path in after), after
+    doc = s3_json(s3, f"{out}/corpus_verify.json")
+    assert doc["verdict"]["passed"] and [d["output"] for d in doc["datasets"]] == [
+        f"{out}/remote_v30/verify.json", f"{out}/v21/verify.json"]
+
+
+# ---- refusals: one line, exit 2, nothing written ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["scan inside the source", "verify inside the source", "corpus scan inside a source",
+                                  "corpus verify inside a source", "corpus verify holding a source", "a bucket only",
+                                  "a missing bucket", "slurm records", "credentials in the URL"])
+def test_refusals_are_one_line(case: str, small: dict[str, Path], s3: S3Server, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    src_url = "s3://rsrc/refused/remote"
+    s3.upload_tree(small["v21"], src_url)
+    set_env(monkeypatch, s3.env(client="prep"))
+    before = {**s3.snapshot("s3://rsrc"), **s3.snapshot("s3://rout")}
+    both = [src_url, str(small["v30"])]
+    args, expect = {
+        "scan inside the source": (["scan", src_url, "--out", f"{src_url}/m.json"], "is the source or inside it"),
+        "verify inside the source": (["verify", src_url, "--out", f"{src_url}/meta/v.json"],
+                                     "is the source or inside it"),
+        "corpus scan inside a source": (["scan", *both, "--out", f"{src_url}/mix.json"], "is the source or inside it"),
+        "corpus verify inside a source": (["verify", *both, "--out", f"{src_url}/reports"],
+                                          "is the source or inside it"),
+        "corpus verify holding a source": (["verify", *both, "--out", "s3://rsrc/refused"], "contains the source"),
+        "a bucket only": (["scan", src_url, "--out", "s3://rout"], "names a bucket, not a file"),
+        "a missing bucket": (["scan", src_url, "--out", "s3://no-such-bucket/m.json"], "not found"),
+        "slurm records": (["scan", src_url, "--out", "s3://rout/m.json", "--cluster", "slurm"],
+                          "pass a local --out"),
+        "credentials in the URL": (["verify", src_url, "--out", "s3://key:secret@rout/v.json"],
+                                   "credentials in a URL"),
+    }[case]
+    extra = [] if "--cluster" in args else ["--backend", "inline"]
+    line = one_line(*prep(capsys, *args, *extra))
+    assert expect in line, line
+    assert {**s3.snapshot("s3://rsrc"), **s3.snapshot("s3://rout")} == before  # nothing written
+    assert not any(p.name.startswith("s3:") for p in Path.cwd().iterdir())  # no local folder named after the URL
