@@ -262,3 +262,17 @@ def test_hostile_box_sizes_end_in_a_bounded_read(videos: dict[str, Path]) -> Non
 def test_a_zero_byte_file_is_one_line() -> None:
     with pytest.raises(EpisodeError, match="zero-byte"):
         header_probe(b"")
+
+
+def test_a_header_ffmpeg_cannot_open_falls_back(videos: dict[str, Path], tmp_path: Path) -> None:
+    """A moov whose body is garbage: the walk succeeds, FFmpeg's open of the header fails, and the caller opens
+    the file as it is, which names what is wrong in one line."""
+    data = bytearray(videos["last"].read_bytes())
+    start, end, _ = next(b for b in boxes_of(bytes(data)) if b[2] == b"moov")
+    data[start + 8:end] = bytes(end - start - 8)
+    probe, _ = header_probe(bytes(data))
+    assert probe is None
+    path = tmp_path / "bad-moov.mp4"
+    path.write_bytes(data)
+    with pytest.raises(EpisodeError, match=r"unreadable video|no video stream"):
+        probe_index(str(path), shown=str(path), size=len(data))

@@ -295,8 +295,9 @@ def probe_header(fh: IO[bytes], *, shown: str, size: int, episode: int | None = 
     """`probe_index` of an mp4 from its header boxes alone (`pipeline.video.mp4header`): 1-3 exact reads of `fh`
     (an `EXACT_READS` reader: on object storage ~1% of a 1.3 MB episode file, no sample read), the same values.
     With `pix_fmt`, one more read: the first sample, which FFmpeg decodes for the pixel format. None where the
-    file is no plain mp4 (not an mp4, fragmented, odd boxes) or its first sample gives no pixel format: the
-    caller probes the file as it is (`probe_index`, else `probe_video`). Raises `EpisodeError`."""
+    file is no plain mp4 (not an mp4, fragmented, odd boxes), FFmpeg cannot open its header alone, or its first
+    sample gives no pixel format: the caller probes the file as it is (`probe_index`, else `probe_video`), which
+    reports what is wrong with it. Raises `EpisodeError` for a zero-byte file or a failed read."""
     if size == 0:
         raise EpisodeError(episode, shown, "zero-byte video file")
     try:
@@ -305,7 +306,10 @@ def probe_header(fh: IO[bytes], *, shown: str, size: int, episode: int | None = 
         return None
     except OSError as exc:
         raise EpisodeError(episode, shown, f"unreadable video ({type(exc).__name__}: {exc})") from None
-    probe = probe_index(view, shown=shown, size=size, episode=episode)  # type: ignore[arg-type]  # a reader
+    try:
+        probe = probe_index(view, shown=shown, size=size, episode=episode)  # type: ignore[arg-type]  # a reader
+    except EpisodeError:  # what the header alone cannot tell (an h264 'avc3' keeps its parameters in the samples)
+        return None  # the file's own open decides
     if probe is None or not pix_fmt:
         return probe
     try:
