@@ -10,6 +10,7 @@ server (moto) on loopback, with the promises a local report keeps.
   dataset's report and corpus_verify.json last;
 - a run stopped before it publishes resumes from its records in the store, and equals an uninterrupted run;
 - two writers on one --out: the second is refused in one line naming the first;
+- a corpus file in s3 (`--corpus s3://BUCKET/KEY.toml`) names its datasets beside it in the bucket;
 - what is refused is one line, exit 2, nothing written.
 """
 
@@ -271,6 +272,49 @@ def test_a_corpus_verified_into_s3_puts_each_report_and_the_verdicts_last(
     doc = s3_json(s3, f"{out}/corpus_verify.json")
     assert doc["verdict"]["passed"] and [d["output"] for d in doc["datasets"]] == [
         f"{out}/remote_v30/verify.json", f"{out}/v21/verify.json"]
+
+
+def test_a_corpus_file_in_s3_names_its_datasets_beside_it(small: dict[str, Path], s3: S3Server, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`--corpus s3://BUCKET/KEY.toml`: read through the seam; a relative source beside it in the bucket, a URL and a
+    local path as they are; scanned into s3 and verified, as the same corpus given locally."""
+    s3.upload_tree(small["v30"], "s3://rsrc/cfile/data/v30")
+    set_env(monkeypatch, s3.env(client="prep"))
+    toml = (f'name = "mixed"\n[[datasets]]\nsource = "data/v30"\nweight = 3\n'
+            f'[[datasets]]\nsource = {json.dumps(str(small["v21"]))}\nname = "local21"\n')
+    s3.put_bytes("s3://rsrc/cfile/mixed.toml", toml.encode())
+    (tmp_path / "mixed.toml").write_text(toml.replace('"data/v30"', '"s3://rsrc/cfile/data/v30"'))
+    code, stdout, err = prep(capsys, "scan", "--corpus", "s3://rsrc/cfile/mixed.toml", "--out",
+                             "s3://rout/cfile/mixed.json", "--backend", "inline")
+    assert code == 0 and "corpus    mixed: 2 datasets (s3://rsrc/cfile/mixed.toml), weights given" in stdout, \
+        stdout + err
+    doc = s3_json(s3, "s3://rout/cfile/mixed.json")
+    assert [(r["name"], r["source"], r["share"]) for r in doc["datasets"]] == [
+        ("v30", "s3://rsrc/cfile/data/v30", 0.75), ("local21", str(small["v21"]), 0.25)]
+    assert doc["corpus"]["file"] == "s3://rsrc/cfile/mixed.toml"
+    code, stdout, err = prep(capsys, "scan", "--corpus", str(tmp_path / "mixed.toml"), "--out",
+                             str(tmp_path / "mixed.json"), "--backend", "inline")
+    assert code == 0, stdout + err
+    local = json.loads((tmp_path / "mixed.json").read_text())
+    assert same_numbers(doc["datasets"]) == same_numbers(local["datasets"])
+    code, stdout, err = prep(capsys, "verify", "--corpus", "s3://rsrc/cfile/mixed.toml", "--backend", "inline")
+    assert code == 0 and "corpus    PASSED: 2 of 2 datasets pass" in stdout, stdout + err
+
+
+@pytest.mark.parametrize("case", ["missing", "leaves the bucket", "not TOML", "a bucket only"])
+def test_a_bad_corpus_file_in_s3_is_one_line(case: str, s3: S3Server, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    set_env(monkeypatch, s3.env(client="prep"))
+    s3.put_bytes("s3://rsrc/bad/leaves.toml", b'[[datasets]]\nsource = "../../../elsewhere"\n')
+    s3.put_bytes("s3://rsrc/bad/junk.toml", b"[[datasets\nsource = \n")
+    url, expect = {"missing": ("s3://rsrc/bad/none.toml", "corpus file not found"),
+                   "leaves the bucket": ("s3://rsrc/bad/leaves.toml", "dataset 1: source: ../../../elsewhere leaves"),
+                   "not TOML": ("s3://rsrc/bad/junk.toml", "cannot read the corpus file"),
+                   "a bucket only": ("s3://rsrc", "names a bucket, not a file")}[case]
+    line = one_line(*prep(capsys, "scan", "--corpus", url, "--out", "s3://rout/bad/m.json", "--backend", "inline"))
+    assert expect in line and (url in line or case == "a bucket only"), line
+    assert s3.list_keys("s3://rout/bad") == []
 
 
 # ---- refusals: one line, exit 2, nothing written ---------------------------------------------------------------

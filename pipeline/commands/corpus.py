@@ -36,12 +36,14 @@ OUT_RECORDS = "a local --out (its job records need a folder the nodes share)"  #
 
 
 def add_corpus_option(p: Any, help_text: str = CORPUS_HELP) -> None:
-    p.add_argument("--corpus", type=Path, metavar="FILE", help=help_text)
+    p.add_argument("--corpus", type=report_path, metavar="FILE",
+                   help=help_text + "; a local file or an object, s3://BUCKET/KEY.toml (its relative sources beside "
+                   "it in the bucket)")
 
 
 def report_path(text: str) -> Path | str:
-    """`--out` of scan and verify as typed: a local path, or an object-store URL kept as text (`object_report`
-    makes it a `StorePath` once the command runs: never a local folder named `s3:`)."""
+    """`--out` of scan and verify, and `--corpus`, as typed: a local path, or an object-store URL kept as text (made a
+    `StorePath` once the command runs, `object_report`, `corpus_of`: never a local folder named `s3:`)."""
     return text if is_url(text) else Path(text)
 
 
@@ -77,7 +79,12 @@ def corpus_of(args: argparse.Namespace, command: str) -> Corpus | None:
     if args.corpus is not None:
         if datasets:
             raise PrepError(f"give the datasets as arguments or as --corpus {printable(args.corpus)}, not both")
-        corpus = load_corpus(args.corpus)
+        if isinstance(args.corpus, str):  # an object: read through the storage seam, bounded as a local file is
+            from pipeline.storage import parse_file
+
+            corpus = load_corpus(parse_file(args.corpus, what="--corpus"))
+        else:
+            corpus = load_corpus(args.corpus)
         if getattr(args, "revision", None) or getattr(args, "storage_options", None):
             raise PrepError("--revision and --storage-option apply to datasets given as arguments; in a corpus file "
                             "each dataset carries its own (revision, storage_options)")
@@ -312,7 +319,7 @@ def reencode_summary(run: CorpusRun, files: list[str]) -> str:
                  + (f"; {len(run.failed)} failed (rerun the same command to finish them)" if run.failed else ""))
     if isinstance(out, str) and run.manifest is not None:  # an object-store prefix
         lines.append(f"prepared  {run.manifest} (+ corpus.parquet, corpus.md and its plots, corpus.toml: its sources "
-                     "are the outputs' URLs; copy it and `prep verify --corpus corpus.toml`)")
+                     f"are the outputs' URLs: prep verify --corpus {out}/corpus.toml)")
     elif out is not None and run.manifest is not None:
         lines.append(f"prepared  {run.manifest} (+ corpus.parquet, corpus.toml: prep verify --corpus "
                      f"{Path(out) / 'corpus.toml'})")

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.bounded import load_toml
+from pipeline.bounded import MAX_TOML_BYTES, load_toml, loads_toml
 from pipeline.errors import PrepError
-from pipeline.storage import Location, parse_location
+from pipeline.storage import Location, MissingFile, StorePath, parse_location
 from pipeline.storage.base import URL_RE
 from pipeline.storage.hub import looks_like_repo_id, snapshot_repo_folder
 from pipeline.text import printable
@@ -80,11 +80,12 @@ class Entry:
 
 @dataclass(slots=True, frozen=True)
 class Corpus:
-    """The datasets of one mixture, in the order given. `path`: the corpus file (None: the command line)."""
+    """The datasets of one mixture, in the order given. `path`: the corpus file, a local one or an object (None: the
+    command line)."""
 
     name: str
     entries: tuple[Entry, ...]
-    path: Path | None = None
+    path: Path | StorePath | None = None
     weights_given: bool = field(default=False)  # a corpus file set some weight
 
     @property
@@ -145,7 +146,7 @@ def _unique(names: Sequence[str]) -> list[str]:
 # ---- reading a corpus file --------------------------------------------------------------------------
 
 
-def _schema_problem(doc: Any, path: Path) -> str | None:
+def _schema_problem(doc: Any, path: Path | StorePath) -> str | None:
     """The first violation of schemas/corpus.schema.json, as `dataset N (NAME): FIELD: what` (None: valid)."""
     import jsonschema
 
@@ -200,26 +201,67 @@ def _source_of(raw: str, base: Path) -> str:
     return raw
 
 
-def load_corpus(path: Path) -> Corpus:
-    """Read and check a corpus file; `PrepError` (one line, exit 2) naming the entry and the field at fault."""
-    path = Path(path)
+def _source_beside(raw: str, corpus: StorePath, number: int) -> str:
+    """A corpus file in an object store: its `source` a URL or an absolute local path as it is; a relative one beside
+    the file, in its bucket (one leaving the bucket is refused), unless nothing is stored there and it reads as a hub
+    repo id (`OWNER/NAME`), as a local corpus file's relative source is a folder when one is there."""
+    import posixpath
+
+    if URL_RE.match(raw) or raw.startswith(("/", "~")):
+        return raw if URL_RE.match(raw) else str(Path(raw).expanduser())
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(corpus.rel), raw))
+    if joined == ".." or joined.startswith("../"):
+        raise PrepError(f"{printable(str(corpus))}: dataset {number}: source: {printable(raw)} leaves the bucket "
+                        f"{corpus.location.shown}; a corpus file in an object store names its datasets relative to "
+                        "itself in its bucket, or by URL")
+    candidate = StorePath(corpus.location, "" if joined == "." else joined)
+    if not looks_like_repo_id(raw) or candidate.is_dir():
+        return candidate.url
+    return raw
+
+
+def _load_object(path: StorePath) -> Any:
+    """A corpus file in an object store, read bounded as a local one is (its size before the GET)."""
+    try:
+        path.store.check_reachable()  # credentials, endpoint, bucket: one line naming the URL
+        data = path.read_bytes(limit=MAX_TOML_BYTES, what="corpus file")
+    except MissingFile:
+        raise PrepError(f"{printable(str(path))}: corpus file not found") from None
+    try:
+        return loads_toml(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PrepError(f"{printable(str(path))}: cannot read the corpus file: not UTF-8: {exc}") from None
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise PrepError(f"{printable(str(path))}: cannot read the corpus file: {printable(str(exc))}") from None
+
+
+def load_corpus(path: Path | StorePath) -> Corpus:
+    """Read and check a corpus file (a local one, or an object: `pipeline.storage.parse_file`); `PrepError` (one
+    line, exit 2) naming the entry and the field at fault."""
+    if not isinstance(path, StorePath):
+        path = Path(path)
     if path.suffix.lower() == ".json":
         raise PrepError(f"{printable(str(path))}: a corpus description is a TOML file (corpus.toml, docs/corpus.md); "
                         "a .json corpus is the manifest `prep scan --corpus` writes (pass it to prep budget --corpus)")
-    try:
-        doc = load_toml(path)
-    except FileNotFoundError:
-        raise PrepError(f"{printable(str(path))}: corpus file not found") from None
-    except IsADirectoryError:
-        raise PrepError(f"{printable(str(path))}: is a folder, not a corpus file (corpus.toml)") from None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise PrepError(f"{printable(str(path))}: cannot read the corpus file: {printable(str(exc))}") from None
+    if isinstance(path, StorePath):
+        doc = _load_object(path)
+    else:
+        try:
+            doc = load_toml(path)
+        except FileNotFoundError:
+            raise PrepError(f"{printable(str(path))}: corpus file not found") from None
+        except IsADirectoryError:
+            raise PrepError(f"{printable(str(path))}: is a folder, not a corpus file (corpus.toml)") from None
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise PrepError(f"{printable(str(path))}: cannot read the corpus file: {printable(str(exc))}") from None
     problem = _schema_problem(doc, path)
     if problem is not None:
         raise PrepError(problem)
-    base = path.absolute().parent
     items: list[dict[str, Any]] = doc["datasets"]
-    sources = [_source_of(item["source"], base) for item in items]
+    if isinstance(path, StorePath):
+        sources = [_source_beside(item["source"], path, i + 1) for i, item in enumerate(items)]
+    else:
+        sources = [_source_of(item["source"], path.absolute().parent) for item in items]
     derived = _unique([derived_name(s) for s in sources])
     given: dict[str, int] = {}
     for i, item in enumerate(items):
@@ -249,7 +291,7 @@ def load_corpus(path: Path) -> Corpus:
         for i, item in enumerate(items))
     _refuse_twice(entries, path)
     name = doc.get("name") or re.sub(r"[^A-Za-z0-9._-]", "_", path.stem).lstrip(".-") or "corpus"
-    return Corpus(name=name, entries=entries, path=path.absolute(),
+    return Corpus(name=name, entries=entries, path=path if isinstance(path, StorePath) else path.absolute(),
                   weights_given=any("weight" in item for item in items))
 
 
@@ -276,7 +318,7 @@ def _identity(entry: Entry) -> str:
     return f"{entry.source}@{entry.revision or 'main'}"
 
 
-def _refuse_twice(entries: Sequence[Entry], path: Path | None) -> None:
+def _refuse_twice(entries: Sequence[Entry], path: Path | StorePath | None) -> None:
     """A dataset listed twice would count twice in every total: refused in one line."""
     seen: dict[str, Entry] = {}
     where = f"{printable(str(path))}: " if path is not None else ""
