@@ -8,7 +8,8 @@ server (moto) on loopback, with the promises a local report keeps.
 - verify's report into s3 equals the local report, its table put before it;
 - a corpus scanned into s3 is read by `prep budget --corpus s3://.../mix.json`; a corpus verified into s3 puts each
   dataset's report and corpus_verify.json last;
-- a run stopped before it publishes resumes from its records in the store, and equals an uninterrupted run;
+- a run stopped before it publishes, or killed mid-way (slow), resumes from its records in the store, and equals an
+  uninterrupted run;
 - two writers on one --out: the second is refused in one line naming the first;
 - a corpus file in s3 (`--corpus s3://BUCKET/KEY.toml`) names its datasets beside it in the bucket;
 - what is refused is one line, exit 2, nothing written.
@@ -190,6 +191,50 @@ def test_a_scan_stopped_before_it_publishes_resumes_from_its_records_in_the_stor
         prep(capsys, "scan", src, "--out", out, "--backend", "inline", "--batch", "1")
     code, stdout, err = prep(capsys, "scan", src, "--out", out, "--backend", "inline", "--fresh")
     assert code == 0 and "completion records" not in err, stdout + err
+
+
+@pytest.mark.slow  # a subprocess scan of 60 episodes killed mid-way (~7 s, but a busy machine can outrun the kill)
+def test_a_killed_scan_into_s3_resumes_from_its_records(s3: S3Server, tmp_path: Path,
+                                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[1]
+    src = write_synthetic(tmp_path_factory.mktemp("many-r") / "many", SynthSpec(
+        version="v2.1", episodes=60, height=96, width=128, cameras=CAMS[:1], frames=10))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **s3.env(client="prep"),
+           "PYTHONPATH": str(repo)}
+    out = "s3://rout/killed/m.json"
+    args = [sys.executable, "-m", "pipeline.cli", "scan", str(src), "--out", out, "--backend", "inline", "--batch",
+            "1", "--no-progress"]
+    log = tmp_path / "first.log"
+    proc = subprocess.Popen(args, cwd=repo, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    records = lambda: [k for k in s3.list_keys("s3://rout/killed") if "/part-" in k]  # noqa: E731
+    try:
+        deadline = time.monotonic() + 120
+        while len(records()) < 5 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    done = len(records())
+    keys = s3.list_keys("s3://rout/killed")
+    assert 5 <= done < 60 and "killed/m.json" not in keys, (done, keys, log.read_text())
+    assert "killed/m.json.parts.lock" in keys  # the killed run's lock: its pid is dead on this host, so taken over
+    again = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "completion records in s3://rout/killed/m.json.parts/" in again.stderr, again.stderr
+    ref_args = [*args[:6], str(tmp_path / "ref.json"), *args[7:]]  # the same scan into a local manifest
+    assert ref_args[5] == "--out"
+    ref = subprocess.run(ref_args, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    assert same_numbers(s3_json(s3, out)) == same_numbers(json.loads((tmp_path / "ref.json").read_text()))
+    assert s3_table(s3, "s3://rout/killed/m.episodes.parquet").equals(pq.read_table(tmp_path / "ref.episodes.parquet"))
+    assert sorted(s3.list_keys("s3://rout/killed")) == ["killed/m.episodes.parquet", "killed/m.json"]
 
 
 def test_two_writers_on_one_report_the_second_is_refused(small: dict[str, Path], s3: S3Server,

@@ -155,9 +155,12 @@ def run_scan(args: argparse.Namespace, corpus: Corpus) -> int:
         config = run_config(args, records=report_records(out), shared=_shared(corpus))
     else:  # an object: the corpus files are made in a local temp folder (the report too) and put
         config = run_config(args, shared=_shared(corpus), records_flag=OUT_RECORDS)
+    def report(manifest: Path) -> list[str]:  # an object's corpus report, made beside the manifest made locally
+        written.extend(_report_files(manifest))
+        return written
+
     with open_engine(config) as engine:
-        run = scan_corpus(corpus, out, engine, resume=not args.fresh, quiet=args.no_progress,
-                          report=lambda manifest: written.extend(_report_files(manifest)) or written)
+        run = scan_corpus(corpus, out, engine, resume=not args.fresh, quiet=args.no_progress, report=report)
     files = _report_files(out) if isinstance(out, Path) else written
     print(scan_summary(run, out, files))
     failed_episodes = sum(d.summary.get("episodes_failed", 0) for d in run.datasets if d.ok)
@@ -208,14 +211,16 @@ def run_verify(args: argparse.Namespace, corpus: Corpus) -> int:
 
     options = VerifyOptions(expect_frames=args.expect_frames, size=args.size, all_intra=args.all_intra,
                             decode=args.decode, reader=args.reader)
-    out: Path | Location | None = args.out.absolute() if isinstance(args.out, Path) else None
+    out: Path | Location | None = None
     if isinstance(args.out, str):  # an object-store prefix: each dataset's report below it, corpus_verify.json last
         from pipeline.storage import output_location
 
         out = output_location(args.out)
         config = run_config(args, shared=_shared(corpus), records_flag=OUT_RECORDS)
     else:
-        config = run_config(args, records=(out / "prep" / "slurm") if out else None, shared=_shared(corpus))
+        folder = args.out.absolute() if args.out else None
+        out = folder
+        config = run_config(args, records=(folder / "prep" / "slurm") if folder else None, shared=_shared(corpus))
     with open_engine(config) as engine:
         run = verify_corpus(corpus, options, engine, out=out, resume=not args.fresh, fingerprint=args.fingerprint,
                             quiet=args.no_progress)

@@ -138,7 +138,7 @@ class WorkFolder:
                 fh.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n")
 
     @staticmethod
-    def read_record(path: Path) -> Iterator[Any]:
+    def read_record(path: Path | str) -> Iterator[Any]:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             for line in fh:
                 yield json.loads(line)
@@ -218,8 +218,8 @@ class StoreWorkFolder:
                 gz.write((json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8"))
         self.store.write_bytes(f"{self.rel}/part-{first:012d}-{end:012d}.jsonl.gz", buf.getvalue())
 
-    def read_record(self, rel: str) -> Iterator[Any]:
-        data = self.store.read_bytes(rel, limit=RECORD_BYTES, what="completion record")
+    def read_record(self, rel: Path | str) -> Iterator[Any]:
+        data = self.store.read_bytes(str(rel), limit=RECORD_BYTES, what="completion record")
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
             for line in io.TextIOWrapper(gz, encoding="utf-8"):
                 yield json.loads(line)
@@ -273,7 +273,7 @@ def run(engine: Engine, work: WorkFolder | StoreWorkFolder | None, units: Iterab
         measure: Callable[[R], dict[str, float]] | None = None) -> Iterator[R]:
     """Each unit's result in plan order: from a completion record when one covers its position, else from
     the engine (recording each finished batch). Without a work folder: the engine only, no records."""
-    records = work.records() if work is not None else []
+    records: list[tuple[int, int, Any]] = list(work.records()) if work is not None else []
     done = sum(end - first for first, end, _ in records)
     if records and work is not None:
         print(f"[resume] {desc}: {done:,} {unit_name}s from {len(records):,} completion records in {work.shown}",
