@@ -61,7 +61,7 @@ def is_stale(holder: dict[str, Any]) -> bool:
     return holder.get("host") == socket.gethostname() and isinstance(pid, int) and not pid_alive(pid)
 
 
-def describe(holder: dict[str, Any], path: Path, what: str) -> str:
+def describe(holder: dict[str, Any], path: Path | str, what: str) -> str:  # a file, or an object's URL
     if holder:
         command = holder.get("command")
         who = (f"`{printable(str(command)[:300])}`, " if command else "") + \

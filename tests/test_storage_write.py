@@ -313,6 +313,7 @@ def test_two_writers_on_one_prefix_the_second_is_refused(longer: Path, s3: S3Ser
             os.killpg(first.pid, signal.SIGCONT)
         assert second.returncode == 2, second.stdout + second.stderr
         assert "in use by another prep run" in second.stderr and f"pid {first.pid}" in second.stderr, second.stderr
+        assert f"delete the lock file {out_url}/" in second.stderr, second.stderr  # the URL as given, not s3:/
         assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()
     finally:
         if first.poll() is None:

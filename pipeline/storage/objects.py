@@ -469,7 +469,7 @@ class ObjectStore(Store):
         if holder is not None and not ObjectLock.gone(holder):
             from pipeline.lock import LockedError, describe
 
-            raise LockedError(describe(holder, Path(self._url(rel)), what))
+            raise LockedError(describe(holder, self._url(rel), what))
 
     def check_reachable(self) -> None:
         """One short request (list at most one object of the prefix): credentials, endpoint and bucket now."""
@@ -482,9 +482,9 @@ class ObjectStore(Store):
                 else:
                     fs.ls(self.location.root, detail=False)
         except FileNotFoundError:  # s3fs's NoSuchBucket (a missing prefix lists empty: no error)
-            raise StorageError(f"{printable(self.url)}: bucket {printable(bucket)!r} not found at "
-                               f"{printable(self.location.endpoint() or 'the default endpoint')} (check the URL, or set "
-                               "AWS_ENDPOINT_URL / AWS_PROFILE for the store that holds it)") from None
+            at = printable(self.location.endpoint() or "the default endpoint")
+            raise StorageError(f"{printable(self.url)}: bucket {printable(bucket)!r} not found at {at} (check the "
+                               "URL, or set AWS_ENDPOINT_URL / AWS_PROFILE for the store that holds it)") from None
 
     def abort_uploads(self) -> int:
         """Abort the incomplete multipart uploads below this prefix (a killed run's); returns how many."""
@@ -584,7 +584,7 @@ class ObjectLock:
             holder, etag = self.read()
             if holder is None:  # released meanwhile
                 if not self._put(IfNoneMatch="*"):
-                    raise LockedError(describe({}, Path(self.store._url(self.rel)), self.what))
+                    raise LockedError(describe({}, self.store._url(self.rel), self.what))
             elif not self.gone(holder) or etag is None or not self._put(IfMatch=etag):
                 raise LockedError(describe(holder, Path(self.store._url(self.rel)), self.what))
         self._thread = threading.Thread(target=self._beat, name="prep-lock-heartbeat", daemon=True)
