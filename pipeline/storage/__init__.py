@@ -290,16 +290,11 @@ def _is_pairs(options: object) -> bool:
 _STORES: dict[tuple[Location, int], Store] = {}
 # What a store is built from besides its location: a change (a test starting another server, a user's new
 # profile) gets a new store, never one built for the old endpoint or credentials. Only a hash is kept.
-ENV_PREFIXES = ("AWS_", "HF_", "GOOGLE_", "AZURE_")
 MAX_STORES = 4096
 
 
-def _env_key() -> int:
-    return hash(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES))))
-
-
 def open_store(location: Location) -> Store:
-    key = (location, 0 if location.is_local else _env_key())
+    key = (location, 0 if location.is_local else base.env_key())
     store = _STORES.get(key)
     if store is None:
         if location.is_local:

@@ -472,3 +472,13 @@ class StorePath:
 
     def local_copy(self, what: str = "file") -> contextlib.AbstractContextManager[Path]:
         return self.store.local_copy(self.rel, what)
+
+
+# What a store is built from besides its location: a change (a test starting another server, a user's new
+# profile) gets a new store or client session, never one built for the old endpoint or credentials.
+ENV_PREFIXES = ("AWS_", "HF_", "GOOGLE_", "AZURE_")
+
+
+def env_key() -> int:
+    """A hash of the storage environment (only the hash is kept)."""
+    return hash(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES))))

@@ -53,6 +53,7 @@ from pipeline.storage.base import (
     StorageError,
     Store,
     clean_rel,
+    env_key,
     join_url,
 )
 from pipeline.text import printable
@@ -96,9 +97,8 @@ def _session(profile: str | None) -> Any:
     second client costs ~0.07 s instead of ~0.35 s (measured: moto on loopback, 2 cores)."""
     from aiobotocore.session import AioSession
 
-    from pipeline.storage import _env_key
 
-    key = (os.getpid(), _env_key(), profile)  # a forked child, a changed environment: a session of its own
+    key = (os.getpid(), env_key(), profile)  # a forked child, a changed environment: a session of its own
     session = _SESSIONS.get(key)
     if session is None:
         if len(_SESSIONS) >= 16:
