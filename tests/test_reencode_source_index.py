@@ -270,3 +270,22 @@ def test_each_source_video_costs_one_download_and_its_header(clean: dict[str, Pa
     sidecars = [r for r in reqs if "/prep/stats/" in r.path and r.op in ("GetObject", "HeadObject")]
     assert sidecars == []
     assert len(reqs) <= 10 * len(videos) + 60, len(reqs)  # measured: 107 (6 videos, 3 parquets, the metadata)
+
+
+def test_a_listed_folder_answers_whether_a_file_is_there(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`learn_folder(absent=True)`: one LIST answers `has_file` for the keys after it in its folder (present:
+    from the listing; absent: no HEAD), and a key this process writes afterwards is asked for again."""
+    from pipeline.storage import parse_location
+    from pipeline.storage.objects import ObjectStore
+
+    s3.put_many("s3://iout/listed/videos", {f"f{i:03d}.mp4": b"x" * i for i in range(1, 11, 2)})
+    set_env(monkeypatch, s3.env(client="listed"))
+    store = ObjectStore(parse_location("s3://iout/listed"))
+    s3.reset_stats()
+    store.learn_folder("videos/f000.mp4", absent=True)
+    assert [store.has_file(f"videos/f{i:03d}.mp4") for i in range(12)] == [i % 2 == 1 and i < 11 for i in range(12)]
+    assert store.stat("videos/f003.mp4").size == 3
+    assert s3.stats_for("listed").ops == {"ListObjectsV2": 1}
+    store.write_bytes("videos/f004.mp4", b"new")
+    assert store.has_file("videos/f004.mp4") and not store.has_file("other/f004.mp4")
+    assert s3.stats_for("listed").ops == {"ListObjectsV2": 1, "PutObject": 1, "HeadObject": 2}

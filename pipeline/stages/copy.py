@@ -84,6 +84,7 @@ class DataCopied(StageResult):
 def copy_data(unit: DataUnit) -> DataCopied:
     out = DataCopied(unit.rel, unit.episodes)
     src = StorePath(unit.src_root, "") / unit.rel
+    src.store.learn_folder(src.rel)  # an object store's: the stats of this and the next files from one listing
     try:
         size = src.stat("parquet file").size  # missing, not a file, or leaving the dataset (its store's rules)
     except EpisodeError as exc:
@@ -91,6 +92,8 @@ def copy_data(unit: DataUnit) -> DataCopied:
         return out
     dst = output_file(unit.out_root, unit.rel)
     root = None if isinstance(dst, StorePath) else Path(unit.out_root)
+    if isinstance(dst, StorePath):  # whether a rerun finds it: from a listing of its folder, not a HEAD a file
+        dst.store.learn_folder(dst.rel, absent=True)
     try:
         if unit.repair_fps is not None or unit.drop_columns or unit.keep_images:
             out.repaired = rewrite_data(src, dst, unit.repair_fps, unit.drop_columns, root, unit.keep_images, out)

@@ -494,6 +494,8 @@ def _encode_checked(unit: ReencodeUnit, src: StorePath, read: Source | Pictures,
                              "quality": result.quality, "output": file_identity(written)}, root)
         seen["bytes"] = written.stat().st_size  # what is renamed or put whole: no stat of the output after
 
+    if isinstance(dst, StorePath):  # whether a rerun finds it: from a listing of its folder, not a HEAD a file
+        dst.store.learn_folder(dst.rel, absent=True)
     if keep_or_write(dst, root, write, check, keep=keep, saved=checked, blame=src) == Status.KEPT:
         result.status = Status.KEPT
         result.quality = load_quality(sidecar)
@@ -591,6 +593,8 @@ def _copy_depth(unit: ReencodeUnit, src: StorePath, read: Source, dst: Output, p
         save_stats(sidecar, {"key": key, "source_fingerprint": fingerprint, "stats": [{} for _ in spans],
                              "output": file_identity(tmp)}, output_folder(unit.out_root))
 
+    if isinstance(dst, StorePath):
+        dst.store.learn_folder(dst.rel, absent=True)
     status = keep_or_write(dst, output_folder(unit.out_root), write, lambda _path: None, saved=saved,
                            keep=lambda path: output_size(path) == probe.bytes and load_stats(
                                sidecar, key, src, unit.options.fingerprint, output=path) is not None)

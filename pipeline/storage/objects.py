@@ -197,6 +197,7 @@ def translated(url: str, endpoint: str | None = None) -> Iterator[None]:
 INFO_CACHED = 16_384  # objects whose HEAD (or listing entry) a store remembers: one request per file read, not
 # one per stat and another per open (a source is never written while it is read; a write here forgets its key)
 CACHE_BYTES = 32 << 20  # what one open reader keeps of its file at most (blocks of its block size)
+COPY_OBJECT_MAX = 5 << 30  # S3's largest CopyObject; above it s3fs copies in parts (UploadPartCopy)
 SMALL_FILE = 256 << 10  # a file this small is fetched whole in one GET and kept (a metadata file, a parquet of a
 SMALL_KEPT = 32 << 20  # few rows is read by the plan, the checks and the stage): this many bytes at most a store
 
@@ -208,6 +209,10 @@ class ObjectStore(Store):
         self._infos: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._infos_lock = threading.Lock()
         self._small: OrderedDict[tuple[str, str], bytes] = OrderedDict()  # (key, ETag) -> the whole file
+        # what listings said is absent (`learn_folder(absent=True)`): folder key -> [(after, last)] key ranges (last
+        # None: to the folder's end) holding no object then, less the keys this process has written since
+        self._absent: dict[str, list[tuple[str, str | None]]] = {}
+        self._written: set[str] = set()
 
     def _remember(self, key: str, info: dict[str, Any]) -> None:
         with self._infos_lock:
@@ -220,6 +225,11 @@ class ObjectStore(Store):
         key = self.key(rel)
         with self._infos_lock:
             self._infos.pop(key, None)
+            if self._absent and len(self._written) < INFO_CACHED:
+                self._written.add(key)
+            elif self._absent:  # too many to follow: nothing is known absent any more
+                self._absent.clear()
+                self._written.clear()
             for k in [k for k in self._small if k[0] == key]:
                 del self._small[k]
 
@@ -279,15 +289,25 @@ class ObjectStore(Store):
     def stat(self, rel: str, what: str = "file") -> Stat:
         return _stat_of(self._info(rel, what))
 
-    def learn_folder(self, rel: str) -> None:
+    def _known_absent(self, key: str) -> bool:
+        """Whether a listing of this process found no `key` (and it has not written it since): under the lock."""
+        if key in self._written:
+            return False
+        folder, _, _name = key.rpartition("/")
+        return any(after < key and (last is None or key <= last) for after, last in self._absent.get(folder, ()))
+
+    def learn_folder(self, rel: str, *, absent: bool = False) -> None:
         """One LIST of `rel`'s folder from `rel` on (at most 1,000 objects, sorted by key: the files a plan in
-        key order reads next), each remembered as `iter_files` remembers them; none when `rel` is known."""
+        key order reads next), each remembered as `iter_files` remembers them; none when `rel` is known. With
+        `absent`, what the listing does not hold is remembered too (`has_file` then answers False without a HEAD):
+        for an output whose every file one unit writes (another process writing it meanwhile only costs a write
+        again)."""
         try:
             key = self.key(rel)
         except OutsideRoot:
             return  # the read that follows names it
         with self._infos_lock:
-            if key in self._infos:
+            if key in self._infos or (absent and self._known_absent(key)):
                 return
         if self.location.scheme != "s3" or not rel:
             return
@@ -303,14 +323,25 @@ class ObjectStore(Store):
             found = f"{bucket}/{obj['Key']}"
             if found.startswith(base) and not obj["Key"].endswith("/"):
                 self._remember(found, {**obj, "size": obj.get("Size"), "type": "file", "name": found})
+        if absent:
+            names = [o["Key"] for o in page.get("Contents", [])] + [c["Prefix"] for c in page.get("CommonPrefixes", [])]
+            last = f"{bucket}/{max(names)}" if page.get("IsTruncated") and names else None
+            with self._infos_lock:
+                if sum(len(v) for v in self._absent.values()) >= INFO_CACHED:
+                    self._absent.clear()
+                self._absent.setdefault(key.rpartition("/")[0], []).append((key[:-1], last))
+                self._written.discard(key)
 
     def has_file(self, rel: str) -> bool:
         """One HEAD (s3fs's `info` lists the prefix after a 404, to tell a folder: a writer asking whether its
-        output exists needs no such answer)."""
+        output exists needs no such answer); none for a file a listing holds, or found absent
+        (`learn_folder(absent=True)`)."""
         key = self.key(rel)
         with self._infos_lock:
             if key in self._infos:
                 return True
+            if self._absent and self._known_absent(key):
+                return False
         if self.location.scheme != "s3":
             return super().has_file(rel)
         bucket, _, name = key.partition("/")
@@ -428,7 +459,13 @@ class ObjectStore(Store):
         self._forget(rel)
         with translated(self._url(rel), self.location.endpoint()):
             if isinstance(src, ObjectStore) and src.location.same_store(self.location):
-                src.stat(src_rel)
+                size = src.stat(src_rel).size
+                if self.location.scheme == "s3" and size < COPY_OBJECT_MAX:  # one CopyObject: no HEAD of the source
+                    bucket, _, name = self.key(rel).partition("/")
+                    src_bucket, _, src_name = src.key(src_rel).partition("/")
+                    self.fs.call_s3("copy_object", Bucket=bucket, Key=name,
+                                    CopySource={"Bucket": src_bucket, "Key": src_name})
+                    return
                 # server-side (copy_object, or upload_part_copy above 5 GB); cp_file, not copy: no LIST
                 self.fs.cp_file(src.key(src_rel), self.key(rel))
                 return
