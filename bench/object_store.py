@@ -41,6 +41,7 @@ from pipeline import atomic  # noqa: E402
 from pipeline.synth import SynthSpec, write_synthetic  # noqa: E402
 
 GOALS = {"reencode": 1.25, "scan": 2.0}
+COMMANDS = ("scan", "verify", "reencode")
 SCAN_BYTES_GOAL = 0.02
 
 
@@ -122,6 +123,26 @@ def tree_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
+def read_doc(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def earlier_rows(path: Path, corpus_doc: dict[str, Any], workers: int, ran: set[str]) -> list[dict[str, Any]]:
+    """The rows of `path` (an earlier run on the same corpus and workers) for the commands not run now: a run of
+    some commands (`--commands`) updates their rows and keeps the others'."""
+    doc = read_doc(path)
+    if doc.get("corpus") != corpus_doc or doc.get("workers") != workers:
+        return []
+    return [r for r in doc.get("rows", []) if isinstance(r, dict) and r.get("command") in COMMANDS
+            and r["command"] not in ran]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--episodes", type=int, default=50)
@@ -129,6 +150,8 @@ def main() -> int:
     ap.add_argument("--format", choices=("v2.1", "v3.0"), default="v2.1",
                     help="the corpus' layout: v2.1 = one small file per episode and camera; v3.0 = episodes "
                     "concatenated into files of up to 200 MB (LeRobot's default limits)")
+    ap.add_argument("--commands", nargs="+", choices=COMMANDS, default=list(COMMANDS),
+                    help="the commands to run (default: all); the rows of the others are kept from --out")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "prep-bench-object-store")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "object_store.json")
     a = ap.parse_args()
@@ -154,7 +177,7 @@ def main() -> int:
             ("reencode", ["reencode", str(src), "--dst", "224", "--out", str(runs / "out-local"), *workers],
              ["reencode", "s3://bench/src", "--dst", "224", "--out", "s3://bench/out", *workers]),
         ]
-        for command, local_args, s3_args in cases:
+        for command, local_args, s3_args in [c for c in cases if c[0] in a.commands]:
             row: dict[str, Any] = {"command": command}
             for where, args in (("local", local_args), ("s3", s3_args)):
                 client = f"{command}-{where}"
@@ -174,19 +197,29 @@ def main() -> int:
             row["meets_goal"] = None if goal is None else row["wall_ratio"] <= goal
             rows.append(row)
         out_bytes = sum(size for size, _ in s3.snapshot("s3://bench/out").values())
-    local_out = tree_bytes(runs / "out-local")
-    scan = next(r for r in rows if r["command"] == "scan")
+    command_line = "python bench/object_store.py " + " ".join(sys.argv[1:])
+    for r in rows:
+        r["measured_by"] = command_line
+    corpus_doc = {"episodes": a.episodes, "cameras": 3, "size": "480x640", "frames_per_episode": 90, "bytes": size,
+                  "format": a.format}
     doc = {
-        "bench": "object_store", "command": "python bench/object_store.py " + " ".join(sys.argv[1:]),
+        "bench": "object_store", "command": command_line,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "corpus": {"episodes": a.episodes, "cameras": 3, "size": "480x640", "frames_per_episode": 90,
-                   "bytes": size, "format": a.format},
-        "workers": a.workers, "server": "moto on 127.0.0.1 (its own process)",
-        "rows": rows,
-        "scan_bytes_goal": SCAN_BYTES_GOAL,
-        "scan_meets_bytes_goal": scan["s3"]["share_of_corpus_read"] <= SCAN_BYTES_GOAL,
-        "reencode_output_bytes": {"local": local_out, "s3": out_bytes},
+        "corpus": corpus_doc, "workers": a.workers, "server": "moto on 127.0.0.1 (its own process)",
     }
+    kept = earlier_rows(a.out, corpus_doc, a.workers, set(a.commands))  # the commands not run this time
+    rows = sorted([*kept, *rows], key=lambda r: COMMANDS.index(r["command"]))
+    doc["rows"] = rows
+    scan = next((r for r in rows if r["command"] == "scan"), None)
+    if scan is not None:
+        doc["scan_bytes_goal"] = SCAN_BYTES_GOAL
+        doc["scan_meets_bytes_goal"] = scan["s3"]["share_of_corpus_read"] <= SCAN_BYTES_GOAL
+    if "reencode" in a.commands:
+        doc["reencode_output_bytes"] = {"local": tree_bytes(runs / "out-local"), "s3": out_bytes}
+    else:
+        previous = read_doc(a.out)
+        if "reencode_output_bytes" in previous:
+            doc["reencode_output_bytes"] = previous["reencode_output_bytes"]
     print()
     print("| command | local s | s3 s | ratio (goal) | s3 MB read (share) | s3 requests | client peak MB local / s3 "
           "| worker peak MB local / s3 |")
@@ -198,8 +231,10 @@ def main() -> int:
               f"{s['bytes_read'] / 1e6:,.1f} ({100 * s['share_of_corpus_read']:.1f}%) | {s['requests']:,} | "
               f"{lo['client_peak_rss_mb']:.0f} / {s['client_peak_rss_mb']:.0f} | "
               f"{lo['worker_peak_rss_mb']:.0f} / {s['worker_peak_rss_mb']:.0f} |")
-    print(f"\ncorpus {size / 1e6:,.1f} MB; reencode output {local_out / 1e6:,.1f} MB local, {out_bytes / 1e6:,.1f} MB "
-          "in the bucket (prep/ included)")
+    if "reencode_output_bytes" in doc:
+        local_out, out_bytes = doc["reencode_output_bytes"]["local"], doc["reencode_output_bytes"]["s3"]
+        print(f"\ncorpus {size / 1e6:,.1f} MB; reencode output {local_out / 1e6:,.1f} MB local, "
+              f"{out_bytes / 1e6:,.1f} MB in the bucket (prep/ included)")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_json(a.out, masked(doc), indent=2)
     print(f"wrote {a.out}")
