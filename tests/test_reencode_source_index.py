@@ -289,3 +289,20 @@ def test_a_listed_folder_answers_whether_a_file_is_there(s3: S3Server, monkeypat
     store.write_bytes("videos/f004.mp4", b"new")
     assert store.has_file("videos/f004.mp4") and not store.has_file("other/f004.mp4")
     assert s3.stats_for("listed").ops == {"ListObjectsV2": 1, "PutObject": 1, "HeadObject": 2}
+
+
+def test_a_large_object_is_downloaded_in_one_get(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source file over s3fs's chunk size (a v3.0 video of many episodes) is fetched once, in one GET (s3fs's
+    get_file would open a GET of the whole object, drop it and fetch the chunks anew: twice the bytes)."""
+    from pipeline.storage import STREAM_BLOCK, parse_location
+    from pipeline.storage.objects import ObjectStore
+
+    data = bytes(range(256)) * ((STREAM_BLOCK + (1 << 20)) // 256)
+    s3.put_bytes("s3://isrc/large/videos/file-000.mp4", data)
+    set_env(monkeypatch, s3.env(client="large"))
+    store = ObjectStore(parse_location("s3://isrc/large"))
+    s3.reset_stats()
+    with store.local_copy("videos/file-000.mp4") as path:
+        assert path.read_bytes() == data
+    stats = s3.stats_for("large")
+    assert stats.gets == 1 and stats.bytes_out == len(data), stats

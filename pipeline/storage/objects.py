@@ -415,12 +415,14 @@ class ObjectStore(Store):
 
     @contextlib.contextmanager
     def local_copy(self, rel: str, what: str = "file") -> Iterator[Path]:
-        self._info(rel, what)
+        size = int(self._info(rel, what)["size"] or 0)
         fd, name = tempfile.mkstemp(prefix="prep-download-", suffix=os.path.splitext(rel)[1])
         os.close(fd)
         try:
             with translated(self._url(rel), self.location.endpoint()):
-                self.fs.get_file(self.key(rel), name)
+                # one streamed GET: above its chunk size s3fs's get_file opens a GET of the whole object, drops it
+                # and fetches the chunks anew (measured on moto: a 14.7 MB file cost 29.4 MB in 3 GETs)
+                self.fs.get_file(self.key(rel), name, chunksize=max(size, STREAM_BLOCK))
             yield Path(name)
         finally:
             with contextlib.suppress(OSError):
