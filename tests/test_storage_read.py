@@ -285,6 +285,35 @@ def test_s3_credentials_missing_or_wrong_are_one_line(s3: S3Server, small: dict[
         auth("inf")
 
 
+def test_s3_profile_from_the_aws_config_files(s3: S3Server, small: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A named profile of ~/.aws/config and ~/.aws/credentials (AWS_PROFILE or --storage-option profile=) carries
+    the endpoint and the keys, as the AWS CLI reads them; a profile that is not there is one line, exit 2 (it was
+    botocore's ProfileNotFound traceback)."""
+    url = "s3://src/profile/v21"
+    s3.upload_tree(small["v21"], url)
+    env = s3.env(client="prep")
+    config, creds = tmp_path / "config", tmp_path / "credentials"
+    config.write_text(f"[profile lab]\nregion = {env['AWS_REGION']}\nendpoint_url = {s3.endpoint}\n")
+    creds.write_text(f"[lab]\naws_access_key_id = prep\naws_secret_access_key = {SECRET}\n")
+    bare = {k: v for k, v in env.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                                       "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION")}
+    set_env(monkeypatch, {**bare, "AWS_CONFIG_FILE": str(config), "AWS_SHARED_CREDENTIALS_FILE": str(creds)})
+    for how in (("--storage-option", "profile=lab"), ()):
+        if not how:
+            monkeypatch.setenv("AWS_PROFILE", "lab")
+        code, out, err = prep(capsys, "scan", url, "--out", str(tmp_path / "m.json"), *how)
+        assert code == 0, out + err
+        assert SECRET not in out + err
+        assert json.loads((tmp_path / "m.json").read_text())["totals"]["episodes"] == 3
+        (tmp_path / "m.json").unlink()
+    for how in (("--storage-option", "profile=nope"), ()):
+        monkeypatch.setenv("AWS_PROFILE", "lab" if how else "nope")
+        line = one_line_error(*prep(capsys, "scan", url, "--out", str(tmp_path / "m.json"), *how), url)
+        assert "(nope) could not be found" in line and "AWS_PROFILE" in line, line
+    assert not (tmp_path / "m.json").exists()
+
+
 def test_s3_missing_bucket_is_one_line(s3: S3Server, small: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A bucket that does not exist, as source or as output: one line naming the URL and the endpoint (it was a

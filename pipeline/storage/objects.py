@@ -172,6 +172,10 @@ def describe_error(exc: BaseException, url: str, endpoint: str | None = None) ->
     if isinstance(exc, PermissionError) or name in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"):
         return (f"{printable(url)}: access denied ({text}); check the credentials (AWS_ACCESS_KEY_ID / "
                 "AWS_PROFILE) and the bucket's policy")
+    if name in ("ProfileNotFound", "ConfigParseError", "InvalidConfigError", "ConfigNotFound"):
+        return (f"{printable(url)}: the AWS configuration cannot be used ({text}); name a profile that "
+                "~/.aws/config or ~/.aws/credentials holds (AWS_PROFILE or --storage-option profile=...; "
+                "AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE say where those files are)")
     if name in ("NoSuchBucket",) or "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         return f"{printable(url)}: no such bucket ({text})"
     return None
