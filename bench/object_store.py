@@ -95,6 +95,7 @@ class Peak(threading.Thread):
 
 
 def run_prep(args: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     with log.open("wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args, "--no-progress"], cwd=REPO, env=env,
@@ -107,7 +108,10 @@ def run_prep(args: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
     if rc != 0:
         raise SystemExit(f"prep {' '.join(args)} exited {rc}:\n{log.read_text()[-3000:]}")
     return {"wall_s": round(wall, 2), "client_peak_rss_mb": round(peak.client_kib / 1024, 1),
-            "worker_peak_rss_mb": round(peak.worker_kib / 1024, 1)}
+            "worker_peak_rss_mb": round(peak.worker_kib / 1024, 1),
+            # the machine's 1-minute load before and after (other processes share its cores: a ratio measured
+            # under a load well above the workers' own is noise)
+            "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
 
 
 def corpus(base: Path, episodes: int, version: str) -> Path:
