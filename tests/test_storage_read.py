@@ -163,6 +163,31 @@ def test_s3_scan_and_verify_match_the_local_copy(version: str, small: dict[str, 
     assert s3.snapshot(url) == before  # read-only
 
 
+def test_s3_scan_fails_a_bad_camera_as_the_local_scan_does(small: dict[str, Path], s3: S3Server, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """On an object store a unit's cameras are probed at once (threads): a camera that cannot be read still fails
+    its episode with the local scan's reason, and the other episodes and cameras keep their numbers."""
+    import shutil
+
+    local = tmp_path / "bad"
+    shutil.copytree(small["v21"], local)
+    bad = sorted(local.glob("videos/*/observation.images.top/episode_000001.mp4"))[0]
+    bad.write_bytes(b"\x00\x00\x00\x18ftypisom" + b"\xff" * 4000)  # an mp4 whose boxes lie
+    url = f"s3://src/{PREFIX}/bad"
+    s3.upload_tree(local, url)
+    set_env(monkeypatch, s3.env(client="prep"))
+    tables = {}
+    for name, where in (("local", str(local)), ("s3", url)):
+        code, out, err = prep(capsys, "scan", where, "--out", str(tmp_path / f"{name}.json"), "--backend", "inline")
+        assert code in (0, 1), out + err
+        tables[name] = pq.read_table(tmp_path / f"{name}.episodes.parquet").to_pylist()
+    assert [r["status"] for r in tables["s3"]] == [r["status"] for r in tables["local"]]
+    assert [r["status"] for r in tables["s3"]].count("failed") == 1, tables["s3"]
+    for mine, theirs in zip(tables["s3"], tables["local"], strict=True):
+        assert (mine["reason"] or "").replace(url, "ROOT") == (theirs["reason"] or "").replace(str(local), "ROOT")
+
+
 def test_s3_scan_reads_at_most_two_percent(s3: S3Server, tmp_path_factory: pytest.TempPathFactory,
                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A corpus laid out as LeRobot v3.0 packs it (many episodes per file): scan reads the container headers,

@@ -234,10 +234,17 @@ def probe_video(source: Source | str, *, episode: int | None = None, pix_fmt: bo
     except EpisodeError:
         raise
     except (av.FFmpegError, OSError, ValueError) as exc:
-        raise EpisodeError(episode, path, f"unreadable video ({type(exc).__name__}: {exc})") from None
+        raise EpisodeError(episode, path, unreadable(exc)) from None
     if probe.width <= 0 or probe.height <= 0:
         raise EpisodeError(episode, path, f"invalid video size {probe.width}x{probe.height}")
     return probe
+
+
+def unreadable(exc: BaseException) -> str:
+    """The reason for a video FFmpeg cannot read: its error without the file name FFmpeg appends (a path for a
+    local file, '<none>' for an object read through a file object; the episode's record names the file)."""
+    text = exc.strerror if isinstance(exc, av.FFmpegError) and exc.strerror else str(exc)
+    return f"unreadable video ({type(exc).__name__}: {text})"
 
 
 INDEXED_FORMATS = ("mov", "mp4", "m4a", "3gp", "3g2", "mj2")  # FFmpeg's mov demuxer: a complete sample index
@@ -287,7 +294,7 @@ def probe_index(source: str | IO[bytes], *, shown: str, size: int, episode: int 
     except EpisodeError:
         raise
     except (av.FFmpegError, OSError, ValueError) as exc:
-        raise EpisodeError(episode, shown, f"unreadable video ({type(exc).__name__}: {exc})") from None
+        raise EpisodeError(episode, shown, unreadable(exc)) from None
 
 
 def probe_header(fh: IO[bytes], *, shown: str, size: int, episode: int | None = None,
@@ -305,7 +312,7 @@ def probe_header(fh: IO[bytes], *, shown: str, size: int, episode: int | None = 
     except mp4header.NotPlainMp4:
         return None
     except OSError as exc:
-        raise EpisodeError(episode, shown, f"unreadable video ({type(exc).__name__}: {exc})") from None
+        raise EpisodeError(episode, shown, unreadable(exc)) from None
     try:
         probe = probe_index(view, shown=shown, size=size, episode=episode)  # type: ignore[arg-type]  # a reader
     except EpisodeError:  # what the header alone cannot tell (an h264 'avc3' keeps its parameters in the samples)

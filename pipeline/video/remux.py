@@ -28,7 +28,7 @@ import av
 from pipeline.errors import EpisodeError
 from pipeline.storage import FileProblem, Source
 from pipeline.video.checks import TIMESTAMP_TOLERANCE_S, Span, in_span
-from pipeline.video.probe import FAST_OPEN_OPTIONS, open_media
+from pipeline.video.probe import FAST_OPEN_OPTIONS, open_media, unreadable
 
 REORDER_MARGIN_FRAMES = 32  # decode-order lookahead past a span's end (B-frame reordering is far shorter)
 
@@ -105,7 +105,7 @@ def _open(path: Source, episode: int | None) -> av.container.InputContainer:
     except FileNotFoundError:
         raise EpisodeError(episode, path, "missing video file") from None
     except (av.FFmpegError, OSError) as exc:
-        raise EpisodeError(episode, path, f"unreadable video ({type(exc).__name__}: {exc})") from None
+        raise EpisodeError(episode, path, unreadable(exc)) from None
 
 
 def _video_stream(container: av.container.InputContainer, episode: int | None,
