@@ -254,7 +254,7 @@ def sources(args: argparse.Namespace) -> list[Any]:
     given = [p for p in (args.merge or [args.src]) if p is not None]
     if args.storage_options and not any(is_url(p) for p in given):
         parse_location(given[0] if given else ".", options=args.storage_options, what="source")  # refused: local
-    out = []
+    out: list[Any] = []
     for p in given:
         if isinstance(p, Path):
             out.append(p.absolute())

@@ -161,7 +161,7 @@ class OutputRecord:
         write_output_bytes(self.path, json.dumps(doc).encode("utf-8"), self.root, fsync=False)
 
 
-def record_of(out_root: str | Path, rel: str, key: Any, sources: Sequence[Path]) -> OutputRecord:
+def record_of(out_root: str | Path, rel: str, key: Any, sources: Sequence[Source]) -> OutputRecord:
     """The record of the output `<out_root>/<rel>` (convert, edit): `<out_root>/prep/records/<rel>.json`."""
     return OutputRecord(output_file(out_root, f"{RECORDS_DIR}/{rel}.json"), key, tuple(sources),
                         root=output_folder(out_root))

@@ -271,7 +271,7 @@ class Store(ABC):
             return False
         return True
 
-    def learn_folder(self, rel: str) -> None:  # noqa: B027 - an object store's stats come from a listing
+    def learn_folder(self, rel: str, *, absent: bool = False) -> None:  # noqa: B027 - an object store's stats come from a listing
         """Learn the stat of `rel` and of the files after it in its folder in one listing, for reads of a dataset
         no one writes meanwhile (a job's source): an object store then asks no HEAD per file (one LIST per 1,000
         files, each process for itself). A local store's stat is a syscall: nothing to learn."""

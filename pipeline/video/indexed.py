@@ -18,6 +18,7 @@ verdict never rests on the index alone).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import IO, cast
 
 import av
 import numpy as np
@@ -48,10 +49,10 @@ def probe_indexed(source: Source | str, *, episode: int | None = None) -> Indexe
             return None
         with src.open(block_size=EXACT_READS, what="video file") as fh:  # the header boxes: 1-3 exact reads
             view = mp4header.walk(mp4header.read_at_of(fh), size)
-        index = probe_index(view, shown=str(src), size=size, episode=episode)
+        index = probe_index(cast(IO[bytes], view), shown=str(src), size=size, episode=episode)
         if index is None or _samples_end(view) > size:
             return None
-        matrix = read_display_matrix(view)
+        matrix = read_display_matrix(cast(IO[bytes], view))
     except (EpisodeError, FileProblem, OSError, av.FFmpegError, ValueError):  # NotPlainMp4 is a ValueError
         return None
     return IndexedVideo(as_video_probe(index, src), matrix)

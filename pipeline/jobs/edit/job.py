@@ -206,7 +206,7 @@ def edit_as(to: str, out: Path | Location, engine: Engine, edit: Any, *, verify:
             if isinstance(out, Path):
                 atomic.write_json(out / REPORT_REL, json.loads(read_output_text(output_file(staged_at, REPORT_REL))),
                                   indent=2, root=out)
-                shutil.rmtree(staged)
+                shutil.rmtree(staged_at.root)  # a local output's staged edit: a folder below it
             else:  # the edit's report copied server-side (one store), then every staged object removed
                 store = staged_at.store()
                 where.store().copy_in(store, REPORT_REL, REPORT_REL)
