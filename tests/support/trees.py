@@ -40,16 +40,19 @@ def snapshot(root: Path) -> Snapshot:
     for dirpath, dirs, names in os.walk(root):
         for name in [".", *dirs, *names]:
             p = Path(dirpath) / name if name != "." else Path(dirpath)
-            st = p.lstat()
             rel = p.relative_to(root).as_posix()
-            if stat.S_ISLNK(st.st_mode):
-                snap[rel] = ("link", os.readlink(p), st.st_mtime_ns)
-            elif stat.S_ISDIR(st.st_mode):
-                snap[rel] = ("dir", st.st_mode, st.st_mtime_ns)
-            elif not stat.S_ISREG(st.st_mode):  # a FIFO, socket or device: never opened (a FIFO would block)
-                snap[rel] = ("special", st.st_mode, st.st_mtime_ns)
-            else:
-                snap[rel] = ("file", st.st_mode, st.st_size, st.st_mtime_ns, sha256(p))
+            try:
+                st = p.lstat()
+                if stat.S_ISLNK(st.st_mode):
+                    snap[rel] = ("link", os.readlink(p), st.st_mtime_ns)
+                elif stat.S_ISDIR(st.st_mode):
+                    snap[rel] = ("dir", st.st_mode, st.st_mtime_ns)
+                elif not stat.S_ISREG(st.st_mode):  # a FIFO, socket or device: never opened (a FIFO would block)
+                    snap[rel] = ("special", st.st_mode, st.st_mtime_ns)
+                else:
+                    snap[rel] = ("file", st.st_mode, st.st_size, st.st_mtime_ns, sha256(p))
+            except FileNotFoundError:  # gone since the walk listed it: a running writer's temp file, renamed
+                snap.pop(rel, None)
     return snap
 
 
