@@ -142,15 +142,25 @@ class EngineStats:
     batch_sizes: list[int] = field(default_factory=list)  # last few, for logs
 
 
-def _run_batch(units: Sequence[Any], fn: Callable[[Any], Any],
-               on_error: Callable[[Any, BaseException], Any]) -> tuple[list[Any], float]:
+def _run_batch(units: Sequence[Any], fn: Callable[[Any], Any], on_error: Callable[[Any, BaseException], Any],
+               threads: int = 1) -> tuple[list[Any], float]:
+    """A task: `fn` over its units, results in their order; with `threads` > 1, that many units at once
+    (threads: for a stage that waits on round trips, not on the CPU)."""
     t0 = time.perf_counter()
-    out = []
-    for unit in units:
+
+    def one(unit: Any) -> Any:
         try:
-            out.append(fn(unit))
+            return fn(unit)
         except Exception as exc:  # a stage bug or unexpected input: record it, keep going
-            out.append(on_error(unit, exc))
+            return on_error(unit, exc)
+
+    if threads <= 1 or len(units) < 2:
+        out = [one(unit) for unit in units]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(threads, len(units)), thread_name_prefix="prep-unit") as pool:
+            out = list(pool.map(one, units))
     return out, time.perf_counter() - t0
 
 
@@ -314,12 +324,13 @@ class Engine:
 
     def map(self, fn: Callable[[U], R], units: Iterable[U], *, on_error: Callable[[U, BaseException], R],
             desc: str, unit_name: str = "unit", total: int | None = None, cost_s: float | None = None,
-            measure: Callable[[R], dict[str, float]] | None = None) -> Iterator[Batch[U, R]]:
+            measure: Callable[[R], dict[str, float]] | None = None, threads: int = 1) -> Iterator[Batch[U, R]]:
         """Batches of `fn` over `units`, in the order of `units` (see the module docstring).
 
         `total` (units, when known) sizes the progress bar and lets short maps spread over the workers
         (and run inline when tiny); `cost_s` is a hint of one unit's stage time in seconds;
-        `measure` maps a result to counters shown as rates in the progress bar.
+        `measure` maps a result to counters shown as rates in the progress bar; `threads`: units of a task
+        run at once (for a stage bound by round trips to an object store; 1 for CPU-bound stages).
         """
         from tqdm import tqdm
 
@@ -328,8 +339,8 @@ class Engine:
                    file=sys.stderr)
         rates = _Rates(bar, measure)
         try:
-            stream = self._inline(fn, units, on_error, total, cost_s) if inline else \
-                self._distributed(fn, units, on_error, desc, total, cost_s)
+            stream = self._inline(fn, units, on_error, total, cost_s, threads) if inline else \
+                self._distributed(fn, units, on_error, desc, total, cost_s, threads)
             for batch in stream:
                 rates.add(batch)
                 yield batch
@@ -342,7 +353,7 @@ class Engine:
             yield from batch.results
 
     def _inline(self, fn: Callable[[U], R], units: Iterable[U], on_error: Callable[[U, BaseException], R],
-                total: int | None, cost_s: float | None) -> Iterator[Batch[U, R]]:
+                total: int | None, cost_s: float | None, threads: int = 1) -> Iterator[Batch[U, R]]:
         sizer = _Sizer(self.config, 1, cost_s)
         it = iter(units)
         seq = first = 0
@@ -350,7 +361,7 @@ class Engine:
             chunk = _take(it, sizer.size(None if total is None else total - first))
             if not chunk:
                 return
-            results, seconds = _run_batch(chunk, fn, on_error)
+            results, seconds = _run_batch(chunk, fn, on_error, threads)
             sizer.observe(len(chunk), seconds)
             self._count_submit(len(chunk), 1, 1)
             yield Batch(seq, first, chunk, results, seconds)
@@ -366,7 +377,7 @@ class Engine:
         s.batch_sizes = [*s.batch_sizes[-15:], units]
 
     def _distributed(self, fn: Callable[[U], R], units: Iterable[U], on_error: Callable[[U, BaseException], R],
-                     desc: str, total: int | None, cost_s: float | None) -> Iterator[Batch[U, R]]:
+                     desc: str, total: int | None, cost_s: float | None, threads: int = 1) -> Iterator[Batch[U, R]]:
         client = self.client()
         watch = _Watch(self, client, desc)
         workers = watch.ready(fn)  # a worker is connected and every worker imports the stage (remote), before any task
@@ -389,7 +400,7 @@ class Engine:
                         exhausted = True
                         break
                     with watch.translating():
-                        fut = client.submit(_run_batch, chunk, fn, on_error, key=f"{desc}-{token}-{seq}",
+                        fut = client.submit(_run_batch, chunk, fn, on_error, threads, key=f"{desc}-{token}-{seq}",
                                             retries=self.config.retries, pure=False)
                     inflight[fut.key] = (fut, seq, first, chunk)
                     seq += 1

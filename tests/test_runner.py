@@ -3,6 +3,7 @@ one cluster per session, and the bound on tasks in flight (measured on the sched
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -54,6 +55,52 @@ def test_inline_backend_same_results_no_cluster() -> None:
         assert not engine.started and engine.stats.clusters_started == 0
     assert [b.first for b in batches] == [0, 3, 6]
     assert [r for b in batches for r in b.results] == [0, 1, 4, -1003, 16, 25, 36]
+
+
+def concurrent_square(x: int) -> tuple[int, int]:
+    """x*x and how many units ran at once (peak seen by this one), each unit waiting 0.2 s for the others."""
+    global _RUNNING, _PEAK
+    with _GATE:
+        _RUNNING += 1
+        _PEAK = max(_PEAK, _RUNNING)
+    time.sleep(0.2)
+    with _GATE:
+        peak = _PEAK
+        _RUNNING -= 1
+    if x == 3:
+        raise ValueError("bad unit 3")
+    return x * x, peak
+
+
+_GATE = threading.Lock()
+_RUNNING = _PEAK = 0
+
+
+def as_pair_failure(x: int, exc: BaseException) -> tuple[int, int]:
+    return (-1000 - x if isinstance(exc, ValueError) else -1), 0
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_threads_run_a_tasks_units_at_once_in_order(threads: int) -> None:
+    """`threads` runs that many of a task's units at once (a scan of an object store waits on round trips), the
+    results still in unit order and a unit's failure its own; 1 (every CPU-bound stage) runs them in turn."""
+    global _PEAK
+    _PEAK = 0
+    with open_engine(RunConfig(backend="inline", progress=False, batch=8)) as engine:
+        out = list(engine.results(concurrent_square, range(8), on_error=as_pair_failure, desc="t",
+                                  threads=threads))
+    assert [r for r, _ in out] == [0, 1, 4, -1003, 16, 25, 36, 49]
+    assert max(p for _, p in out) == threads
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_threads_reach_the_workers_of_a_cluster() -> None:
+    cfg = RunConfig(workers=1, progress=False, batch=4)
+    with open_engine(cfg) as engine:
+        out = list(engine.results(concurrent_square, range(8), on_error=as_pair_failure, desc="t", threads=4))
+    assert [r for r, _ in out] == [0, 1, 4, -1003, 16, 25, 36, 49]
+    assert max(p for _, p in out) == 4  # one worker process: its 4 threads ran a task's 4 units at once
 
 
 def test_map_empty() -> None:

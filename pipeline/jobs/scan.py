@@ -35,7 +35,16 @@ from pipeline.jobs.manifest import (
     table_path_for,
 )
 from pipeline.runner import Engine
-from pipeline.stages.scan import CameraScan, EpisodeScan, ImageScan, ScanUnit, scan_unit, scan_unit_failed, scan_units
+from pipeline.stages.scan import (
+    CameraScan,
+    EpisodeScan,
+    ImageScan,
+    ScanUnit,
+    scan_unit,
+    scan_unit_failed,
+    scan_units,
+    units_in_flight,
+)
 from pipeline.storage import Location, StorePath, local_root
 from pipeline.tables import RowGroupWriter
 
@@ -88,7 +97,8 @@ def scan_dataset(src: Path | Location, out: Path | StorePath, engine: Engine, *,
         try:
             stream = parts.run(engine, work, plan(ds), scan_unit, on_error=scan_unit_failed, desc="scan",
                                unit_name="file-set", total=len(ds.file_groups("set")),
-                               cost_s=COST_S * max(1, len(cameras)) / 3, encode=encode, decode=decode)
+                               cost_s=COST_S * max(1, len(cameras)) / 3, encode=encode, decode=decode,
+                               threads=units_in_flight(ds.location))
             for scans in stream:
                 for s in scans:
                     totals.add(s)

@@ -13,6 +13,7 @@ store alike.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -175,6 +176,7 @@ def image_columns(pf: pq.ParquetFile, cameras: tuple[str, ...], *, header: bool)
 
 LISTED_AT_MOST = 2_000  # files of a folder an object-store process lists before it stats one of them (2 LISTs)
 _LISTED: set[tuple[int, str]] = set()
+_LISTING = threading.Lock()
 
 
 def _list_folder_once(store: Store, rel: str) -> None:
@@ -184,12 +186,13 @@ def _list_folder_once(store: Store, rel: str) -> None:
     if store.location.is_local:
         return
     folder = rel.rpartition("/")[0]
-    if (id(store), folder) in _LISTED:
-        return
-    _LISTED.add((id(store), folder))
-    for n, _ in enumerate(store.iter_files(folder)):
-        if n + 1 >= LISTED_AT_MOST:
-            break
+    with _LISTING:  # a task's units run in threads (UNITS_IN_FLIGHT): one LIST a folder, the others wait for it
+        if (id(store), folder) in _LISTED:
+            return
+        for n, _ in enumerate(store.iter_files(folder)):
+            if n + 1 >= LISTED_AT_MOST:
+                break
+        _LISTED.add((id(store), folder))
 
 
 def _parquet_rows(store: Store, rel: str, episodes: tuple[Episode, ...], images: tuple[str, ...] = (),
@@ -247,6 +250,15 @@ def probe_camera(store: Store, rel: str, *, episode: int | None, pix_fmt: bool) 
 
 
 READS_IN_FLIGHT = 8  # an object store's header reads of one unit at once (its cameras): each costs a round trip
+# Units a scan task runs at once on an object store (threads): a unit is a few round trips (a parquet footer
+# and pages, each camera's header boxes) and almost no CPU, so one unit at a time a worker leaves the worker
+# waiting. Measured by bench/object_store.py (docs/storage.md). A local folder scans one unit at a time.
+UNITS_IN_FLIGHT = 4
+
+
+def units_in_flight(location: Location) -> int:
+    """Units of one scan task to run at once for a dataset at `location`."""
+    return 1 if location.is_local else UNITS_IN_FLIGHT
 
 
 def _probes(store: Store, first: Episode, pix_fmt: bool) -> list[IndexProbe | VideoProbe | EpisodeError]:

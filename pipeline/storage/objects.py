@@ -259,7 +259,9 @@ class ObjectStore(Store):
     @property
     def fs(self) -> Any:
         if self._fs is None:
-            self._fs = filesystem(self.location)
+            with self._infos_lock:  # a scan task's units run in threads: one filesystem a store
+                if self._fs is None:
+                    self._fs = filesystem(self.location)
         return self._fs
 
     def key(self, rel: str) -> str:
