@@ -34,6 +34,16 @@ DEFAULT_FILE_MODE = "mtime"
 CHUNK = 1 << 20
 
 
+# A local dataset's branch (`metadata_digest`, `files_digest`) stats and reads its files with os.stat/open, not
+# through `pipeline.storage` (the `LocalStore` of its `Location`), on purpose: the seam's reads would change the
+# digests that reports already hold (`prep edit --drop-failed` compares them) where they matter most, the failed
+# episodes' odd files. Its errors drop what is hashed here: a FIFO, socket, device or folder is `kind <S_IFMT>`
+# here, `NotAFile` there (no mode); a symlink that leaves the dataset is followed and hashed here, `OutsideRoot`
+# there; `unreadable <errno>` has no errno there; and its `iter_entries`/`iter_files` leave out under meta/ a
+# link to a folder (and `iter_files` every link), which are entries here. Plain files digest the same either way,
+# but each `stat` there resolves the path (realpath: an lstat per component) to check it stays inside: about 3x
+# the time of an mtime fingerprint (5,000 files: 0.12 s here, 0.38 s through the store). An object store's
+# branch goes through the seam (`_object_digest`, `_object_files_digest`).
 def _hash_file(h: Any, path: Path) -> None:
     with open(path, "rb") as fh:
         while block := fh.read(CHUNK):

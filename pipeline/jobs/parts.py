@@ -41,18 +41,19 @@ import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from pipeline import __version__, atomic
 from pipeline.dataset import Dataset
 from pipeline.jobs.output import check_locations, check_outside, command_line
 from pipeline.lock import exclusive_lock
 from pipeline.runner import Batch, Engine
-from pipeline.storage import Location, StorePath, publish_tree
+from pipeline.storage import Location, MissingFile, StorePath, publish_tree
 from pipeline.text import printable
 
 U = TypeVar("U")
 R = TypeVar("R")
+W = TypeVar("W")  # how a work folder names one of its records
 
 PLAN_FILE = "plan.json"
 PART_RE = re.compile(r"part-(\d{12})-(\d{12})\.jsonl\.gz")
@@ -83,69 +84,127 @@ def fingerprint(job: str, record_version: int, ds: Dataset, **options: Any) -> s
     return hashlib.blake2b(json.dumps(doc, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
 
 
-class WorkFolder:
-    """The work folder of one job run; `resume=False` (or another fingerprint) starts it empty."""
+def write_lines(gz: gzip.GzipFile, lines: Iterable[Any]) -> None:
+    """A completion record's lines into its gzip stream: one compact JSON document per unit, UTF-8."""
+    for obj in lines:
+        gz.write((json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8"))
 
-    def __init__(self, path: Path, *, fingerprint: str, resume: bool = True) -> None:
-        self.path = Path(path)
+
+def read_lines(gz: gzip.GzipFile) -> Iterator[Any]:
+    """The units of a completion record, from its gzip stream (`write_lines`)."""
+    for line in io.TextIOWrapper(gz, encoding="utf-8"):
+        yield json.loads(line)
+
+
+class _Records(Generic[W]):
+    """What both work folders do alike (`WorkFolder`, `StoreWorkFolder`): hold the lock (`lock`, taken here: a
+    second run on the same output is refused while this one lives), keep or clear the records by the plan's
+    fingerprint, list and write the records by position, release once. `W` names a record: a local path, or an
+    object's relative path in its store. Each kind says how to read the plan (`_plan_data`), list the folder
+    (`_listing`), put a record (`_put_record`) and what else its release drops (`_released_lock`)."""
+
+    path: Path  # the job's own files while it runs
+    shown: str  # the folder as messages name it
+
+    def __init__(self, fingerprint: str, lock: contextlib.AbstractContextManager[Any]) -> None:
         self.fingerprint = fingerprint
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
-        self.shown = printable(self.path)
-        atomic.check_tree(self.path, what="the work folder", follow_root=False)  # before the lock is taken
-        self._lock = exclusive_lock(self.lock_path, f"work folder {printable(self.path)}",
-                                    command=command_line())
-        self._lock.__enter__()  # a second run on the same output is refused while this one lives
-        try:
-            atomic.check_tree(self.path, what="the work folder", follow_root=False)  # as it is under the lock
-            previous = self._read_plan()
-            if self.path.exists() and (not resume or previous != fingerprint):
-                shutil.rmtree(self.path)
-            atomic.make_dirs(self.path)
-            atomic.remove_stale_temps(self.path)
-            if previous != fingerprint or not resume:
-                atomic.write_json(self.path / PLAN_FILE, {"fingerprint": fingerprint}, indent=None, root=self.path)
-        except BaseException:
-            self.release()
-            raise
+        self._released = False
+        self._lock = lock
+        self._lock.__enter__()
 
-    def __enter__(self) -> WorkFolder:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
 
-    def _read_plan(self) -> str | None:
+    @contextlib.contextmanager
+    def _releasing_on_error(self) -> Iterator[None]:
         try:
-            value = json.loads(atomic.read_regular_text(self.path / PLAN_FILE)).get("fingerprint")
-        except (OSError, ValueError, AttributeError, RecursionError):
-            return None
-        return value if isinstance(value, str) else None
+            yield
+        except BaseException:
+            self.release()
+            raise
 
-    def records(self) -> list[tuple[int, int, Path]]:
-        """(first, end, file) of every completion record, by position."""
-        out = []
-        for p in self.path.iterdir() if self.path.is_dir() else ():
-            m = PART_RE.fullmatch(p.name)
-            if m and p.is_file() and not p.is_symlink():
-                out.append((int(m.group(1)), int(m.group(2)), p))
-        return sorted(out)
+    def _stale(self, resume: bool) -> bool:
+        """Whether the records present are not this plan's (or `resume=False`): clear them and write the plan."""
+        if not resume:
+            return True
+        try:
+            value = json.loads(self._plan_data()).get("fingerprint")
+        except (MissingFile, OSError, ValueError, AttributeError, RecursionError):  # no plan, or not prep's
+            return True
+        return not isinstance(value, str) or value != self.fingerprint
+
+    def _plan_document(self) -> bytes:
+        return json.dumps({"fingerprint": self.fingerprint}).encode()
+
+    def records(self) -> list[tuple[int, int, W]]:
+        """(first, end, record) of every completion record, by position."""
+        found = ((PART_RE.fullmatch(name), where) for name, where in self._listing())
+        return sorted((int(m.group(1)), int(m.group(2)), where) for m, where in found if m)
 
     def write_record(self, first: int, lines: list[Any]) -> None:
-        end = first + len(lines)
-        path = self.path / f"part-{first:012d}-{end:012d}.jsonl.gz"
-        with atomic.atomic_path(path, self.path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=1) as fh:
-            for obj in lines:
-                fh.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n")
+        self._put_record(f"part-{first:012d}-{first + len(lines):012d}.jsonl.gz", lines)
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        with contextlib.suppress(Exception):
+            self._lock.__exit__(None, None, None)
+        self._released_lock()
+
+    def _plan_data(self) -> str | bytes:
+        raise NotImplementedError
+
+    def _listing(self) -> Iterator[tuple[str, W]]:
+        """(name, record) of each file directly in the folder."""
+        raise NotImplementedError
+
+    def _put_record(self, name: str, lines: list[Any]) -> None:
+        raise NotImplementedError
+
+    def _released_lock(self) -> None:
+        """After the lock is let go (once): nothing more for a local folder."""
+
+
+class WorkFolder(_Records[Path]):
+    """The work folder of one job run; `resume=False` (or another fingerprint) starts it empty."""
+
+    def __init__(self, path: Path, *, fingerprint: str, resume: bool = True) -> None:
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.shown = printable(self.path)
+        atomic.check_tree(self.path, what="the work folder", follow_root=False)  # before the lock is taken
+        super().__init__(fingerprint, exclusive_lock(self.lock_path, f"work folder {self.shown}",
+                                                     command=command_line()))
+        with self._releasing_on_error():
+            atomic.check_tree(self.path, what="the work folder", follow_root=False)  # as it is under the lock
+            stale = self._stale(resume)
+            if stale and self.path.exists():
+                shutil.rmtree(self.path)
+            atomic.make_dirs(self.path)
+            atomic.remove_stale_temps(self.path)
+            if stale:
+                atomic.write_bytes(self.path / PLAN_FILE, self._plan_document(), root=self.path)
+
+    def _plan_data(self) -> str:
+        return atomic.read_regular_text(self.path / PLAN_FILE)
+
+    def _listing(self) -> Iterator[tuple[str, Path]]:
+        for p in self.path.iterdir() if self.path.is_dir() else ():
+            if p.is_file() and not p.is_symlink():
+                yield p.name, p
+
+    def _put_record(self, name: str, lines: list[Any]) -> None:
+        with atomic.atomic_path(self.path / name, self.path) as tmp, gzip.open(tmp, "wb", compresslevel=1) as gz:
+            write_lines(gz, lines)
 
     @staticmethod
     def read_record(path: Path | str) -> Iterator[Any]:
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            for line in fh:
-                yield json.loads(line)
-
-    def release(self) -> None:
-        with contextlib.suppress(Exception):
-            self._lock.__exit__(None, None, None)
+        with gzip.open(path, "rb") as gz:
+            yield from read_lines(gz)
 
     def remove(self) -> None:
         """The outputs are published: drop the records (and the lock)."""
@@ -153,7 +212,7 @@ class WorkFolder:
         self.release()
 
 
-class StoreWorkFolder:
+class StoreWorkFolder(_Records[str]):
     """The work folder of a report put in an object store (`--out s3://BUCKET/KEY.json`): its completion records are
     objects below `<report>.parts/` (`plan.json`, `part-<first>-<end>.jsonl.gz`, each put whole), so a killed run
     resumes from any machine as a local one resumes from its folder; they are written by the one run that holds
@@ -164,35 +223,17 @@ class StoreWorkFolder:
         self.report = report
         self.store = report.store
         self.rel = f"{report.rel}.parts"
-        self.fingerprint = fingerprint
         self.shown = printable(f"{report.url}.parts/")
-        self._released = False
-        self._lock = self.store.lock(f"{self.rel}.lock", f"the report {printable(report.url)}",
-                                     command=command_line())
-        self._lock.__enter__()  # a second run on the same report is refused while this one lives
+        super().__init__(fingerprint, self.store.lock(f"{self.rel}.lock", f"the report {printable(report.url)}",
+                                                      command=command_line()))
         self.path = Path(tempfile.mkdtemp(prefix="prep-parts-"))
-        try:
-            if not resume or self._read_plan() != fingerprint:
+        with self._releasing_on_error():
+            if self._stale(resume):
                 self._clear()
-                self.store.write_bytes(f"{self.rel}/{PLAN_FILE}", json.dumps({"fingerprint": fingerprint}).encode())
-        except BaseException:
-            self.release()
-            raise
+                self.store.write_bytes(f"{self.rel}/{PLAN_FILE}", self._plan_document())
 
-    def __enter__(self) -> StoreWorkFolder:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    def _read_plan(self) -> str | None:
-        from pipeline.storage import MissingFile
-
-        try:
-            value = json.loads(self.store.read_bytes(f"{self.rel}/{PLAN_FILE}", limit=1 << 16)).get("fingerprint")
-        except (MissingFile, OSError, ValueError, AttributeError, RecursionError):
-            return None
-        return value if isinstance(value, str) else None
+    def _plan_data(self) -> bytes:
+        return self.store.read_bytes(f"{self.rel}/{PLAN_FILE}", limit=1 << 16)
 
     def _objects(self) -> list[str]:
         return [rel for rel, _st in self.store.iter_files(self.rel)]
@@ -201,35 +242,21 @@ class StoreWorkFolder:
         for rel in self._objects():
             self.store.remove(rel)
 
-    def records(self) -> list[tuple[int, int, str]]:
-        """(first, end, object) of every completion record, by position."""
-        out = []
-        for rel in self._objects():
-            m = PART_RE.fullmatch(posixpath.basename(rel))
-            if m and posixpath.dirname(rel) == self.rel:
-                out.append((int(m.group(1)), int(m.group(2)), rel))
-        return sorted(out)
+    def _listing(self) -> Iterator[tuple[str, str]]:
+        return ((posixpath.basename(rel), rel) for rel in self._objects() if posixpath.dirname(rel) == self.rel)
 
-    def write_record(self, first: int, lines: list[Any]) -> None:
-        end = first + len(lines)
+    def _put_record(self, name: str, lines: list[Any]) -> None:
         buf = io.BytesIO()
         with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=1, mtime=0) as gz:
-            for obj in lines:
-                gz.write((json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8"))
-        self.store.write_bytes(f"{self.rel}/part-{first:012d}-{end:012d}.jsonl.gz", buf.getvalue())
+            write_lines(gz, lines)
+        self.store.write_bytes(f"{self.rel}/{name}", buf.getvalue())
 
     def read_record(self, rel: Path | str) -> Iterator[Any]:
         data = self.store.read_bytes(str(rel), limit=RECORD_BYTES, what="completion record")
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
-            for line in io.TextIOWrapper(gz, encoding="utf-8"):
-                yield json.loads(line)
+            yield from read_lines(gz)
 
-    def release(self) -> None:
-        if self._released:
-            return
-        self._released = True
-        with contextlib.suppress(Exception):
-            self._lock.__exit__(None, None, None)
+    def _released_lock(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
 
     def remove(self) -> None:
@@ -270,9 +297,10 @@ def put_report(folder: Path, report: StorePath) -> list[str]:
 def run(engine: Engine, work: WorkFolder | StoreWorkFolder | None, units: Iterable[U], stage: Callable[[U], R], *,
         on_error: Callable[[U, BaseException], R], desc: str, unit_name: str, total: int | None,
         cost_s: float | None, encode: Callable[[R], Any], decode: Callable[[Any], R],
-        measure: Callable[[R], dict[str, float]] | None = None) -> Iterator[R]:
+        measure: Callable[[R], dict[str, float]] | None = None, threads: int = 1) -> Iterator[R]:
     """Each unit's result in plan order: from a completion record when one covers its position, else from
-    the engine (recording each finished batch). Without a work folder: the engine only, no records."""
+    the engine (recording each finished batch; `threads`: units of a task at once, see `Engine.map`).
+    Without a work folder: the engine only, no records."""
     records: list[tuple[int, int, Any]] = list(work.records()) if work is not None else []
     done = sum(end - first for first, end, _ in records)
     if records and work is not None:
@@ -307,7 +335,7 @@ def run(engine: Engine, work: WorkFolder | StoreWorkFolder | None, units: Iterab
     todo = None if total is None else total - done
     batch: Batch[U, R]
     for batch in engine.map(stage, fresh(), on_error=on_error, desc=desc, unit_name=unit_name, total=todo,
-                            cost_s=cost_s, measure=measure):
+                            cost_s=cost_s, measure=measure, threads=threads):
         positions = [pulled.popleft() for _ in batch.units]
         if work is not None and not batch.failed:
             _record(work, positions, batch.results, encode)
