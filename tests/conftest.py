@@ -1,4 +1,5 @@
-"""Shared fixtures: synthetic corpora built once per session, and the real v2.1 fixture.
+"""Shared fixtures: synthetic corpora built once per session, the real v2.1 fixture, and a test module's S3
+server (moto on loopback).
 
 Session-scoped datasets are read-only by convention: a test that writes into a dataset
 copies it first (`copy_dataset`).
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from support.datasets import real_fixture, small_spec
+from support.s3 import S3Server
+from support.storage import prep_env, set_env
 
 from pipeline.synth import SynthSpec, write_synthetic
 
@@ -113,3 +116,22 @@ def copy_dataset(tmp_path: Path) -> Callable[[Path, str], Path]:
         return dst
 
     return copy
+
+
+@pytest.fixture(scope="module")
+def s3(request: pytest.FixtureRequest) -> Iterator[S3Server]:
+    """moto's S3 on loopback (support.s3.S3Server, a thread of this process) for one test module, with the buckets
+    the module's `S3_BUCKETS` names made. Thread-mode servers share moto's state in this process: each module
+    names buckets of its own. A module extends it by a fixture of the same name that takes it (uploads)."""
+    with S3Server() as server:
+        for bucket in getattr(request.module, "S3_BUCKETS", ()):
+            server.make_bucket(bucket)
+        yield server
+
+
+@pytest.fixture
+def s3_prep(s3: S3Server, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> S3Server:
+    """This test's prep runs signed as `prep` against `s3`, the module's `SECRET` (if it has one) as their secret
+    key, and nothing of the machine's AWS configuration (support.storage.prep_env); returns `s3`."""
+    set_env(monkeypatch, prep_env(s3, getattr(request.module, "SECRET", None)))
+    return s3

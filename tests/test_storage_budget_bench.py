@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,8 @@ from pipeline.runner import RunConfig, open_engine
 from pipeline.schemas import validate
 from pipeline.synth import SynthSpec, write_synthetic
 
-SECRET = "prep-budget-secret-3c81d0f6a2e94b17"  # must never leave the environment
+SECRET = "prep-budget-secret-3c81d0f6a2e94b17"  # s3_prep's secret key (tests/conftest.py): must never leave the env
+S3_BUCKETS = ("man", "data")  # made in this module's moto server (the `s3` fixture, tests/conftest.py)
 VOLATILE = {"created_utc", "prep_version"}
 
 
@@ -36,21 +36,6 @@ def scan_to(root: Path, out: Path) -> Path:
     with open_engine(RunConfig(backend="inline", progress=False)) as engine:
         scan_dataset(root, out, engine)
     return out
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        server.make_bucket("man")
-        server.make_bucket("data")
-        yield server
-
-
-@pytest.fixture
-def s3_prep(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
-    """This test's prep runs signed as `prep`, the secret in its environment and nothing of the machine's."""
-    set_env(monkeypatch, {**s3.env(client="prep"), "AWS_SECRET_ACCESS_KEY": SECRET})
-    return s3
 
 
 @pytest.fixture(scope="module")

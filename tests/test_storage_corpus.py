@@ -12,71 +12,34 @@ commands with s3:// sources and outputs, against a real S3 server (moto) on loop
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.s3 import S3Server
-from support.storage import prep, set_env
+from support.storage import (
+    CAMS,
+    LONGER,
+    hashes_local,
+    hashes_s3,
+    prep,
+    run_child,
+    run_local,
+    set_env,
+    small_pair,
+    start_child,
+    wait_for,
+)
 
-from pipeline.synth import SynthSpec, write_synthetic
+from pipeline.synth import write_synthetic
 
-REPO = Path(__file__).resolve().parents[1]
-CAMS = ("observation.images.top", "observation.images.wrist")
-
-
-def digests(files: dict[str, bytes]) -> dict[str, str]:
-    return {rel: hashlib.blake2b(data, digest_size=16).hexdigest() for rel, data in files.items()}
-
-
-def s3_files(s3: S3Server, url: str, *, skip_prep: bool = True) -> dict[str, str]:
-    """Every object below `url` (but prep's own folders): {relative key: hash}."""
-    bucket, _, prefix = url.removeprefix("s3://").partition("/")
-    out = {}
-    for key in s3.list_keys(url):
-        rel = key[len(prefix) + 1:] if prefix else key
-        if skip_prep and (rel.startswith("prep/") or "/prep/" in rel):
-            continue
-        out[rel] = s3.get_bytes(f"s3://{bucket}/{key}")
-    return digests(out)
-
-
-def local_files(root: Path, *, skip_prep: bool = True) -> dict[str, str]:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root).as_posix()
-        if p.is_file() and not (skip_prep and "prep" in p.relative_to(root).parts):
-            out[rel] = p.read_bytes()
-    return digests(out)
+S3_BUCKETS = ("csrc", "cout")  # made in this module's moto server (the `s3` fixture, tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("small-c")
-    return {"v21": write_synthetic(base / "v21", SynthSpec(version="v2.1", episodes=3, height=96, width=128,
-                                                           cameras=CAMS, frames=30)),
-            "v30": write_synthetic(base / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2,
-                                                           height=96, width=128, cameras=CAMS, frames=30))}
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        server.make_bucket("csrc")
-        server.make_bucket("cout")
-        yield server
-
-
-def run_local(*args: str) -> None:
-    from pipeline.cli import main
-
-    assert main([*args, "--backend", "inline", "--no-progress"]) == 0
+    return small_pair(tmp_path_factory.mktemp("small-c"), cameras=CAMS, frames=30)
 
 
 # ---- reencode --format where the data lives ------------------------------------------------------------------
@@ -87,11 +50,9 @@ TO = {"v21": "v3.0", "v30": "v2.1"}
 @pytest.fixture(scope="module")
 def format_reference(small: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     base = tmp_path_factory.mktemp("ref-format")
-    out = {}
-    for version, src in small.items():
-        run_local("reencode", str(src), "--dst", "64", "--format", TO[version], "--out", str(base / version))
-        out[version] = local_files(base / version)
-    return out
+    return {version: hashes_local(run_local("reencode", str(src), "--dst", "64", "--format", TO[version],
+                                            out=base / version))
+            for version, src in small.items()}
 
 
 @pytest.mark.parametrize("version", ["v21", "v30"])
@@ -111,7 +72,7 @@ def test_reencode_format_where_it_lives_equals_local(version: str, direction: st
                              "--backend", "inline")
     assert code == 0, stdout + err
     assert f"--- into {TO[version]}" in stdout and "staged    removed" in stdout, stdout
-    got = s3_files(s3, out_url) if direction.endswith("s3") else local_files(Path(out))
+    got = hashes_s3(s3, out_url) if direction.endswith("s3") else hashes_local(Path(out))
     assert got == format_reference[version]  # every file, hashed
     assert s3.snapshot(src_url) == before  # the source: same objects, same ETags
     if direction.endswith("s3"):
@@ -135,8 +96,8 @@ def corpus_reference(small: dict[str, Path], tmp_path_factory: pytest.TempPathFa
     import shutil
 
     shutil.copytree(small["v30"], remote)
-    run_local("reencode", str(remote), str(small["v21"]), "--dst", "64", "--out", str(base / "out"))
-    return {name: local_files(base / "out" / name) for name in ("remote_v30", "v21")}
+    out = run_local("reencode", str(remote), str(small["v21"]), "--dst", "64", out=base / "out")
+    return {name: hashes_local(out / name) for name in ("remote_v30", "v21")}
 
 
 @pytest.mark.slow  # ~25 s: three commands, two re-encodes and two verifies of the corpus
@@ -162,7 +123,7 @@ def test_a_corpus_in_s3_and_local_is_scanned_verified_and_reencoded_into_s3(
     keys = {k.removeprefix("prepared/") for k in s3.list_keys(out)}
     for name, files in corpus_reference.items():
         assert f"{name}/meta/info.json" in keys  # each dataset's output complete
-        assert s3_files(s3, f"{out}/{name}") == files  # and the local corpus re-encode's bytes
+        assert hashes_s3(s3, f"{out}/{name}") == files  # and the local corpus re-encode's bytes
     assert {"corpus.json", "corpus.parquet", "corpus.toml", "corpus_reencode.json", "corpus.md"} <= keys
     assert not any(k.startswith("prep/") or k.endswith(".lock") for k in keys), keys  # records and locks gone
     assert s3.snapshot("s3://csrc") == before  # the source bucket: same objects, same ETags
@@ -187,32 +148,17 @@ def test_a_corpus_in_s3_and_local_is_scanned_verified_and_reencoded_into_s3(
 @pytest.fixture(scope="module")
 def longer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """12 episodes x 2 cameras at 240x320: long enough to be killed half-way."""
-    return write_synthetic(tmp_path_factory.mktemp("longer-c") / "long",
-                           SynthSpec(version="v2.1", episodes=12, height=240, width=320, frames=90, cameras=CAMS))
-
-
-def wait_for(predicate: object, timeout: float = 120.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(interval)
-    return False
+    return write_synthetic(tmp_path_factory.mktemp("longer-c") / "long", LONGER)
 
 
 @pytest.mark.slow
 def test_a_killed_corpus_reencode_into_s3_resumes_byte_identical(small: dict[str, Path], longer: Path, s3: S3Server,
                                                                  tmp_path: Path) -> None:
-    ref = tmp_path / "ref"
-    run_local("reencode", str(small["v21"]), str(longer), "--dst", "64", "--out", str(ref))
+    ref = run_local("reencode", str(small["v21"]), str(longer), "--dst", "64", out=tmp_path / "ref")
     out = "s3://cout/killed-corpus"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **s3.env(client="prep"),
-           "PYTHONPATH": str(REPO)}
-    args = [sys.executable, "-m", "pipeline.cli", "reencode", str(small["v21"]), str(longer), "--dst", "64", "--out",
-            out, "--backend", "inline", "--no-progress"]
+    args = ("reencode", str(small["v21"]), str(longer), "--dst", "64", "--out", out, "--backend", "inline")
     log = tmp_path / "first.log"
-    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = start_child(s3, *args, log=log)
     videos = lambda: [k for k in s3.list_keys(f"{out}/long") if k.endswith(".mp4")]  # noqa: E731
     first_done = lambda: any(k.endswith("v21/meta/info.json") for k in s3.list_keys(out))  # noqa: E731
     try:
@@ -225,14 +171,14 @@ def test_a_killed_corpus_reencode_into_s3_resumes_byte_identical(small: dict[str
     keys = s3.list_keys(out)
     assert not any(k.endswith("long/meta/info.json") or k.endswith("/corpus.json") for k in keys)  # not complete
     assert any(k.endswith("prep/corpus.parts/done/v21.json") for k in keys)  # the first dataset's record
-    again = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    again = run_child(s3, *args)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "complete in an earlier run, kept" in again.stdout, again.stdout  # resumed across datasets
     long_line = next(line for line in again.stdout.splitlines() if line.startswith("ok        long"))
     kept = int(long_line.split(" kept")[0].rsplit(", ", 1)[1])
     assert kept >= done - 2, again.stdout  # the file(s) being put when killed may be written again
     for name in ("v21", "long"):
-        assert s3_files(s3, f"{out}/{name}") == local_files(ref / name), name
+        assert hashes_s3(s3, f"{out}/{name}") == hashes_local(ref / name), name
     keys = s3.list_keys(out)
     assert not any("/prep/corpus.parts" in k or k.endswith(".lock") for k in keys), keys
     assert s3.multipart_uploads("cout") == []

@@ -13,40 +13,30 @@ edit (--drop, --merge, --split, --to, --drop-cameras), against a real S3 server 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.s3 import S3Server
-from support.storage import prep, set_env
+from support.storage import (
+    CAMS,
+    hashes_local,
+    hashes_s3,
+    one_line,
+    prep,
+    run_child,
+    run_local,
+    set_env,
+    small_pair,
+    start_child,
+    wait_for,
+)
 
 from pipeline.synth import SynthSpec, write_synthetic
 
-SECRET = "prep-edit-secret-5b1f0e9a3c7d4e26"
-REPO = Path(__file__).resolve().parents[1]
-CAMS = ("observation.images.top", "observation.images.wrist")
-
-
-def hashes_s3(s3: S3Server, url: str) -> dict[str, str]:
-    """{relative key: sha256} of every object of the dataset at `url` but prep's own folder."""
-    bucket, _, prefix = url.removeprefix("s3://").partition("/")
-    out = {}
-    for key in s3.list_keys(url):
-        rel = key[len(prefix) + 1:]
-        if not rel.startswith("prep/"):
-            out[rel] = hashlib.sha256(s3.get_bytes(f"s3://{bucket}/{key}")).hexdigest()
-    return out
-
-
-def hashes_local(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.relative_to(root).parts[0] != "prep"}
+SECRET = "prep-edit-secret-5b1f0e9a3c7d4e26"  # the secret key of s3_prep (tests/conftest.py) and the child runs
+S3_BUCKETS = ("esrc", "eout")  # made in this module's moto server (the `s3` fixture, tests/conftest.py)
 
 
 def clean_output(s3: S3Server, url: str, capsys: pytest.CaptureFixture[str], stdout: str, err: str) -> None:
@@ -63,33 +53,21 @@ def clean_output(s3: S3Server, url: str, capsys: pytest.CaptureFixture[str], std
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("small-e")
-    return {"v21": write_synthetic(base / "v21", SynthSpec(version="v2.1", episodes=4, height=96, width=128,
-                                                           cameras=CAMS, frames=30)),
-            # a keyframe where each episode starts (gop = episode length): a drop cuts exactly, --to v2.1 too
-            "v30": write_synthetic(base / "v30", SynthSpec(version="v3.0", episodes=4, episodes_per_file=2,
-                                                           height=96, width=128, cameras=CAMS, frames=30, gop=30))}
+    # v3.0: a keyframe where each episode starts (gop = episode length): a drop cuts exactly, --to v2.1 too
+    return small_pair(tmp_path_factory.mktemp("small-e"), cameras=CAMS, frames=30, episodes=4, v30_gop=30)
 
 
 @pytest.fixture(scope="module")
-def s3(small: dict[str, Path]) -> Iterator[S3Server]:
-    with S3Server() as server:
-        server.make_bucket("esrc")
-        server.make_bucket("eout")
-        for version, root in small.items():
-            server.upload_tree(root, f"s3://esrc/ds/{version}")
-        yield server
+def s3(s3: S3Server, small: dict[str, Path]) -> S3Server:
+    """tests/conftest.py's server, both datasets uploaded to s3://esrc/ds/<version>."""
+    for version, root in small.items():
+        s3.upload_tree(root, f"s3://esrc/ds/{version}")
+    return s3
 
 
-@pytest.fixture
-def env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    set_env(monkeypatch, {**s3.env(client="prep"), "AWS_SECRET_ACCESS_KEY": SECRET})
-
-
-def local_edit(capsys: pytest.CaptureFixture[str], out: Path, *args: str) -> dict[str, str]:
-    code, stdout, err = prep(capsys, "edit", *args, "--out", str(out), "--backend", "inline")
-    assert code == 0, stdout + err
-    return hashes_local(out)
+def local_edit(out: Path, *args: str) -> dict[str, str]:
+    """`prep edit ARGS --out OUT` locally: OUT's files but prep/, hashed."""
+    return hashes_local(run_local("edit", *args, out=out))
 
 
 # ---- every direction gives the local bytes ---------------------------------------------------------------------
@@ -97,9 +75,9 @@ def local_edit(capsys: pytest.CaptureFixture[str], out: Path, *args: str) -> dic
 
 @pytest.mark.parametrize("version", ["v21", "v30"])
 @pytest.mark.parametrize("direction", ["s3-s3", "s3-local", "local-s3"])
-def test_edit_drop_equals_local(version: str, direction: str, small: dict[str, Path], s3: S3Server, env: None,
+def test_edit_drop_equals_local(version: str, direction: str, small: dict[str, Path], s3: S3Server, s3_prep: S3Server,
                                 tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    want = local_edit(capsys, tmp_path / "ref", str(small[version]), "--drop", "1")
+    want = local_edit(tmp_path / "ref", str(small[version]), "--drop", "1")
     src_url = f"s3://esrc/ds/{version}"
     before = s3.snapshot(src_url)
     src = src_url if direction.startswith("s3") else str(small[version])
@@ -119,12 +97,12 @@ def test_edit_drop_equals_local(version: str, direction: str, small: dict[str, P
     assert s3.snapshot(src_url) == before
 
 
-def test_kept_videos_are_copied_server_side(small: dict[str, Path], s3: S3Server, env: None, tmp_path: Path,
+def test_kept_videos_are_copied_server_side(small: dict[str, Path], s3: S3Server, s3_prep: S3Server, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """--drop-cameras on a v2.1 dataset keeps each other camera's episode mp4 whole: within one store (one endpoint
     and bucket, as `Location.same_store` says) it is a CopyObject, and no byte of a source video is read (the
     copy's checks read the copy)."""
-    want = local_edit(capsys, tmp_path / "ref", str(small["v21"]), "--drop-cameras", CAMS[1], "--drop", "2")
+    want = local_edit(tmp_path / "ref", str(small["v21"]), "--drop-cameras", CAMS[1], "--drop", "2")
     src_url, out_url = "s3://esrc/ds/v21", "s3://esrc/cameras/v21"
     before = s3.snapshot(src_url)
     s3.reset_stats()
@@ -147,12 +125,12 @@ def test_kept_videos_are_copied_server_side(small: dict[str, Path], s3: S3Server
 # ---- merge, split, --to with objects on both sides ----------------------------------------------------------------
 
 
-def test_merge_two_s3_datasets_into_s3(small: dict[str, Path], s3: S3Server, env: None, tmp_path: Path,
+def test_merge_two_s3_datasets_into_s3(small: dict[str, Path], s3: S3Server, s3_prep: S3Server, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     second = write_synthetic(tmp_path / "second", SynthSpec(version="v2.1", episodes=2, height=96, width=128,
                                                             cameras=CAMS, frames=30, seed=7))
     s3.upload_tree(second, "s3://esrc/merge/second")
-    want = local_edit(capsys, tmp_path / "ref", "--merge", str(small["v21"]), str(second))
+    want = local_edit(tmp_path / "ref", "--merge", str(small["v21"]), str(second))
     before = {**s3.snapshot("s3://esrc/ds/v21"), **s3.snapshot("s3://esrc/merge/second")}
     out_url = "s3://eout/merged"
     code, stdout, err = prep(capsys, "edit", "--merge", "s3://esrc/ds/v21", "s3://esrc/merge/second", "--out",
@@ -164,10 +142,10 @@ def test_merge_two_s3_datasets_into_s3(small: dict[str, Path], s3: S3Server, env
     clean_output(s3, out_url, capsys, stdout, err)
 
 
-def test_split_into_s3_prefixes(small: dict[str, Path], s3: S3Server, env: None, tmp_path: Path,
+def test_split_into_s3_prefixes(small: dict[str, Path], s3: S3Server, s3_prep: S3Server, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     args = ("--split", "train=0.5", "val=0.5", "--seed", "3")
-    local_edit(capsys, tmp_path / "ref", str(small["v30"]), *args)
+    local_edit(tmp_path / "ref", str(small["v30"]), *args)
     before = s3.snapshot("s3://esrc/ds/v30")
     out_url = "s3://eout/split/v30"
     code, stdout, err = prep(capsys, "edit", "s3://esrc/ds/v30", *args, "--out", out_url, "--backend", "inline")
@@ -181,10 +159,10 @@ def test_split_into_s3_prefixes(small: dict[str, Path], s3: S3Server, env: None,
     assert again[0] == 0 and again[1].count(" 0 written") == 2, again
 
 
-def test_to_v30_from_s3_into_s3(small: dict[str, Path], s3: S3Server, env: None, tmp_path: Path,
+def test_to_v30_from_s3_into_s3(small: dict[str, Path], s3: S3Server, s3_prep: S3Server, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     args = ("--drop", "0", "--to", "v3.0")
-    want = local_edit(capsys, tmp_path / "ref", str(small["v21"]), *args)
+    want = local_edit(tmp_path / "ref", str(small["v21"]), *args)
     before = s3.snapshot("s3://esrc/ds/v21")
     out_url = "s3://eout/to/v30"
     code, stdout, err = prep(capsys, "edit", "s3://esrc/ds/v21", *args, "--out", out_url, "--backend", "inline")
@@ -197,7 +175,7 @@ def test_to_v30_from_s3_into_s3(small: dict[str, Path], s3: S3Server, env: None,
     clean_output(s3, out_url, capsys, stdout, err)
 
 
-def test_drop_failed_takes_a_report_of_the_s3_dataset(s3: S3Server, env: None, tmp_path: Path,
+def test_drop_failed_takes_a_report_of_the_s3_dataset(s3: S3Server, s3_prep: S3Server, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """A `prep verify --out REPORT` of the s3 dataset is its report (the fingerprint is taken through the store);
     one of another dataset is refused."""
@@ -216,14 +194,8 @@ def test_drop_failed_takes_a_report_of_the_s3_dataset(s3: S3Server, env: None, t
 # ---- refusals: one line, exit 2, nothing written --------------------------------------------------------------
 
 
-def one_line(code: int, stdout: str, err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, stdout, err)
-    return lines[0]
-
-
 @pytest.mark.parametrize("where", ["inside", "same", "holding"])
-def test_an_output_in_the_source_prefix_is_refused(where: str, s3: S3Server, env: None,
+def test_an_output_in_the_source_prefix_is_refused(where: str, s3: S3Server, s3_prep: S3Server,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     src_url = "s3://esrc/ds/v21"
     out = {"inside": f"{src_url}/out", "same": src_url, "holding": "s3://esrc/ds"}[where]
@@ -268,7 +240,7 @@ def test_a_storage_option_names_the_source_endpoint(small: dict[str, Path], s3: 
     """The environment names a dead endpoint; --storage-option endpoint_url= the live one, for the source."""
     from support.s3 import refusing_endpoint
 
-    want = local_edit(capsys, tmp_path / "ref", str(small["v30"]), "--drop", "3")
+    want = local_edit(tmp_path / "ref", str(small["v30"]), "--drop", "3")
     with refusing_endpoint() as dead:
         set_env(monkeypatch, {**s3.env(client="prep"), "AWS_ENDPOINT_URL": dead})
         line = one_line(*prep(capsys, "edit", "s3://esrc/ds/v30", "--drop", "3", "--out", str(tmp_path / "dead"),
@@ -290,28 +262,18 @@ def longer(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            SynthSpec(version="v2.1", episodes=40, height=96, width=128, frames=30, cameras=CAMS))
 
 
-def child_env(s3: S3Server) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    return {**env, **s3.env(client="prep"), "AWS_SECRET_ACCESS_KEY": SECRET, "PYTHONPATH": str(REPO)}
-
-
 @pytest.mark.slow
-def test_killed_edit_into_s3_resumes_byte_identical(longer: Path, s3: S3Server, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    want = local_edit(capsys, tmp_path / "ref", str(longer), "--drop", "5")
+def test_killed_edit_into_s3_resumes_byte_identical(longer: Path, s3: S3Server, tmp_path: Path) -> None:
+    want = local_edit(tmp_path / "ref", str(longer), "--drop", "5")
     src_url, out_url = "s3://esrc/longer/v21", "s3://eout/killed/v21"
     s3.upload_tree(longer, src_url)
     before = s3.snapshot(src_url)
-    args = [sys.executable, "-m", "pipeline.cli", "edit", src_url, "--drop", "5", "--out", out_url, "--backend",
-            "inline", "--no-progress"]
+    args = ("edit", src_url, "--drop", "5", "--out", out_url, "--backend", "inline")
     log = tmp_path / "first.log"
-    proc = subprocess.Popen(args, cwd=REPO, env=child_env(s3), stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = start_child(s3, *args, log=log, secret=SECRET)
     videos = lambda: [k for k in s3.list_keys(out_url) if k.endswith(".mp4")]  # noqa: E731
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(videos()) < 8 and proc.poll() is None:
-            time.sleep(0.02)
+        wait_for(lambda: len(videos()) >= 8 or proc.poll() is not None, interval=0.02)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
@@ -319,7 +281,7 @@ def test_killed_edit_into_s3_resumes_byte_identical(longer: Path, s3: S3Server, 
     assert 8 <= done < 78, f"{done} videos were finished when the run was killed: the test proves nothing\n" \
                            + log.read_text()[-2000:]
     assert not any(k.endswith("meta/info.json") for k in s3.list_keys(out_url))  # never complete before the end
-    again = subprocess.run(args, cwd=REPO, env=child_env(s3), capture_output=True, text=True, timeout=600)
+    again = run_child(s3, *args, secret=SECRET)
     assert again.returncode == 0 and "verify    PASSED" in again.stdout, again.stdout + again.stderr
     kept = int(again.stdout.split(" kept")[0].rsplit(", ", 1)[1])
     assert kept >= done - 2, again.stdout  # the file(s) being copied when killed may be written again

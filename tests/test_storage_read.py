@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,27 +23,16 @@ import pyarrow.parquet as pq
 import pytest
 from support.hub import snapshot_of
 from support.s3 import S3Server, hanging_endpoint, refusing_endpoint
-from support.storage import prep, set_env
+from support.storage import CAMS_U, prep, same_numbers, set_env, small_pair
 
 from pipeline.synth import SynthSpec, write_synthetic
 
 SECRET = "prep-read-secret-5f2c1e9a77d04b3c"  # a value that must never leave the environment
 PREFIX = "ds one/ünï"  # keys with a space and non-ASCII characters
+S3_BUCKETS = ("src",)  # made in this module's moto server (the `s3` fixture, tests/conftest.py)
 
 
 # ---- comparing runs ------------------------------------------------------------------------------------------
-
-
-VOLATILE = {"created_utc", "prep_version", "seconds", "episodes_per_s", "root", "table", "episodes_table"}
-
-
-def same_numbers(doc: Any) -> Any:
-    """A manifest or report without what differs between two runs on two copies (times, the root's name)."""
-    if isinstance(doc, dict):
-        return {k: same_numbers(v) for k, v in doc.items() if k not in VOLATILE}
-    if isinstance(doc, list):
-        return [same_numbers(v) for v in doc]
-    return doc
 
 
 def read_json(path: Path, replace: tuple[str, str] | None = None) -> Any:
@@ -60,19 +48,7 @@ def read_json(path: Path, replace: tuple[str, str] | None = None) -> Any:
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """v2.1 and v3.0, 3 episodes x 2 cameras (one of them named with a space and non-ASCII), 96x128."""
-    base = tmp_path_factory.mktemp("small")
-    cams = ("observation.images.top", "observation.images.wrist ü")
-    return {"v21": write_synthetic(base / "v21", SynthSpec(version="v2.1", episodes=3, height=96, width=128,
-                                                           cameras=cams, frames=45)),
-            "v30": write_synthetic(base / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2,
-                                                           height=96, width=128, cameras=cams, frames=45))}
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        server.make_bucket("src")
-        yield server
+    return small_pair(tmp_path_factory.mktemp("small"), cameras=CAMS_U, frames=45)
 
 
 def corpus_bytes(root: Path) -> int:

@@ -18,7 +18,6 @@ server (moto) on loopback, with the promises a local report keeps.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,39 +25,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from support.s3 import S3Server
-from support.storage import prep, set_env
+from support.storage import (
+    CAMS_U,
+    one_line,
+    prep,
+    run_child,
+    same_numbers,
+    set_env,
+    small_pair,
+    start_child,
+    wait_for,
+)
 
 from pipeline.synth import SynthSpec, write_synthetic
 
 SECRET = "prep-reports-secret-7a1c33e0b5f24d96"
-CAMS = ("observation.images.top", "observation.images.wrist ü")
-VOLATILE = {"created_utc", "prep_version", "seconds", "episodes_per_s", "root", "table", "episodes_table"}
-
-
-def same_numbers(doc: Any) -> Any:
-    """A manifest or report without what differs between two runs on two copies (times, the root's name)."""
-    if isinstance(doc, dict):
-        return {k: same_numbers(v) for k, v in doc.items() if k not in VOLATILE}
-    if isinstance(doc, list):
-        return [same_numbers(v) for v in doc]
-    return doc
+S3_BUCKETS = ("rsrc", "rout")  # made in this module's moto server (the `s3` fixture, tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("small-r")
-    return {"v21": write_synthetic(base / "v21", SynthSpec(version="v2.1", episodes=3, height=96, width=128,
-                                                           cameras=CAMS, frames=20)),
-            "v30": write_synthetic(base / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2,
-                                                           height=96, width=128, cameras=CAMS, frames=20))}
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        server.make_bucket("rsrc")
-        server.make_bucket("rout")
-        yield server
+    return small_pair(tmp_path_factory.mktemp("small-r"), cameras=CAMS_U, frames=20)
 
 
 def s3_json(s3: S3Server, url: str) -> Any:
@@ -86,12 +73,6 @@ def budget(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
     code = main(["budget", *args, "--no-plots"])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def one_line(code: int, stdout: str, err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, stdout, err)
-    return lines[0]
 
 
 # ---- one dataset ---------------------------------------------------------------------------------------------
@@ -198,26 +179,16 @@ def test_a_killed_scan_into_s3_resumes_from_its_records(s3: S3Server, tmp_path: 
                                                         tmp_path_factory: pytest.TempPathFactory) -> None:
     import os
     import signal
-    import subprocess
-    import sys
-    import time
 
-    repo = Path(__file__).resolve().parents[1]
     src = write_synthetic(tmp_path_factory.mktemp("many-r") / "many", SynthSpec(
-        version="v2.1", episodes=60, height=96, width=128, cameras=CAMS[:1], frames=10))
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **s3.env(client="prep"),
-           "PYTHONPATH": str(repo)}
+        version="v2.1", episodes=60, height=96, width=128, cameras=CAMS_U[:1], frames=10))
     out = "s3://rout/killed/m.json"
-    args = [sys.executable, "-m", "pipeline.cli", "scan", str(src), "--out", out, "--backend", "inline", "--batch",
-            "1", "--no-progress"]
+    args = ("scan", str(src), "--out", out, "--backend", "inline", "--batch", "1")
     log = tmp_path / "first.log"
-    proc = subprocess.Popen(args, cwd=repo, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = start_child(s3, *args, log=log)
     records = lambda: [k for k in s3.list_keys("s3://rout/killed") if "/part-" in k]  # noqa: E731
     try:
-        deadline = time.monotonic() + 120
-        while len(records()) < 5 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: len(records()) >= 5 or proc.poll() is not None, interval=0.02)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
@@ -225,12 +196,12 @@ def test_a_killed_scan_into_s3_resumes_from_its_records(s3: S3Server, tmp_path: 
     keys = s3.list_keys("s3://rout/killed")
     assert 5 <= done < 60 and "killed/m.json" not in keys, (done, keys, log.read_text())
     assert "killed/m.json.parts.lock" in keys  # the killed run's lock: its pid is dead on this host, so taken over
-    again = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    again = run_child(s3, *args, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "completion records in s3://rout/killed/m.json.parts/" in again.stderr, again.stderr
-    ref_args = [*args[:6], str(tmp_path / "ref.json"), *args[7:]]  # the same scan into a local manifest
-    assert ref_args[5] == "--out"
-    ref = subprocess.run(ref_args, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    ref_args = (*args[:3], str(tmp_path / "ref.json"), *args[4:])  # the same scan into a local manifest
+    assert ref_args[2] == "--out"
+    ref = run_child(s3, *ref_args, timeout=300)
     assert ref.returncode == 0, ref.stderr
     assert same_numbers(s3_json(s3, out)) == same_numbers(json.loads((tmp_path / "ref.json").read_text()))
     assert s3_table(s3, "s3://rout/killed/m.episodes.parquet").equals(pq.read_table(tmp_path / "ref.episodes.parquet"))

@@ -17,74 +17,45 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.s3 import S3Server
-from support.storage import prep, set_env
+from support.storage import (
+    CAMS_U,
+    LONGER,
+    local_files,
+    prep,
+    run_child,
+    run_local,
+    s3_files,
+    set_env,
+    small_pair,
+    start_child,
+    wait_for,
+)
 
-from pipeline.synth import SynthSpec, write_synthetic
+from pipeline.synth import write_synthetic
 
 pytestmark = [pytest.mark.slow]
 
 SECRET = "prep-write-secret-0c7d51a2e9b64f18"
 PREFIX = "ds one/ünï"
-REPO = Path(__file__).resolve().parents[1]
-
-
-def child_env(s3: S3Server) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    return {**env, **s3.env(client="prep"), "AWS_SECRET_ACCESS_KEY": SECRET, "PYTHONPATH": str(REPO)}
-
-
-def dataset_files(s3: S3Server, url: str) -> dict[str, bytes]:
-    """Every object of the dataset at `url` but prep's own folder: {relative key: bytes}."""
-    bucket, _, prefix = url.removeprefix("s3://").partition("/")
-    keys = s3.list_keys(url)
-    rels = {k[len(prefix) + 1:]: k for k in keys}
-    return {rel: s3.get_bytes(f"s3://{bucket}/{key}") for rel, key in rels.items() if not rel.startswith("prep/")}
-
-
-def local_files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.relative_to(root).parts[0] != "prep"}
+S3_BUCKETS = ("wsrc", "wout")  # made in this module's moto server (the `s3` fixture, tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("small-w")
-    cams = ("observation.images.top", "observation.images.wrist ü")
-    return {"v21": write_synthetic(base / "v21", SynthSpec(version="v2.1", episodes=3, height=96, width=128,
-                                                           cameras=cams, frames=45)),
-            # a keyframe where each episode starts (gop = episode length): convert can cut it to v2.1
-            "v30": write_synthetic(base / "v30", SynthSpec(version="v3.0", episodes=3, episodes_per_file=2,
-                                                           height=96, width=128, cameras=cams, frames=45, gop=45))}
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        server.make_bucket("wsrc")
-        server.make_bucket("wout")
-        yield server
+    # v3.0: a keyframe where each episode starts (gop = episode length): convert can cut it to v2.1
+    return small_pair(tmp_path_factory.mktemp("small-w"), cameras=CAMS_U, frames=45, v30_gop=45)
 
 
 @pytest.fixture(scope="module")
 def reference(small: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, bytes]]:
     """local -> local, the bytes every other direction must give."""
-    from pipeline.cli import main
-
     base = tmp_path_factory.mktemp("ref")
-    out = {}
-    for version, src in small.items():
-        assert main(["reencode", "--src", str(src), "--dst", "64", "--out", str(base / version), "--backend",
-                     "inline", "--no-progress"]) == 0
-        out[version] = local_files(base / version)
-    return out
+    return {version: local_files(run_local("reencode", "--src", str(src), "--dst", "64", out=base / version))
+            for version, src in small.items()}
 
 
 # ---- every direction gives the local bytes ---------------------------------------------------------------
@@ -106,7 +77,7 @@ def test_reencode_into_and_out_of_s3_equals_local(version: str, direction: str, 
     code, stdout, err = prep(capsys, "reencode", src, "--dst", "64", "--out", out, "--backend", "inline")
     assert code == 0, stdout + err
     assert f"output    {out}" in stdout and "9 encoded" not in stdout  # 6 files: 3 episodes x 2 cameras
-    got = dataset_files(s3, out_url) if direction.endswith("s3") else local_files(Path(out))
+    got = s3_files(s3, out_url) if direction.endswith("s3") else local_files(Path(out))
     assert sorted(got) == sorted(reference[version])
     for rel, data in reference[version].items():
         assert got[rel] == data, rel
@@ -143,7 +114,7 @@ def test_convert_into_and_out_of_s3_equals_local(version: str, direction: str, s
     out = out_url if direction.endswith("s3") else str(tmp_path / "out")
     code, stdout, err = prep(capsys, "convert", src, "--to", to, "--out", out, "--backend", "inline")
     assert code == 0 and "verify    PASSED" in stdout, stdout + err
-    got = dataset_files(s3, out_url) if direction.endswith("s3") else local_files(Path(out))
+    got = s3_files(s3, out_url) if direction.endswith("s3") else local_files(Path(out))
     want = local_files(ref)
     assert sorted(got) == sorted(want)
     for rel, data in want.items():
@@ -171,7 +142,7 @@ def test_edit_into_s3_equals_local(version: str, small: dict[str, Path], s3: S3S
     code, stdout, err = prep(capsys, "edit", str(small[version]), "--drop", "1", "--out", out_url, "--backend",
                              "inline")
     assert code == 0 and "verify    PASSED" in stdout, stdout + err
-    got, want = dataset_files(s3, out_url), local_files(ref)
+    got, want = s3_files(s3, out_url), local_files(ref)
     assert sorted(got) == sorted(want)
     for rel, data in want.items():
         assert got[rel] == data, rel
@@ -246,38 +217,17 @@ def test_an_output_in_the_source_or_foreign_is_refused(where: str, small: dict[s
 # ---- faults: killed, racing, a dangling multipart upload ---------------------------------------------------
 
 
-def start(s3: S3Server, *args: str, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args, "--no-progress"], cwd=REPO,
-                            env=child_env(s3), stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-
-
-def wait_for(predicate: object, timeout: float = 120.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(interval)
-    return False
-
-
 @pytest.fixture(scope="module")
 def longer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """12 episodes x 2 cameras at 240x320: long enough to be killed half-way."""
-    return write_synthetic(tmp_path_factory.mktemp("longer") / "v21",
-                           SynthSpec(version="v2.1", episodes=12, height=240, width=320, frames=90,
-                                     cameras=("observation.images.top", "observation.images.wrist")))
+    return write_synthetic(tmp_path_factory.mktemp("longer") / "v21", LONGER)
 
 
 def test_killed_run_into_s3_resumes_byte_identical(longer: Path, s3: S3Server, tmp_path: Path) -> None:
-    from pipeline.cli import main
-
-    ref = tmp_path / "ref"
-    assert main(["reencode", str(longer), "--dst", "64", "--out", str(ref), "--backend", "inline",
-                 "--no-progress"]) == 0
+    ref = run_local("reencode", str(longer), "--dst", "64", out=tmp_path / "ref")
     out_url = "s3://wout/killed/ds"
-    proc = start(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend", "inline",
-                 log=tmp_path / "first.log")
+    proc = start_child(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend", "inline",
+                       log=tmp_path / "first.log", secret=SECRET)
     videos = lambda: [k for k in s3.list_keys(out_url) if k.endswith(".mp4")]  # noqa: E731
     try:
         assert wait_for(lambda: len(videos()) >= 4 or proc.poll() is not None), (tmp_path / "first.log").read_text()
@@ -287,28 +237,26 @@ def test_killed_run_into_s3_resumes_byte_identical(longer: Path, s3: S3Server, t
     done = len(videos())
     assert 4 <= done < 24, f"{done} files were finished when the run was killed: the test proves nothing"
     assert not any(k.endswith("meta/info.json") for k in s3.list_keys(out_url))  # never complete before the end
-    again = subprocess.run([sys.executable, "-m", "pipeline.cli", "reencode", str(longer), "--dst", "64", "--out",
-                            out_url, "--backend", "inline", "--no-progress"], cwd=REPO, env=child_env(s3),
-                           capture_output=True, text=True, timeout=600)
+    again = run_child(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend", "inline",
+                      secret=SECRET)
     assert again.returncode == 0, again.stdout + again.stderr
     kept = int(again.stdout.split(" kept")[0].rsplit(", ", 1)[1])
     assert kept >= done - 2, again.stdout  # the file(s) being put when killed may be written again
-    assert dataset_files(s3, out_url) == local_files(ref)
+    assert s3_files(s3, out_url) == local_files(ref)
     assert s3.multipart_uploads("wout") == [] and SECRET not in again.stdout + again.stderr
 
 
 def test_two_writers_on_one_prefix_the_second_is_refused(longer: Path, s3: S3Server, tmp_path: Path) -> None:
     out_url = "s3://wout/racing/ds"
-    first = start(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend", "inline",
-                  log=tmp_path / "first.log")
+    first = start_child(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend", "inline",
+                        log=tmp_path / "first.log", secret=SECRET)
     try:
         assert wait_for(lambda: any(k.endswith("prep/output.lock") for k in s3.list_keys(out_url))
                         or first.poll() is not None), (tmp_path / "first.log").read_text()
         os.killpg(first.pid, signal.SIGSTOP)  # held while the second tries: it cannot end first
         try:
-            second = subprocess.run([sys.executable, "-m", "pipeline.cli", "reencode", str(longer), "--dst", "64",
-                                     "--out", out_url, "--backend", "inline", "--no-progress"], cwd=REPO,
-                                    env=child_env(s3), capture_output=True, text=True, timeout=300)
+            second = run_child(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend",
+                               "inline", secret=SECRET, timeout=300)
         finally:
             os.killpg(first.pid, signal.SIGCONT)
         assert second.returncode == 2, second.stdout + second.stderr
@@ -358,7 +306,8 @@ def test_a_corpus_reencode_reads_an_s3_dataset_beside_a_local_one(small: dict[st
 def test_ctrl_c_into_s3_names_the_url_and_the_rerun_finishes(longer: Path, s3: S3Server, tmp_path: Path) -> None:
     out_url = "s3://wout/interrupted/ds"
     log = tmp_path / "first.log"
-    proc = start(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend", "inline", log=log)
+    proc = start_child(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend", "inline", log=log,
+                       secret=SECRET)
     try:
         assert wait_for(lambda: len([k for k in s3.list_keys(out_url) if k.endswith(".mp4")]) >= 2
                         or proc.poll() is not None), log.read_text()
@@ -372,9 +321,8 @@ def test_ctrl_c_into_s3_names_the_url_and_the_rerun_finishes(longer: Path, s3: S
     assert rc == 130 and "Traceback" not in text, text[-3000:]
     assert f"finished files are kept in {out_url}" in text, text[-3000:]
     assert not any(k.endswith("/prep/output.lock") for k in s3.list_keys(out_url))  # released on the way out
-    again = subprocess.run([sys.executable, "-m", "pipeline.cli", "reencode", str(longer), "--dst", "64", "--out",
-                            out_url, "--backend", "inline", "--no-progress"], cwd=REPO, env=child_env(s3),
-                           capture_output=True, text=True, timeout=600)
+    again = run_child(s3, "reencode", str(longer), "--dst", "64", "--out", out_url, "--backend", "inline",
+                      secret=SECRET)
     assert again.returncode == 0 and " kept" in again.stdout, again.stdout + again.stderr
 
 
