@@ -14,7 +14,8 @@ the corpus' bytes.
 
 Nothing reaches a real endpoint: every child gets the loopback endpoint and dummy keys (AWS_CONFIG_FILE=/dev/null,
 AWS_EC2_METADATA_DISABLED=true). Loopback answers in 1-3 ms where a real first byte takes 10-100 ms: wall ratios
-here are a floor, the request counts carry over.
+here are a floor, the request counts carry over. `--latency-ms N` makes the server wait N ms before it serves each
+request (a region's round trip; requests in flight wait side by side): what waiting costs each command.
 """
 
 from __future__ import annotations
@@ -137,11 +138,13 @@ def read_doc(path: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def earlier_rows(path: Path, corpus_doc: dict[str, Any], workers: int, ran: set[str]) -> list[dict[str, Any]]:
-    """The rows of `path` (an earlier run on the same corpus and workers) for the commands not run now: a run of
-    some commands (`--commands`) updates their rows and keeps the others'."""
+def earlier_rows(path: Path, corpus_doc: dict[str, Any], workers: int, ran: set[str],
+                 latency_ms: float = 0.0) -> list[dict[str, Any]]:
+    """The rows of `path` (an earlier run on the same corpus, workers and added latency) for the commands not run
+    now: a run of some commands (`--commands`) updates their rows and keeps the others'."""
     doc = read_doc(path)
-    if doc.get("corpus") != corpus_doc or doc.get("workers") != workers:
+    if doc.get("corpus") != corpus_doc or doc.get("workers") != workers or \
+            float(doc.get("added_latency_ms", 0.0)) != latency_ms:
         return []
     return [r for r in doc.get("rows", []) if isinstance(r, dict) and r.get("command") in COMMANDS
             and r["command"] not in ran]
@@ -156,6 +159,8 @@ def main() -> int:
                     "concatenated into files of up to 200 MB (LeRobot's default limits)")
     ap.add_argument("--commands", nargs="+", choices=COMMANDS, default=list(COMMANDS),
                     help="the commands to run (default: all); the rows of the others are kept from --out")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="milliseconds the server waits before serving each request (a region's round trip)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "prep-bench-object-store")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "object_store.json")
     a = ap.parse_args()
@@ -167,7 +172,7 @@ def main() -> int:
     runs.mkdir()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     rows: list[dict[str, Any]] = []
-    with S3Server(process=True) as s3:
+    with S3Server(process=True, latency_s=a.latency_ms / 1000) as s3:
         s3.make_bucket("bench")
         t0 = time.perf_counter()
         s3.upload_tree(src, "s3://bench/src")
@@ -210,8 +215,9 @@ def main() -> int:
         "bench": "object_store", "command": command_line,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "corpus": corpus_doc, "workers": a.workers, "server": "moto on 127.0.0.1 (its own process)",
+        "added_latency_ms": a.latency_ms,
     }
-    kept = earlier_rows(a.out, corpus_doc, a.workers, set(a.commands))  # the commands not run this time
+    kept = earlier_rows(a.out, corpus_doc, a.workers, set(a.commands), a.latency_ms)  # the commands not run this time
     rows = sorted([*kept, *rows], key=lambda r: COMMANDS.index(r["command"]))
     doc["rows"] = rows
     scan = next((r for r in rows if r["command"] == "scan"), None)

@@ -179,13 +179,15 @@ def peak_rss_bytes() -> int:
 
 class _Sizer:
     """Units per task: fixed, or about `task_seconds` of measured (else hinted) stage time per task,
-    capped so that a short map still spreads over every worker."""
+    capped so that a short map still spreads over every worker, and at least `threads` (the units a task runs at
+    once: fewer would leave its threads idle, and cost the task's time anyway)."""
 
-    def __init__(self, config: RunConfig, workers: int, cost_s: float | None) -> None:
+    def __init__(self, config: RunConfig, workers: int, cost_s: float | None, threads: int = 1) -> None:
         self.fixed = config.batch
         self.target = config.task_seconds
         self.workers = max(1, workers)
         self.hint = cost_s
+        self.threads = max(1, threads)
         self.units = 0
         self.seconds = 0.0
 
@@ -199,9 +201,9 @@ class _Sizer:
         per_unit = self.seconds / self.units if self.units else self.hint
         n = MAX_BATCH if not per_unit or per_unit <= 0 else math.ceil(self.target / per_unit)
         if not self.units and not self.hint:
-            n = 1  # nothing known yet: small probes first
+            n = self.threads  # nothing known yet: small probes first
         if remaining is not None:
-            n = min(n, max(1, remaining // (self.workers * BALANCE_TASKS_PER_WORKER)))
+            n = min(n, max(self.threads, remaining // (self.workers * BALANCE_TASKS_PER_WORKER)))
         return max(1, min(n, MAX_BATCH))
 
 
@@ -354,7 +356,7 @@ class Engine:
 
     def _inline(self, fn: Callable[[U], R], units: Iterable[U], on_error: Callable[[U, BaseException], R],
                 total: int | None, cost_s: float | None, threads: int = 1) -> Iterator[Batch[U, R]]:
-        sizer = _Sizer(self.config, 1, cost_s)
+        sizer = _Sizer(self.config, 1, cost_s, threads)
         it = iter(units)
         seq = first = 0
         while True:
@@ -385,7 +387,7 @@ class Engine:
             workers = max(workers, self.expected_workers)
         window = self.config.window or max(4, 2 * workers)
         cap = 4 * window  # in flight + finished but waiting for an earlier batch
-        sizer = _Sizer(self.config, workers, cost_s)
+        sizer = _Sizer(self.config, workers, cost_s, threads)
         it = iter(units)
         token = uuid.uuid4().hex[:8]
         inflight: dict[Any, tuple[Any, int, int, list[U]]] = {}  # key -> (future, seq, first, units)

@@ -93,6 +93,15 @@ def test_threads_run_a_tasks_units_at_once_in_order(threads: int) -> None:
     assert max(p for _, p in out) == threads
 
 
+def test_a_task_holds_at_least_its_threads_units() -> None:
+    """With `threads`, a task is never smaller than the units it runs at once (a short map's tail of one-unit
+    tasks would leave the threads idle), unless fewer units are left; a fixed --batch stays fixed."""
+    assert _Sizer(RunConfig(), workers=2, cost_s=None, threads=4).size(None) == 4  # nothing measured yet
+    assert _Sizer(RunConfig(), workers=2, cost_s=0.004, threads=4).size(10) == 4  # 10 // 8 would be 1
+    assert _Sizer(RunConfig(), workers=2, cost_s=0.004, threads=1).size(10) == 1
+    assert _Sizer(RunConfig(batch=2), workers=2, cost_s=0.004, threads=4).size(10) == 2
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_threads_reach_the_workers_of_a_cluster() -> None:

@@ -140,3 +140,22 @@ def test_process_mode_counts_the_same() -> None:
         server.reset_stats()
         assert server.stats.requests == 0
     assert server.env()["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+
+
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+def test_added_latency_delays_each_request_side_by_side(process: bool) -> None:
+    """`latency_s` (bench/object_store.py --latency-ms: a region's round trip) delays every request by at least
+    that much, and requests in flight wait side by side, not in turn (4 at once take about one delay, not 4)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with S3Server(process=process, latency_s=0.3) as server:
+        server.make_bucket("slow")
+        c = server.boto3_client("late")
+        c.put_object(Bucket="slow", Key="k", Body=b"x")
+        t0 = time.perf_counter()
+        c.head_object(Bucket="slow", Key="k")
+        assert time.perf_counter() - t0 >= 0.3
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(lambda _: c.get_object(Bucket="slow", Key="k")["Body"].read(), range(4))) == [b"x"] * 4
+        assert 0.3 <= time.perf_counter() - t0 < 4 * 0.3

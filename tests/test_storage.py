@@ -299,6 +299,36 @@ def test_location_is_frozen_and_hashable() -> None:
     assert not hubmod.looks_like_repo_id("../x") and not hubmod.looks_like_repo_id("a/b/c")
 
 
+def test_threads_opening_one_location_share_one_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan task's units run in threads (`Engine.map(threads=)`): each asks for the dataset's store at once, and
+    all get the same one, so a process has one listing, one client and one cache per location (a store built
+    per thread cost a client each and listed the same folders again). Building one is slowed down here, as a
+    worker's first import of the object-store module slows it there."""
+    from pipeline.storage import objects
+
+    build = objects.ObjectStore.__init__
+
+    def slow_build(self: objects.ObjectStore, location: Location) -> None:
+        time.sleep(0.05)
+        build(self, location)
+
+    monkeypatch.setattr(objects.ObjectStore, "__init__", slow_build)
+    loc = Location("s3", f"race-{os.getpid()}-{time.monotonic_ns()}/p")  # a store no test has opened yet
+    start = threading.Barrier(8)
+    got: list[object] = []
+
+    def open_it() -> None:
+        start.wait()
+        got.append(loc.store())
+
+    threads = [threading.Thread(target=open_it) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 8 and len({id(s) for s in got}) == 1
+
+
 # ---- one writer per output: the lock on an object store ---------------------------------------------------------
 
 

@@ -250,9 +250,12 @@ def probe_camera(store: Store, rel: str, *, episode: int | None, pix_fmt: bool) 
 
 
 READS_IN_FLIGHT = 8  # an object store's header reads of one unit at once (its cameras): each costs a round trip
-# Units a scan task runs at once on an object store (threads): a unit is a few round trips (a parquet footer
-# and pages, each camera's header boxes) and almost no CPU, so one unit at a time a worker leaves the worker
-# waiting. Measured by bench/object_store.py (docs/storage.md). A local folder scans one unit at a time.
+# Units a scan task runs at once on an object store (threads). A v2.1 unit is ~7 requests in 3 rounds (its
+# parquet file; each camera's ftyp+moov, cameras at once) and ~35 ms of the client's CPU (aiobotocore's per-request
+# work, FFmpeg's header parse): at a region's round trip (20-50 ms) one unit at a time leaves a worker waiting
+# most of the time. Measured (50 three-camera episodes, 2 workers, moto with 50 ms added to each request, 2 cores):
+# 11.1-11.4 s with 1 unit in flight, 8.4-9.4 s with 4, 8.9-9.4 s with 8; on loopback (no added latency, the scan
+# CPU-bound) 1 and 4 are within noise. A local folder scans one unit at a time.
 UNITS_IN_FLIGHT = 4
 
 

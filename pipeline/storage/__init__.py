@@ -24,6 +24,7 @@ in a URL is refused.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -291,10 +292,19 @@ _STORES: dict[tuple[Location, int], Store] = {}
 # What a store is built from besides its location: a change (a test starting another server, a user's new
 # profile) gets a new store, never one built for the old endpoint or credentials. Only a hash is kept.
 MAX_STORES = 4096
+_OPENING = threading.Lock()
 
 
 def open_store(location: Location) -> Store:
     key = (location, 0 if location.is_local else base.env_key())
+    store = _STORES.get(key)
+    if store is not None:
+        return store
+    with _OPENING:  # threads of one task (a scan's units) share one store: its listing, client and caches
+        return _open_store(location, key)
+
+
+def _open_store(location: Location, key: tuple[Location, int]) -> Store:
     store = _STORES.get(key)
     if store is None:
         if location.is_local:

@@ -39,6 +39,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 import urllib.request
 from collections import Counter
@@ -228,8 +229,9 @@ class CountingMiddleware:
     """WSGI middleware: records one `Request` per request; answers GET {CONTROL}stats (JSON records) and
     POST {CONTROL}reset itself."""
 
-    def __init__(self, app: Callable[..., Any]) -> None:
+    def __init__(self, app: Callable[..., Any], latency_s: float = 0.0) -> None:
         self.app = app
+        self.latency_s = latency_s  # each request waits this long first: a round trip to a region, not loopback
         self._lock = threading.Condition()
         self._records: list[Request] = []
         self._in_flight = 0
@@ -264,6 +266,8 @@ class CountingMiddleware:
             return self._control(environ, start_response)
         with self._lock:
             self._in_flight += 1
+        if self.latency_s:
+            time.sleep(self.latency_s)  # the server is threaded: requests in flight wait side by side
         counted = _CountingInput(environ["wsgi.input"])
         environ["wsgi.input"] = counted
         status = [0]
@@ -324,19 +328,21 @@ def _quiet_handler() -> type:
     return QuietHandler
 
 
-def _make_app() -> CountingMiddleware:
+def _make_app(latency_s: float = 0.0) -> CountingMiddleware:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    return CountingMiddleware(DomainDispatcherApplication(create_backend_app))
+    return CountingMiddleware(DomainDispatcherApplication(create_backend_app), latency_s)
 
 
 class S3Server:
     """moto's S3 on http://127.0.0.1:<ephemeral port>, counted. A context manager; `start()`/`stop()` too."""
 
-    def __init__(self, host: str = "127.0.0.1", region: str = DEFAULT_REGION, process: bool = False) -> None:
+    def __init__(self, host: str = "127.0.0.1", region: str = DEFAULT_REGION, process: bool = False,
+                 latency_s: float = 0.0) -> None:
         self.host = host
         self.region = region
         self.process = process
+        self.latency_s = latency_s  # added before each request is served (a region's round trip)
         self._app: CountingMiddleware | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -355,7 +361,7 @@ class S3Server:
     def _start_thread(self) -> None:
         from werkzeug.serving import make_server
 
-        self._app = _make_app()
+        self._app = _make_app(self.latency_s)
         self._server = make_server(self.host, 0, self._app, threaded=True, request_handler=_quiet_handler())
         self._port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="s3-server", daemon=True)
@@ -364,7 +370,8 @@ class S3Server:
     def _start_process(self) -> None:
         env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true", "PYTHONUNBUFFERED": "1"}
         self._proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--serve", "--host", self.host],
+            [sys.executable, str(Path(__file__).resolve()), "--serve", "--host", self.host,
+             "--latency", str(self.latency_s)],
             stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=env,  # stdin: EOF when we die
         )
         assert self._proc.stdout is not None
@@ -613,12 +620,12 @@ def hanging_endpoint(host: str = "127.0.0.1") -> Iterator[str]:
 # ------------------------------------------------------------------------------------------ script mode
 
 
-def _serve(host: str) -> None:
+def _serve(host: str, latency_s: float = 0.0) -> None:
     import signal
 
     from werkzeug.serving import make_server
 
-    server = make_server(host, 0, _make_app(), threaded=True, request_handler=_quiet_handler())
+    server = make_server(host, 0, _make_app(latency_s), threaded=True, request_handler=_quiet_handler())
 
     def stop(*_: object) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
@@ -641,4 +648,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="moto S3 on loopback with request counting")
     ap.add_argument("--serve", action="store_true", required=True)
     ap.add_argument("--host", default="127.0.0.1")
-    _serve(ap.parse_args().host)
+    ap.add_argument("--latency", type=float, default=0.0, help="seconds each request waits before it is served")
+    args = ap.parse_args()
+    _serve(args.host, args.latency)
