@@ -13,8 +13,10 @@ store alike.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -277,10 +279,21 @@ def _probes(store: Store, first: Episode, pix_fmt: bool) -> list[IndexProbe | Vi
     rels = [v.rel for v in first.videos]
     if store.location.is_local or len(rels) < 2:
         return [one(rel) for rel in rels]
-    from concurrent.futures import ThreadPoolExecutor
+    return list(_reads_pool().map(one, rels))
 
-    with ThreadPoolExecutor(max_workers=min(len(rels), READS_IN_FLIGHT), thread_name_prefix="prep-scan") as pool:
-        return list(pool.map(one, rels))
+
+_POOL: dict[int, ThreadPoolExecutor] = {}  # pid -> this process's pool for camera reads (one, not one a unit:
+_POOL_LOCK = threading.Lock()  # starting 3 threads a unit cost ~5% of an object-store scan's CPU)
+
+
+def _reads_pool() -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        pool = _POOL.get(os.getpid())  # a forked child starts its own (its parent's threads are not in it)
+        if pool is None:
+            _POOL.clear()
+            pool = _POOL[os.getpid()] = ThreadPoolExecutor(max_workers=READS_IN_FLIGHT,
+                                                             thread_name_prefix="prep-scan")
+        return pool
 
 
 def scan_unit(unit: ScanUnit) -> list[EpisodeScan]:
