@@ -359,7 +359,9 @@ def test_a_prefix_of_ten_thousand_objects_lists_in_pages(s3: S3Server, small: di
 
     url = "s3://src/many/v21"
     s3.upload_tree(small["v21"], url)
-    extra = {f"extra/{i:05d}.txt": b"x" * (i % 7) for i in range(10_001)}
+    # no empty object: obstore cannot tell one from a folder marker, and s3fs lists on from it
+    # (test_empty_objects_and_folder_markers_list_as_s3_says)
+    extra = {f"extra/{i:05d}.txt": b"x" * (1 + i % 7) for i in range(10_001)}
     s3.put_many(url, extra)
     set_env(monkeypatch, s3.env(client="prep"))
     s3.reset_stats()

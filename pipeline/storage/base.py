@@ -476,7 +476,7 @@ class StorePath:
 
 # What a store is built from besides its location: a change (a test starting another server, a user's new
 # profile) gets a new store or client session, never one built for the old endpoint or credentials.
-ENV_PREFIXES = ("AWS_", "HF_", "GOOGLE_", "AZURE_")
+ENV_PREFIXES = ("AWS_", "HF_", "GOOGLE_", "AZURE_", "PREP_S3_")
 
 
 def env_key() -> int:

@@ -151,6 +151,46 @@ def filesystem(location: Location, *, probe: bool = False) -> Any:
         raise StorageError(f"{location.shown}: {scheme}:// needs the package {package} ({how})") from None
 
 
+_UNSET: Any = object()
+
+
+def _obstore_reader(location: Location, *, probe: bool = False) -> Any:
+    """The location's obstore reader (pipeline.storage.obstore_reads), or None: its reads go through s3fs."""
+    from pipeline.storage.obstore_reads import reader
+
+    return reader(location.scheme, location.root.partition("/")[0], dict(location.options),
+                  attempts=1 if probe else ATTEMPTS, connect_s=min(CONNECT_TIMEOUT_S, PROBE_TIMEOUT_S if probe else
+                                                                   READ_TIMEOUT_S),
+                  timeout_s=PROBE_TIMEOUT_S if probe else READ_TIMEOUT_S)
+
+
+def _obstore_probe(location: Location, prefix: str) -> bool:
+    """`check_reachable` through obstore: True when it answered. An endpoint that refuses or does not answer is
+    one line here; any other failure returns False, and s3fs's probe names it (a missing bucket, a refused
+    signature, as boto3 words them)."""
+    probe = _obstore_reader(location, probe=True)
+    if probe is None:
+        return False
+    t0 = time.monotonic()
+    try:
+        _first(probe.list(prefix, limit=1, empty="keep"))
+    except Exception as exc:
+        text = redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        if "error sending request" not in text and "timed out" not in text.lower():
+            return False
+        at = f" at {printable(location.endpoint())}" if location.endpoint() else ""
+        if time.monotonic() - t0 >= PROBE_TIMEOUT_S * 0.9:
+            raise StorageError(f"{printable(location.url)}: the object store{at} did not answer in time "
+                               f"({PROBE_TIMEOUT_S} s); check AWS_ENDPOINT_URL and the network") from None
+        raise StorageError(f"{printable(location.url)}: cannot reach the object store{at} (connection failed); "
+                           "check AWS_ENDPOINT_URL (or --storage-option endpoint_url=...) and the network") from None
+    return True
+
+
+def _first(items: Iterator[Any]) -> Any:
+    return next(iter(items), None)
+
+
 def describe_error(exc: BaseException, url: str, endpoint: str | None = None) -> str | None:
     """One line for a failure to reach or use an object store, or None when `exc` is no such failure. `endpoint`:
     the one the location's requests went to (its option, else the environment's)."""
@@ -169,7 +209,14 @@ def describe_error(exc: BaseException, url: str, endpoint: str | None = None) ->
     if name in ("ReadTimeoutError", "TimeoutError", "ServerTimeoutError", "ReadTimeout"):
         return (f"{printable(url)}: the object store{at} did not answer in time ({text}); check "
                 "AWS_ENDPOINT_URL and the network")
-    if isinstance(exc, PermissionError) or name in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"):
+    obstore = type(exc).__module__.startswith("obstore")  # its errors say the HTTP status in words
+    if obstore and "error sending request" in text:  # refused, reset or timed out
+        return (f"{printable(url)}: cannot reach the object store{at}, or it did not answer in time ({text}); "
+                "check AWS_ENDPOINT_URL (or --storage-option endpoint_url=...) and the network")
+    if obstore and ("403 Forbidden" in text or "401 Unauthorized" in text):
+        name = "AccessDenied"
+    if isinstance(exc, PermissionError) or name in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied",
+                                                    "PermissionDeniedError", "UnauthenticatedError"):
         return (f"{printable(url)}: access denied ({text}); check the credentials (AWS_ACCESS_KEY_ID / "
                 "AWS_PROFILE) and the bucket's policy")
     if name in ("ProfileNotFound", "ConfigParseError", "InvalidConfigError", "ConfigNotFound"):
@@ -178,6 +225,8 @@ def describe_error(exc: BaseException, url: str, endpoint: str | None = None) ->
                 "AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE say where those files are)")
     if name in ("NoSuchBucket",) or "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         return f"{printable(url)}: no such bucket ({text})"
+    if obstore and name != "NotFoundError":
+        return f"{printable(url)}: the object store{at} failed the request ({text})"
     return None
 
 
@@ -191,7 +240,7 @@ def translated(url: str, endpoint: str | None = None) -> Iterator[None]:
     except Exception as exc:
         line = describe_error(exc, url, endpoint)
         if line is None:
-            cause = exc.__cause__ or exc.__context__
+            cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)  # not `from None`
             line = describe_error(cause, url, endpoint) if cause is not None else None
         if line is None:
             raise
@@ -210,6 +259,7 @@ class ObjectStore(Store):
     def __init__(self, location: Location) -> None:
         super().__init__(location)
         self._fs: Any = None
+        self._reads: Any = _UNSET  # obstore's reader (pipeline.storage.obstore_reads), or None: reads through s3fs
         self._infos: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._infos_lock = threading.Lock()
         self._small: OrderedDict[tuple[str, str], bytes] = OrderedDict()  # (key, ETag) -> the whole file
@@ -247,14 +297,37 @@ class ObjectStore(Store):
                 self._small.move_to_end(tag)
                 return data
         size = int(info["size"])
+        ob = self._ob(key)
         with translated(self._url(rel), self.location.endpoint()):  # a range: s3fs asks no HEAD for the size
-            data = bytes(self.fs.cat_file(key, start=0, end=size)) if size else b""
+            if ob is not None:
+                data = ob[0].get(ob[1], 0, size)
+            else:
+                data = bytes(self.fs.cat_file(key, start=0, end=size)) if size else b""
         with self._infos_lock:
             self._small[tag] = data
             held = sum(len(v) for v in self._small.values())
             while held > SMALL_KEPT and len(self._small) > 1:
                 held -= len(self._small.popitem(last=False)[1])
         return data
+
+    @property
+    def reads(self) -> Any:
+        """This store's obstore reader where it reads what boto3 would (`obstore_reads.settings`), else None."""
+        if self._reads is _UNSET:
+            with self._infos_lock:
+                if self._reads is _UNSET:
+                    self._reads = _obstore_reader(self.location)
+        return self._reads
+
+    def _ob(self, key: str) -> tuple[Any, str] | None:
+        """(obstore reader, key in its bucket) for a read obstore takes, else None (s3fs reads it)."""
+        reads = self.reads
+        if reads is None:
+            return None
+        from pipeline.storage.obstore_reads import usable
+
+        path = key.partition("/")[2]
+        return (reads, path) if usable(path) else None
 
     @property
     def fs(self) -> Any:
@@ -282,10 +355,13 @@ class ObjectStore(Store):
             known = self._infos.get(key)
         if known is not None:
             return known
+        ob = self._ob(key)
         with translated(self._url(rel), self.location.endpoint()):
             try:
-                info: dict[str, Any] = self.fs.info(key)
+                info: dict[str, Any] = ob[0].head(ob[1]) if ob is not None else self.fs.info(key)
             except FileNotFoundError:
+                if ob is not None and _first(ob[0].list(ob[1] + "/", limit=1, empty="keep")):  # a folder (s3fs)
+                    raise NotAFile(self.url, rel, "a folder (a common prefix of objects)", what) from None
                 raise MissingFile(self.url, rel, what) from None
         if info.get("type") != "file":
             raise NotAFile(self.url, rel, "a folder (a common prefix of objects)", what)
@@ -319,6 +395,17 @@ class ObjectStore(Store):
             return
         bucket, _, name = key.partition("/")
         folder = name.rpartition("/")[0]
+        ob = None if absent else self._ob(key)
+        if ob is not None:
+            base = self.location.root.rstrip("/") + "/"
+            try:
+                for info in ob[0].list(f"{folder}/" if folder else "", offset=name[:-1], limit=1000,
+                                       empty="skip"):
+                    if info["name"].startswith(base):
+                        self._remember(info["name"], info)
+            except Exception:  # only a shortcut, as below
+                pass
+            return
         try:  # name[:-1] sorts just before name
             page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=f"{folder}/" if folder else "",
                                    Delimiter="/", StartAfter=name[:-1], MaxKeys=1000)
@@ -350,6 +437,14 @@ class ObjectStore(Store):
                 return False
         if self.location.scheme != "s3":
             return super().has_file(rel)
+        ob = self._ob(key)
+        if ob is not None:
+            with translated(self._url(rel), self.location.endpoint()):
+                try:
+                    self._remember(key, ob[0].head(ob[1]))
+                except FileNotFoundError:
+                    return False
+            return True
         bucket, _, name = key.partition("/")
         with translated(self._url(rel), self.location.endpoint()):
             try:
@@ -373,6 +468,21 @@ class ObjectStore(Store):
         maxblocks = 4 if block >= STREAM_BLOCK else max(2, CACHE_BYTES // block)
         cache: dict[str, Any] = ({"cache_type": "none"} if exact else
                                  {"cache_type": "blockcache", "cache_options": {"maxblocks": maxblocks}})
+        ob = self._ob(self.key(rel))
+        if ob is not None:
+            from pipeline.storage.obstore_reads import RangeFile
+
+            reads, path = ob
+            etag = str(info.get("ETag") or "") or None
+            url, endpoint = self._url(rel), self.location.endpoint()
+
+            def fetch(start: int, end: int) -> bytes:
+                with translated(url, endpoint):
+                    data: bytes = reads.get(path, start, end, etag)
+                    return data
+
+            return RangeFile(fetch, int(info["size"]), block=block, maxblocks=maxblocks, exact=exact,  # type: ignore[return-value]
+                             name=self.key(rel))
         with translated(self._url(rel), self.location.endpoint()):
             fh: IO[bytes] = self.fs.open(self.key(rel), "rb", block_size=block, size=int(info["size"]), **cache)
         fh.details = info  # type: ignore[attr-defined]  # what s3fs would HEAD again (a changed ETag: refused)
@@ -394,6 +504,22 @@ class ObjectStore(Store):
                     yield key[len(base):], _stat_of(found[key])
             return
         token: dict[str, str] = {}
+        if self.reads is not None:
+            from pipeline.storage.obstore_reads import Unusable
+
+            listing = self.reads.list(key_prefix)
+            try:
+                while True:
+                    with translated(self._url(prefix), self.location.endpoint()):
+                        info = next(listing, None)
+                    if info is None:
+                        return
+                    if info["name"].startswith(base):
+                        self._remember(info["name"], info)
+                        yield info["name"][len(base):], _stat_of(info)
+                    token = {"StartAfter": info["Key"]}
+            except Unusable:  # a key object_store cannot name: s3fs lists the rest
+                pass
         while True:
             with translated(self._url(prefix), self.location.endpoint()):
                 page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key_prefix, **token)
@@ -414,6 +540,12 @@ class ObjectStore(Store):
             with translated(self._url(rel), self.location.endpoint()):
                 return bool(self.fs.isdir(top))
         bucket, _, key_prefix = top.partition("/")
+        if self.reads is not None:
+            from pipeline.storage.obstore_reads import Unusable
+
+            with translated(self._url(rel), self.location.endpoint()), contextlib.suppress(Unusable):
+                found = _first(self.reads.list(key_prefix + "/" if key_prefix else "", limit=1, empty="keep"))
+                return found is not None
         with translated(self._url(rel), self.location.endpoint()):
             page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key_prefix + "/" if key_prefix else "",
                                    MaxKeys=1)
@@ -518,8 +650,10 @@ class ObjectStore(Store):
 
     def check_reachable(self) -> None:
         """One short request (list at most one object of the prefix): credentials, endpoint and bucket now."""
-        fs = filesystem(self.location, probe=True)
         bucket, _, prefix = self.location.root.partition("/")
+        if self.reads is not None and _obstore_probe(self.location, prefix):
+            return
+        fs = filesystem(self.location, probe=True)
         try:
             with translated(self.url, self.location.endpoint()):
                 if self.location.scheme == "s3":
