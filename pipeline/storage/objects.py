@@ -164,27 +164,27 @@ def _obstore_reader(location: Location, *, probe: bool = False) -> Any:
                   timeout_s=PROBE_TIMEOUT_S if probe else READ_TIMEOUT_S)
 
 
-def _obstore_probe(location: Location, prefix: str) -> bool:
-    """`check_reachable` through obstore: True when it answered. An endpoint that refuses or does not answer is
-    one line here; any other failure returns False, and s3fs's probe names it (a missing bucket, a refused
-    signature, as boto3 words them)."""
+def _obstore_probe(location: Location, prefix: str) -> list[dict[str, Any]] | None:
+    """`check_reachable` through obstore: the prefix's first page of objects (one LIST: object_store sends no
+    max-keys, so the page is there anyway) when it answered. An endpoint that refuses or does not answer is one
+    line here; any other failure returns None, and s3fs's probe names it (a missing bucket, a refused signature,
+    as boto3 words them)."""
     probe = _obstore_reader(location, probe=True)
     if probe is None:
-        return False
+        return None
     t0 = time.monotonic()
     try:
-        _first(probe.list(prefix, limit=1, empty="keep"))
+        return list(probe.list(prefix, limit=1000, empty="keep"))
     except Exception as exc:
         text = redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         if "error sending request" not in text and "timed out" not in text.lower():
-            return False
+            return None
         at = f" at {printable(location.endpoint())}" if location.endpoint() else ""
         if time.monotonic() - t0 >= PROBE_TIMEOUT_S * 0.9:
             raise StorageError(f"{printable(location.url)}: the object store{at} did not answer in time "
                                f"({PROBE_TIMEOUT_S} s); check AWS_ENDPOINT_URL and the network") from None
         raise StorageError(f"{printable(location.url)}: cannot reach the object store{at} (connection failed); "
                            "check AWS_ENDPOINT_URL (or --storage-option endpoint_url=...) and the network") from None
-    return True
 
 
 def _first(items: Iterator[Any]) -> Any:
@@ -534,8 +534,13 @@ class ObjectStore(Store):
             token = {"ContinuationToken": page["NextContinuationToken"]}
 
     def is_dir(self, rel: str) -> bool:
-        """A prefix holding at least one object (one LIST request of one key)."""
+        """A prefix holding at least one object: no request where a listing of this store holds one, else one
+        LIST (of one key through s3fs; of a page through obstore, which sends no max-keys)."""
         top = self.key(rel)
+        below = top.rstrip("/") + "/"
+        with self._infos_lock:
+            if any(k.startswith(below) for k in self._infos):
+                return True
         if self.location.scheme != "s3":
             with translated(self._url(rel), self.location.endpoint()):
                 return bool(self.fs.isdir(top))
@@ -651,7 +656,12 @@ class ObjectStore(Store):
     def check_reachable(self) -> None:
         """One short request (list at most one object of the prefix): credentials, endpoint and bucket now."""
         bucket, _, prefix = self.location.root.partition("/")
-        if self.reads is not None and _obstore_probe(self.location, prefix):
+        page = _obstore_probe(self.location, prefix) if self.reads is not None else None
+        if page is not None:
+            base = self.location.root.rstrip("/") + "/"
+            for info in page:  # the files a plan reads first (meta/): no HEAD for them
+                if info["size"] and info["name"].startswith(base):
+                    self._remember(info["name"], info)
             return
         fs = filesystem(self.location, probe=True)
         try:
