@@ -206,26 +206,11 @@ def test_writer_failure_leaves_nothing(s3: str) -> None:
 
 def test_unreachable_and_unauthorised_are_one_line(s3: str, moto_endpoint: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    import json
-    import urllib.request
+    from support.s3 import checking_signatures, iam_access_key
 
-    import boto3
-
-    iam = boto3.client("iam")
-    user = f"prep{time.monotonic_ns()}"
-    iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps(
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-    key = iam.create_access_key(UserName=user)["AccessKey"]
-
-    def auth(count: str) -> None:  # moto checks signatures and IAM only after this many requests
-        urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/reset-auth", data=count.encode(),
-                                                      headers={"Content-Type": "text/plain"},
-                                                      method="POST"), timeout=10).close()
-
+    key = iam_access_key(moto_endpoint)
     loc = parse_location(f"s3://{s3}/ds")
-    auth("0")
-    try:
+    with checking_signatures(moto_endpoint):
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
         loc.store().check_reachable()
@@ -240,8 +225,6 @@ def test_unreachable_and_unauthorised_are_one_line(s3: str, moto_endpoint: str,
         monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
         with pytest.raises(StorageError, match=r"no credentials found.*AWS_ACCESS_KEY_ID"):
             loc.store().check_reachable()
-    finally:
-        auth("inf")
 
 
 def test_endpoint_down_or_hanging_is_one_line(s3: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,19 +5,16 @@ runtime has started (its requests would hang). Against moto's S3 on loopback."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.s3 import S3Server
+from support.s3 import S3Server, checking_signatures, iam_access_key
 from support.storage import REPO, child_env, prep_env, set_env
 
 from pipeline.storage import StorageError, parse_location
@@ -235,32 +232,15 @@ def test_a_scan_process_reads_without_s3fs(obs: S3Server) -> None:
 
 
 def test_access_denied_mid_run_is_one_line(obs: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    import boto3
-
-    iam = boto3.client("iam", endpoint_url=obs.endpoint, region_name="us-east-1", aws_access_key_id="s3support",
-                       aws_secret_access_key="x")
-    user = f"prep{time.monotonic_ns()}"
-    iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps(
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-    key = iam.create_access_key(UserName=user)["AccessKey"]
+    key = iam_access_key(obs.endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)  # not the user's: every signature is refused
-
-    def auth(count: str) -> None:  # moto checks signatures only after this many requests
-        urllib.request.urlopen(urllib.request.Request(f"{obs.endpoint}/moto-api/reset-auth", data=count.encode(),
-                                                      headers={"Content-Type": "text/plain"}, method="POST"),
-                               timeout=10).close()
-
     store = ObjectStore(parse_location("s3://obs/ds"))
     assert store.reads is not None
-    auth("0")
-    try:
+    with checking_signatures(obs.endpoint):
         for ask in (lambda: store.stat("a.bin"), lambda: list(store.iter_files())):
             with pytest.raises(StorageError) as err:
                 ask()
             line = str(err.value)
             assert "\n" not in line and SECRET not in line and "s3://obs/ds" in line, line
             assert "access denied" in line and "AWS_ACCESS_KEY_ID" in line, line
-    finally:
-        auth("inf")

@@ -249,7 +249,6 @@ def one_line_error(code: int, out: str, err: str, url: str) -> str:
 def test_s3_credentials_missing_or_wrong_are_one_line(s3: S3Server, small: dict[str, Path],
                                                       monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    import urllib.request
 
     url = "s3://src/creds/v21"
     s3.upload_tree(small["v21"], url)
@@ -259,31 +258,16 @@ def test_s3_credentials_missing_or_wrong_are_one_line(s3: S3Server, small: dict[
         line = one_line_error(*prep(capsys, command, url, "--out", str(tmp_path / "x.json")), url)
         assert "no credentials found" in line and "AWS_ACCESS_KEY_ID" in line, line
 
-    import boto3
+    from support.s3 import checking_signatures, iam_access_key
 
-    iam = boto3.client("iam", endpoint_url=s3.endpoint, region_name="us-east-1", aws_access_key_id="s3support",
-                       aws_secret_access_key="x")
-    user = f"prep{time.monotonic_ns()}"
-    iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps(
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-    key = iam.create_access_key(UserName=user)["AccessKey"]
-
-    def auth(count: str) -> None:  # moto checks signatures only after this many requests
-        urllib.request.urlopen(urllib.request.Request(f"{s3.endpoint}/moto-api/reset-auth", data=count.encode(),
-                                                      headers={"Content-Type": "text/plain"}, method="POST"),
-                               timeout=10).close()
-
+    key = iam_access_key(s3.endpoint)
     set_env(monkeypatch, {**env, "AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": SECRET})
-    auth("0")
-    try:
+    with checking_signatures(s3.endpoint):
         for command in ("scan", "verify"):
             code, out, err = prep(capsys, command, url, "--out", str(tmp_path / "x.json"))
             line = one_line_error(code, out, err, url)
             assert "access denied" in line and "AWS_ACCESS_KEY_ID" in line, line
             assert SECRET not in out + err
-    finally:
-        auth("inf")
 
 
 def test_s3_profile_from_the_aws_config_files(s3: S3Server, small: dict[str, Path], monkeypatch: pytest.MonkeyPatch,

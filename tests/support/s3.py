@@ -73,6 +73,38 @@ def s3_env(endpoint: str, client: str = "prep", region: str = DEFAULT_REGION,
     }
 
 
+def iam_access_key(endpoint: str) -> dict[str, str]:
+    """A new IAM user of the moto server at `endpoint`, allowed every action: its `AccessKeyId` and
+    `SecretAccessKey` (what a signature checked by `checking_signatures` must be made with)."""
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name=DEFAULT_REGION, aws_access_key_id="s3support",
+                       aws_secret_access_key="x")
+    user = f"prep{time.monotonic_ns()}"
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    key: dict[str, str] = iam.create_access_key(UserName=user)["AccessKey"]
+    return key
+
+
+@contextlib.contextmanager
+def checking_signatures(endpoint: str) -> Iterator[None]:
+    """Within: the moto server at `endpoint` checks every request's signature and IAM policy (by default it
+    checks none); after: none again."""
+
+    def auth(count: str) -> None:  # moto checks only after this many requests
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=count.encode(),
+                                                      headers={"Content-Type": "text/plain"}, method="POST"),
+                               timeout=10).close()
+
+    auth("0")
+    try:
+        yield
+    finally:
+        auth("inf")
+
+
 def split_url(url: str) -> tuple[str, str]:
     """("bucket", "prefix") of "s3://bucket/prefix" (the prefix without a leading or trailing slash)."""
     parsed = urllib.parse.urlsplit(url)
