@@ -176,8 +176,7 @@ def _obstore_probe(location: Location, prefix: str) -> list[dict[str, Any]] | No
     try:
         return list(probe.list(prefix, limit=1000, empty="keep"))
     except Exception as exc:
-        text = redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        if "error sending request" not in text and "timed out" not in text.lower():
+        if not _obstore_unreachable(exc):
             return None
         at = f" at {printable(location.endpoint())}" if location.endpoint() else ""
         if time.monotonic() - t0 >= PROBE_TIMEOUT_S * 0.9:
@@ -185,6 +184,13 @@ def _obstore_probe(location: Location, prefix: str) -> list[dict[str, Any]] | No
                                f"({PROBE_TIMEOUT_S} s); check AWS_ENDPOINT_URL and the network") from None
         raise StorageError(f"{printable(location.url)}: cannot reach the object store{at} (connection failed); "
                            "check AWS_ENDPOINT_URL (or --storage-option endpoint_url=...) and the network") from None
+
+
+def _obstore_unreachable(exc: BaseException) -> bool:
+    """An obstore failure to connect or to get an answer (refused, reset, timed out): its errors say so in words."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return type(exc).__module__.startswith("obstore") and ("error sending request" in text
+                                                           or "timed out" in text.lower())
 
 
 def _first(items: Iterator[Any]) -> Any:
@@ -210,7 +216,7 @@ def describe_error(exc: BaseException, url: str, endpoint: str | None = None) ->
         return (f"{printable(url)}: the object store{at} did not answer in time ({text}); check "
                 "AWS_ENDPOINT_URL and the network")
     obstore = type(exc).__module__.startswith("obstore")  # its errors say the HTTP status in words
-    if obstore and "error sending request" in text:  # refused, reset or timed out
+    if _obstore_unreachable(exc):
         return (f"{printable(url)}: cannot reach the object store{at}, or it did not answer in time ({text}); "
                 "check AWS_ENDPOINT_URL (or --storage-option endpoint_url=...) and the network")
     if obstore and ("403 Forbidden" in text or "401 Unauthorized" in text):
@@ -485,7 +491,8 @@ class ObjectStore(Store):
                              name=self.key(rel))
         with translated(self._url(rel), self.location.endpoint()):
             fh: IO[bytes] = self.fs.open(self.key(rel), "rb", block_size=block, size=int(info["size"]), **cache)
-        fh.details = info  # type: ignore[attr-defined]  # what s3fs would HEAD again (a changed ETag: refused)
+        # what s3fs would HEAD for at the first read; given the size, it sends no If-Match (obstore's reads do)
+        fh.details = info  # type: ignore[attr-defined]
         return fh
 
     def iter_files(self, prefix: str = "") -> Iterator[tuple[str, Stat]]:

@@ -32,7 +32,7 @@ import threading
 import urllib.parse
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 SWITCH = "PREP_S3_READER"  # "s3fs": every read through s3fs
 # what botocore reads and obstore does not: with any of these set, the reads stay on s3fs
@@ -213,7 +213,7 @@ class Reader:
             raise
 
     def list(self, prefix: str, *, offset: str | None = None, limit: int | None = None,
-             empty: str = "raise") -> Iterator[dict[str, Any]]:
+             empty: Literal["raise", "skip", "keep"] = "raise") -> Iterator[dict[str, Any]]:
         """Objects whose key starts with `prefix` (a folder: ends with `/`, or empty for the bucket), sorted by
         key, from after `offset`; at most `limit` (one page) or all, page by page. Raises `Unusable` on a key
         object_store cannot name. An empty object may be a folder marker `a/`, which object_store lists as a file
