@@ -244,3 +244,14 @@ def test_access_denied_mid_run_is_one_line(obs: S3Server, monkeypatch: pytest.Mo
             line = str(err.value)
             assert "\n" not in line and SECRET not in line and "s3://obs/ds" in line, line
             assert "access denied" in line and "AWS_ACCESS_KEY_ID" in line, line
+
+
+def test_a_reader_never_pickles_its_credentials(obs: S3Server) -> None:
+    """obstore's S3Store pickles with its keys: a reader refuses, so no task payload can carry them."""
+    import pickle
+
+    store = ObjectStore(parse_location("s3://obs/ds"))
+    assert store.reads is not None
+    with pytest.raises(TypeError, match="holds credentials"):
+        pickle.dumps(store.reads)
+    assert SECRET.encode() in pickle.dumps(store.reads._store)  # what the refusal keeps out of a payload

@@ -184,6 +184,11 @@ class Reader:
         self.bucket = bucket
         self._store = store
 
+    def __reduce__(self) -> Any:
+        # obstore's S3Store pickles with its configuration, keys included: a reader never leaves its process (a
+        # worker builds its own from its environment, as the store does)
+        raise TypeError("an obstore reader holds credentials and is not pickled; pickle its Location instead")
+
     def head(self, path: str) -> dict[str, Any]:
         """The object's info (FileNotFoundError when there is none)."""
         import obstore
